@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The full test command: set up, build, and run every test (lit + FileCheck
+# through CTest). CI runs exactly this (.ci/run).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/setup.sh"
+"$root/scripts/build.sh"
+ctest --test-dir "${TILEFUSE_BUILD_DIR:-$root/build}" --output-on-failure -V
