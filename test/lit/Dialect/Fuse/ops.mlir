@@ -1,0 +1,93 @@
+// RUN: tilefuse-opt %s | tilefuse-opt | FileCheck %s
+// RUN: tilefuse-opt %s --mlir-print-op-generic | tilefuse-opt | FileCheck %s
+
+// Every type and op round-trips through the custom assembly and through the
+// generic form.
+
+// CHECK-LABEL: fuse.kernel @types
+// CHECK-SAME: (%x: !fuse.full<bf16>, %r: !fuse.row<f16>, %c: !fuse.col<f32>, %s: !fuse.scalar<f64>, %m: !fuse.full<i1>, %i: !fuse.row<i32>, %l: !fuse.scalar<i64>)
+// CHECK-SAME: -> (out: !fuse.full<bf16>)
+fuse.kernel @types(%x: !fuse.full<bf16>, %r: !fuse.row<f16>, %c: !fuse.col<f32>, %s: !fuse.scalar<f64>, %m: !fuse.full<i1>, %i: !fuse.row<i32>, %l: !fuse.scalar<i64>) -> (out: !fuse.full<bf16>) {
+  // CHECK: fuse.yield %x : !fuse.full<bf16>
+  fuse.yield %x : !fuse.full<bf16>
+}
+
+// CHECK-LABEL: fuse.kernel @elementwise
+// CHECK-SAME: -> (y: !fuse.full<f32>, k_sum: !fuse.full<i64>)
+// CHECK-SAME: attributes {note = "kept"}
+fuse.kernel @elementwise(%a: !fuse.full<f32>, %b: !fuse.full<f32>, %k: !fuse.full<i64>) -> (y: !fuse.full<f32>, k_sum: !fuse.full<i64>) attributes {note = "kept"} {
+  // CHECK: %[[NEG:.+]] = fuse.neg %a : !fuse.full<f32>
+  // CHECK: %[[ABS:.+]] = fuse.abs %[[NEG]] : !fuse.full<f32>
+  // CHECK: %[[EXP:.+]] = fuse.exp %[[ABS]] : !fuse.full<f32>
+  // CHECK: %[[LOG:.+]] = fuse.log %[[EXP]] : !fuse.full<f32>
+  // CHECK: %[[SQRT:.+]] = fuse.sqrt %[[LOG]] : !fuse.full<f32>
+  // CHECK: %[[RSQRT:.+]] = fuse.rsqrt %[[SQRT]] : !fuse.full<f32>
+  // CHECK: %[[TANH:.+]] = fuse.tanh %[[RSQRT]] : !fuse.full<f32>
+  // CHECK: %[[ERF:.+]] = fuse.erf %[[TANH]] : !fuse.full<f32>
+  // CHECK: %[[SIG:.+]] = fuse.sigmoid %[[ERF]] : !fuse.full<f32>
+  // CHECK: %[[ADD:.+]] = fuse.add %[[SIG]], %b : !fuse.full<f32>
+  // CHECK: %[[SUB:.+]] = fuse.sub %[[ADD]], %b : !fuse.full<f32>
+  // CHECK: %[[MUL:.+]] = fuse.mul %[[SUB]], %b : !fuse.full<f32>
+  // CHECK: %[[DIV:.+]] = fuse.div %[[MUL]], %b : !fuse.full<f32>
+  // CHECK: %[[MAX:.+]] = fuse.maximum %[[DIV]], %b : !fuse.full<f32>
+  // CHECK: %[[MIN:.+]] = fuse.minimum %[[MAX]], %b : !fuse.full<f32>
+  // CHECK: %[[POW:.+]] = fuse.pow %[[MIN]], %b : !fuse.full<f32>
+  // CHECK: %[[LT:.+]] = fuse.cmp lt, %[[POW]], %b : !fuse.full<f32>
+  // CHECK: %[[SEL:.+]] = fuse.select %[[LT]], %[[POW]], %b : !fuse.full<f32>
+  // CHECK: %[[KADD:.+]] = fuse.add %k, %k : !fuse.full<i64>
+  // CHECK: %[[KNE:.+]] = fuse.cmp ne, %[[KADD]], %k : !fuse.full<i64>
+  // CHECK: fuse.yield %[[SEL]], %[[KADD]] : !fuse.full<f32>, !fuse.full<i64>
+  %0 = fuse.neg %a : !fuse.full<f32>
+  %1 = fuse.abs %0 : !fuse.full<f32>
+  %2 = fuse.exp %1 : !fuse.full<f32>
+  %3 = fuse.log %2 : !fuse.full<f32>
+  %4 = fuse.sqrt %3 : !fuse.full<f32>
+  %5 = fuse.rsqrt %4 : !fuse.full<f32>
+  %6 = fuse.tanh %5 : !fuse.full<f32>
+  %7 = fuse.erf %6 : !fuse.full<f32>
+  %8 = fuse.sigmoid %7 : !fuse.full<f32>
+  %9 = fuse.add %8, %b : !fuse.full<f32>
+  %10 = fuse.sub %9, %b : !fuse.full<f32>
+  %11 = fuse.mul %10, %b : !fuse.full<f32>
+  %12 = fuse.div %11, %b : !fuse.full<f32>
+  %13 = fuse.maximum %12, %b : !fuse.full<f32>
+  %14 = fuse.minimum %13, %b : !fuse.full<f32>
+  %15 = fuse.pow %14, %b : !fuse.full<f32>
+  %16 = fuse.cmp lt, %15, %b : !fuse.full<f32>
+  %17 = fuse.select %16, %15, %b : !fuse.full<f32>
+  %18 = fuse.add %k, %k : !fuse.full<i64>
+  %19 = fuse.cmp ne, %18, %k : !fuse.full<i64>
+  fuse.yield %17, %18 : !fuse.full<f32>, !fuse.full<i64>
+}
+
+// CHECK-LABEL: fuse.kernel @structure
+fuse.kernel @structure(%x: !fuse.full<bf16>, %t: !fuse.row<i32>) -> (col_sum: !fuse.col<f32>, picked: !fuse.row<f32>, n: !fuse.scalar<f32>, idx: !fuse.col<i64>, neg_inf: !fuse.row<f32>, flag: !fuse.scalar<i1>) {
+  // CHECK: %[[C:.+]] = fuse.constant scalar 2.500000e-01 : f32
+  // CHECK: %[[NEG_INF:.+]] = fuse.constant row 0xFF800000 : f32
+  // CHECK: %[[TRUE:.+]] = fuse.constant scalar true
+  // CHECK: %[[WIDE:.+]] = fuse.cast %x : !fuse.full<bf16> to !fuse.full<f32>
+  // CHECK: %[[CB:.+]] = fuse.broadcast %[[C]] : !fuse.scalar<f32> to !fuse.full<f32>
+  // CHECK: %[[SCALED:.+]] = fuse.mul %[[WIDE]], %[[CB]] : !fuse.full<f32>
+  // CHECK: %[[SUM:.+]] = fuse.reduce sum %[[SCALED]] : !fuse.full<f32> to !fuse.col<f32>
+  // CHECK: %[[MAX:.+]] = fuse.reduce max %[[SCALED]] : !fuse.full<f32> to !fuse.row<f32>
+  // CHECK: %[[MIN:.+]] = fuse.reduce min %[[SCALED]] : !fuse.full<f32> to !fuse.row<f32>
+  // CHECK: %[[MEAN:.+]] = fuse.reduce mean %[[SCALED]] : !fuse.full<f32> to !fuse.row<f32>
+  // CHECK: %[[PICK:.+]] = fuse.gather %[[SCALED]][%t] : !fuse.full<f32>, !fuse.row<i32> -> !fuse.row<f32>
+  // CHECK: %[[N:.+]] = fuse.row_length : !fuse.scalar<f32>
+  // CHECK: %[[IOTA:.+]] = fuse.iota : !fuse.col<i64>
+  // CHECK: fuse.yield %[[SUM]], %[[PICK]], %[[N]], %[[IOTA]], %[[NEG_INF]], %[[TRUE]]
+  %c = fuse.constant scalar 2.500000e-01 : f32
+  %neg_inf = fuse.constant row 0xFF800000 : f32
+  %true = fuse.constant scalar true
+  %wide = fuse.cast %x : !fuse.full<bf16> to !fuse.full<f32>
+  %cb = fuse.broadcast %c : !fuse.scalar<f32> to !fuse.full<f32>
+  %scaled = fuse.mul %wide, %cb : !fuse.full<f32>
+  %sum = fuse.reduce sum %scaled : !fuse.full<f32> to !fuse.col<f32>
+  %max = fuse.reduce max %scaled : !fuse.full<f32> to !fuse.row<f32>
+  %min = fuse.reduce min %scaled : !fuse.full<f32> to !fuse.row<f32>
+  %mean = fuse.reduce mean %scaled : !fuse.full<f32> to !fuse.row<f32>
+  %picked = fuse.gather %scaled[%t] : !fuse.full<f32>, !fuse.row<i32> -> !fuse.row<f32>
+  %n = fuse.row_length : !fuse.scalar<f32>
+  %idx = fuse.iota : !fuse.col<i64>
+  fuse.yield %sum, %picked, %n, %idx, %neg_inf, %true : !fuse.col<f32>, !fuse.row<f32>, !fuse.scalar<f32>, !fuse.col<i64>, !fuse.row<f32>, !fuse.scalar<i1>
+}
