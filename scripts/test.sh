@@ -5,4 +5,4 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/setup.sh"
 "$root/scripts/build.sh"
-ctest --test-dir "${TILEFUSE_BUILD_DIR:-$root/build}" --output-on-failure -V
+ctest --test-dir "${TILEFUSE_BUILD_DIR:-$root/build}" --no-tests=error --output-on-failure -V
