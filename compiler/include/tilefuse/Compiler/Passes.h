@@ -1,0 +1,29 @@
+//===- Passes.h - tilefuse compiler passes ----------------------*- C++ -*-===//
+
+#ifndef TILEFUSE_COMPILER_PASSES_H
+#define TILEFUSE_COMPILER_PASSES_H
+
+#include "tilefuse/Dialect/Fuse/IR/Fuse.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace tilefuse {
+
+#define GEN_PASS_DECL
+#include "tilefuse/Compiler/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "tilefuse/Compiler/Passes.h.inc"
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_COMPILER_PASSES_H

@@ -1,0 +1,81 @@
+//===- Passes.td - tilefuse compiler passes ----------------*- tablegen -*-===//
+
+#ifndef TILEFUSE_COMPILER_PASSES_TD
+#define TILEFUSE_COMPILER_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def FuseSpecialize : Pass<"fuse-specialize", "::tilefuse::fuse::KernelOp"> {
+  let summary = "Bind storage dtypes, the row length n and the alignment class";
+  let description = [{
+    Full and per-column float tensors (x, weight, y, dweight) are stored in
+    `dtype`; arithmetic stays in the type the fusion declares (f32), so a cast
+    is inserted after each such input and before each such output. Per-row
+    statistics (mean, rstd, lse, loss) stay in the declared type, as PyTorch
+    keeps them. `fuse.row_length` becomes the constant `n`. `rows` and every
+    scalar stay runtime arguments: a new batch size or learning rate never
+    recompiles. The choices are recorded in `fuse.specialization`.
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", /*default=*/"\"f32\"",
+           "Storage dtype of full and per-column float tensors: f32, f16, bf16 or f64">,
+    Option<"n", "n", "int64_t", /*default=*/"0", "The row length n (> 0)">,
+    Option<"aligned", "aligned", "bool", /*default=*/"true",
+           "Pointers are 16-byte aligned and n is a multiple of the vector width">,
+  ];
+  let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
+}
+
+def FuseSelectTiles : Pass<"fuse-select-tiles", "::tilefuse::fuse::KernelOp"> {
+  let summary = "Choose the TileConfig of a specialized kernel for a target";
+  let description = [{
+    Records the tile configuration in `fuse.tile` (see TileConfig.h for the
+    heuristic). Any field can be overridden; an override the target cannot
+    run is an error, never a silent change.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"sm_90\"",
+           "sm_80, sm_86, sm_89, sm_90 or cpu">,
+    Option<"threadsPerRow", "threads-per-row", "int64_t", /*default=*/"0",
+           "Threads that share one row (power of two, 0 = heuristic)">,
+    Option<"rowsPerBlock", "rows-per-block", "int64_t", /*default=*/"0",
+           "Rows one thread block handles at a time (0 = heuristic)">,
+    Option<"vectorWidth", "vector-width", "int64_t", /*default=*/"0",
+           "Elements per vector access (0 = heuristic)">,
+    Option<"rowOnChip", "row-on-chip", "std::string", /*default=*/"\"auto\"",
+           "Keep each row in registers (true), stream it in chunks (false), or let the heuristic decide (auto)">,
+  ];
+}
+
+def FuseLowerToGPU : Pass<"fuse-lower-to-gpu", "::mlir::ModuleOp"> {
+  let summary = "Lower tiled fuse kernels to gpu.func kernels (see KernelABI.h)";
+  let description = [{
+    Each `fuse.kernel` with a GPU `fuse.tile` becomes a `gpu.func` in the
+    `gpu.module @tilefuse_kernels`, written with scf loops, vector values,
+    128-bit `llvm.load`/`llvm.store` on global pointers, `gpu.shuffle xor`
+    and workgroup memory for row reductions, and per-row-group partials plus
+    a `<name>_finalize` kernel for column reductions.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect", "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
+    "::mlir::vector::VectorDialect",
+  ];
+}
+
+def FuseLowerToCPU : Pass<"fuse-lower-to-cpu", "::mlir::ModuleOp"> {
+  let summary = "Lower tiled fuse kernels to host functions (see KernelABI.h)";
+  let description = [{
+    Each `fuse.kernel` with the `cpu` `fuse.tile` becomes a `func.func` that
+    runs a range of rows (the runtime splits rows across threads), plus a
+    `<name>_finalize` function for column reductions.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+    "::mlir::LLVM::LLVMDialect", "::mlir::math::MathDialect",
+    "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect",
+  ];
+}
+
+#endif // TILEFUSE_COMPILER_PASSES_TD

@@ -1,0 +1,72 @@
+//===- Pipeline.h - fuse IR to PTX text or host code ------------*- C++ -*-===//
+//
+// The one "compile this" interface of the compiler: specialization, tile
+// selection, lowering to loops, to the LLVM dialect, to LLVM IR and (GPU) to
+// PTX. Errors are reported through the context's diagnostic handler and
+// returned as failure; nothing reaches an LLVM ERROR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TILEFUSE_COMPILER_PIPELINE_H
+#define TILEFUSE_COMPILER_PIPELINE_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LLVM.h"
+
+#include <memory>
+#include <string>
+
+namespace mlir {
+class DialectRegistry;
+class ExecutionEngine;
+} // namespace mlir
+
+namespace tilefuse {
+
+/// The stages of the pipeline, in order; `tilefuse-compile --emit` names them.
+enum class Stage { Fuse, Specialized, Tiled, Loops, LLVM, PTX };
+
+/// The stage named `name` (fuse, specialized, tiled, loops, llvm, ptx).
+std::optional<Stage> parseStage(llvm::StringRef name);
+
+struct CompileOptions {
+  std::string dtype = "f32";
+  int64_t n = 0;
+  bool aligned = true;
+  std::string target = "sm_90";
+  // Tile overrides; 0 / "auto" keeps the heuristic's choice.
+  int64_t threadsPerRow = 0;
+  int64_t rowsPerBlock = 0;
+  int64_t vectorWidth = 0;
+  std::string rowOnChip = "auto";
+  /// The CUDA toolkit, for libdevice.
+  std::string cudaPath = "/usr/local/cuda";
+};
+
+struct StageTime {
+  std::string stage;
+  double milliseconds;
+};
+
+struct CompileResult {
+  /// The requested stage: printed MLIR, LLVM IR text or PTX text.
+  std::string text;
+  std::vector<StageTime> times;
+};
+
+/// Compiles every fuse.kernel in `module` (which it rewrites) up to `stop`.
+mlir::FailureOr<CompileResult> compile(mlir::ModuleOp module,
+                                       const CompileOptions &options,
+                                       Stage stop);
+
+/// JIT-compiles a module that compile() lowered for the CPU to `Stage::LLVM`.
+/// Functions are called through ExecutionEngine::invokePacked.
+mlir::FailureOr<std::unique_ptr<mlir::ExecutionEngine>>
+jitCompile(mlir::ModuleOp module);
+
+/// The LLVM IR translations compile() and jitCompile() need.
+void registerTranslations(mlir::DialectRegistry &registry);
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_COMPILER_PIPELINE_H

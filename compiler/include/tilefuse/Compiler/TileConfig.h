@@ -1,0 +1,86 @@
+//===- TileConfig.h - how a specialized kernel maps onto a target -*- C++ -*-===//
+//
+// The heuristic, per target. Notation: n is the row length, b the bytes of
+// the storage dtype, V the vector width in elements.
+//
+// GPU (sm_80 / sm_90):
+//  - V = 16 / b (one 128-bit access) in the aligned class when n % V == 0,
+//    else 1 (scalar accesses, masked tail).
+//  - threads_per_row = the power of two nearest above ceil(n / V) / 4, in
+//    [1, 1024]: about four vectors per thread keeps loads in flight without
+//    spilling.
+//  - rows_per_block = max(1, 256 / threads_per_row): blocks of at least 256
+//    threads, so short rows (n < 1024) pack several rows per block.
+//  - chunks = ceil(n / (V * threads_per_row)): the vectors each thread owns.
+//  - row_on_chip when the fusion has a row reduction and chunks <= 8: the
+//    row stays in registers across the fusion's passes; longer rows (a
+//    128k-256k vocabulary) stream in chunks and recompute instead of
+//    failing. A fusion without row reductions makes one pass, so it streams:
+//    unrolling would only lengthen live ranges.
+//  - a fusion with a column reduction runs a persistent grid
+//    (blocks_per_sm blocks per SM, striding over rows) so that the partials
+//    it leaves for the final reduction are bounded; others launch one
+//    row group per row.
+// CPU: V = 8 f32 lanes (one AVX2 register) when n % 8 == 0, else 1; one
+// "thread" per row; rows_per_task = max(1, 65536 / n) rows per task of the
+// runtime's thread pool; row_on_chip as on the GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TILEFUSE_COMPILER_TILECONFIG_H
+#define TILEFUSE_COMPILER_TILECONFIG_H
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/Support/LLVM.h"
+
+#include <string>
+
+namespace tilefuse {
+namespace fuse {
+class KernelOp;
+} // namespace fuse
+
+struct TileConfig {
+  std::string target; // "sm_80", "sm_90", ..., or "cpu"
+  int64_t threadsPerRow = 1;
+  int64_t rowsPerBlock = 1;
+  int64_t vectorWidth = 1;
+  int64_t chunks = 1;
+  bool rowOnChip = true;
+  /// 0: one row group per row; otherwise a persistent grid of this many
+  /// blocks per SM.
+  int64_t blocksPerSM = 0;
+  /// CPU only: rows per task of the thread pool.
+  int64_t rowsPerTask = 0;
+
+  bool isGPU() const { return target != "cpu"; }
+  int64_t threadsPerBlock() const { return threadsPerRow * rowsPerBlock; }
+
+  mlir::DictionaryAttr toAttr(mlir::MLIRContext *context) const;
+  /// The config recorded on a kernel by fuse-select-tiles; emits an error
+  /// and fails when there is none.
+  static mlir::FailureOr<TileConfig> fromKernel(fuse::KernelOp kernel);
+};
+
+/// What tile selection needs to know about a specialized kernel.
+struct KernelShape {
+  int64_t n = 0;
+  unsigned storageBytes = 4;
+  bool aligned = true;
+  bool hasColumnReduction = false;
+  bool hasRowReduction = false;
+};
+
+/// Whether `target` names a chip tilefuse emits PTX for, or the CPU.
+bool isKnownTarget(llvm::StringRef target);
+
+/// The heuristic above.
+TileConfig chooseTileConfig(const KernelShape &shape, llvm::StringRef target);
+
+/// The shape of a kernel that fuse-specialize has run on; emits an error and
+/// fails otherwise.
+mlir::FailureOr<KernelShape> getKernelShape(fuse::KernelOp kernel);
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_COMPILER_TILECONFIG_H

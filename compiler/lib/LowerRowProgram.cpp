@@ -1,0 +1,1185 @@
+//===- LowerRowProgram.cpp - fuse kernels to loops, vectors and pointers ---===//
+//
+// One emitter serves both targets. A row program runs in passes over the
+// row's columns: pass L computes the row reductions whose inputs need only
+// per-row values of level < L, and the last pass stores the full outputs and
+// accumulates column reductions. Per-row and scalar values are computed once
+// per row between passes. Each thread owns `chunks` vectors of `V` columns
+// of its row; with the row on chip the chunk loop is unrolled and every
+// loaded or computed vector is reused by later passes, otherwise a loop
+// streams the row and recomputes what a pass needs.
+//
+// The GPU and the CPU differ only in where rows and lanes come from and in
+// how a reduction combines across the threads of a row (RowMapping).
+//
+//===----------------------------------------------------------------------===//
+
+#include "tilefuse/Compiler/KernelABI.h"
+#include "tilefuse/Compiler/Passes.h"
+#include "tilefuse/Compiler/TileConfig.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace tilefuse {
+#define GEN_PASS_DEF_FUSELOWERTOGPU
+#define GEN_PASS_DEF_FUSELOWERTOCPU
+#include "tilefuse/Compiler/Passes.h.inc"
+} // namespace tilefuse
+
+using namespace mlir;
+using namespace tilefuse;
+using namespace tilefuse::fuse;
+
+namespace {
+
+ValueType valueType(Value value) { return cast<ValueType>(value.getType()); }
+
+bool isChunked(ValueKind kind) {
+  return kind == ValueKind::Full || kind == ValueKind::Col;
+}
+
+/// The column reduction an output stores, looking through the cast to the
+/// storage dtype that specialization adds; null if there is none.
+ReduceOp columnReductionOf(Value output) {
+  if (auto cast = output.getDefiningOp<CastOp>())
+    output = cast.getInput();
+  auto reduce = output.getDefiningOp<ReduceOp>();
+  return reduce && !reduce.isRowReduction() ? reduce : ReduceOp();
+}
+
+/// The neutral element of a reduction, as an attribute of `type`.
+TypedAttr reductionIdentity(ReduceKind kind, Type type) {
+  if (auto floatType = dyn_cast<FloatType>(type)) {
+    const llvm::fltSemantics &semantics = floatType.getFloatSemantics();
+    if (kind == ReduceKind::Max)
+      return FloatAttr::get(type, APFloat::getInf(semantics, /*Negative=*/true));
+    if (kind == ReduceKind::Min)
+      return FloatAttr::get(type, APFloat::getInf(semantics));
+    return FloatAttr::get(type, APFloat::getZero(semantics));
+  }
+  unsigned width = type.getIntOrFloatBitWidth();
+  if (kind == ReduceKind::Max)
+    return IntegerAttr::get(type, APInt::getSignedMinValue(width));
+  if (kind == ReduceKind::Min)
+    return IntegerAttr::get(type, APInt::getSignedMaxValue(width));
+  return IntegerAttr::get(type, 0);
+}
+
+/// Combines two partial results of a reduction (NaN-propagating max/min).
+Value combineReduction(OpBuilder &b, Location loc, ReduceKind kind, Value lhs,
+                       Value rhs) {
+  bool isFloat = isa<FloatType>(getElementTypeOrSelf(lhs.getType()));
+  switch (kind) {
+  case ReduceKind::Sum:
+  case ReduceKind::Mean:
+    return isFloat ? arith::AddFOp::create(b, loc, lhs, rhs).getResult()
+                   : arith::AddIOp::create(b, loc, lhs, rhs).getResult();
+  case ReduceKind::Max:
+    return isFloat ? arith::MaximumFOp::create(b, loc, lhs, rhs).getResult()
+                   : arith::MaxSIOp::create(b, loc, lhs, rhs).getResult();
+  case ReduceKind::Min:
+    return isFloat ? arith::MinimumFOp::create(b, loc, lhs, rhs).getResult()
+                   : arith::MinSIOp::create(b, loc, lhs, rhs).getResult();
+  }
+  llvm_unreachable("unknown reduction");
+}
+
+vector::CombiningKind vectorCombiningKind(ReduceKind kind, bool isFloat) {
+  switch (kind) {
+  case ReduceKind::Sum:
+  case ReduceKind::Mean:
+    return vector::CombiningKind::ADD;
+  case ReduceKind::Max:
+    return isFloat ? vector::CombiningKind::MAXIMUMF
+                   : vector::CombiningKind::MAXSI;
+  case ReduceKind::Min:
+    return isFloat ? vector::CombiningKind::MINIMUMF
+                   : vector::CombiningKind::MINSI;
+  }
+  llvm_unreachable("unknown reduction");
+}
+
+Value indexConstant(OpBuilder &b, Location loc, int64_t value) {
+  return arith::ConstantIndexOp::create(b, loc, value);
+}
+
+/// Where rows, lanes and row groups come from, and how a row reduction
+/// combines across the threads of a row.
+class RowMapping {
+public:
+  virtual ~RowMapping() = default;
+  /// The thread's position within its row (0 on the CPU).
+  virtual Value lane() = 0;
+  /// Combines per-thread partials of several reductions into row results,
+  /// valid in every thread of the row.
+  virtual SmallVector<Value> combineAcrossRow(OpBuilder &b, Location loc,
+                                              ArrayRef<ReduceKind> kinds,
+                                              ArrayRef<Value> partials) = 0;
+  /// Whether this thread stores the row's per-row outputs.
+  virtual Value isRowLeader(OpBuilder &b, Location loc) = 0;
+};
+
+/// The emitter for one kernel body. `pointers` and `scalars` map the fuse
+/// kernel's inputs and outputs to the lowered function's arguments.
+class RowProgramEmitter {
+public:
+  RowProgramEmitter(KernelOp kernel, const TileConfig &config, int64_t n,
+                    RowMapping &mapping, OpBuilder &builder)
+      : kernel(kernel), config(config), n(n), mapping(mapping), b(builder),
+        loc(kernel.getLoc()) {}
+
+  /// Binds input `index` of the kernel to a lowered argument (a pointer for
+  /// tensors, the value for scalars).
+  void bindInput(unsigned index, Value argument) {
+    inputs[kernel.getEntryBlock().getArgument(index)] = argument;
+  }
+  void bindOutput(unsigned index, Value pointer) { outputs[index] = pointer; }
+
+  LogicalResult checkSupported();
+  /// Fills this row group's column-reduction partials with the identity.
+  void emitPartialsInit(Value rowGroup);
+  /// Emits the whole program for `row` (valid rows only store).
+  LogicalResult emitRow(Value row, Value rowValid, Value rowGroup);
+
+private:
+  struct Chunk {
+    Value base;  // first column of this thread's vector
+    Value valid; // i1: base < n (null when every chunk is full)
+    DenseMap<Value, Value> values;
+  };
+
+  void computeLevels();
+  VectorType chunkType(Type elementType) {
+    return VectorType::get({config.vectorWidth}, elementType);
+  }
+  Type loweredType(ValueType type) {
+    return isChunked(type.getKind()) ? Type(chunkType(type.getElementType()))
+                                     : type.getElementType();
+  }
+  Value pointerAt(Value pointer, Type elementType, Value offset);
+  Value load(Value pointer, Type type, Value offset);
+  void store(Value value, Value pointer, Value offset);
+  Value flatOffset(Value row, Value column);
+
+  LogicalResult emitRowScopeOps(int level);
+  Value emitInChunk(Chunk &chunk, Value value);
+  Value emitElementwise(Operation *op, ValueRange operands, Type resultType);
+  Value emitGather(GatherOp gather);
+  Value loadGatherSource(Value source, Value column);
+  LogicalResult emitPass(int level, bool isFinal, SmallVectorImpl<ReduceOp> &reductions);
+  void emitChunkWork(Chunk &chunk, bool isFinal, SmallVectorImpl<ReduceOp> &reductions,
+                     SmallVectorImpl<Value> &accumulators);
+  Chunk makeChunk(Value chunkIndex);
+
+  KernelOp kernel;
+  const TileConfig &config;
+  int64_t n;
+  RowMapping &mapping;
+  OpBuilder &b;
+  Location loc;
+
+  DenseMap<Value, Value> inputs;           // fuse input -> lowered argument
+  DenseMap<unsigned, Value> outputs;       // output index -> pointer
+  DenseMap<Value, int> levels;
+  DenseMap<Value, Value> rowValues;        // per-row and scalar values
+  SmallVector<Chunk> onChipChunks;         // reused by every pass
+  Value row, rowValid, rowGroup;
+  int maxLevel = 0;
+  int finalLevel = 0;
+};
+
+void RowProgramEmitter::computeLevels() {
+  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
+    levels[arg] = 0;
+  for (Operation &op : kernel.getEntryBlock().without_terminator()) {
+    int level = 0;
+    for (Value operand : op.getOperands())
+      level = std::max(level, levels.lookup(operand));
+    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
+      ++level;
+    for (Value result : op.getResults())
+      levels[result] = level;
+    maxLevel = std::max(maxLevel, level);
+  }
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  for (Value value : yield.getValues())
+    if (valueType(value).getKind() == ValueKind::Full)
+      finalLevel = std::max(finalLevel, levels.lookup(value));
+  kernel.walk([&](ReduceOp reduce) {
+    if (!reduce.isRowReduction())
+      finalLevel = std::max(finalLevel, levels.lookup(reduce.getInput()));
+  });
+}
+
+LogicalResult RowProgramEmitter::checkSupported() {
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  for (auto [index, value] : llvm::enumerate(yield.getValues())) {
+    ValueKind kind = valueType(value).getKind();
+    if (kind == ValueKind::Scalar)
+      return kernel.emitError("output #")
+             << index << ": scalar outputs cannot be lowered; return a "
+             << "per-row value instead";
+    if (kind == ValueKind::Col && !columnReductionOf(value))
+      return kernel.emitError("output #")
+             << index << ": a per-column output must be a column reduction";
+  }
+  WalkResult result = kernel.walk([&](GatherOp gather) {
+    Value source = gather.getSource();
+    while (auto cast = source.getDefiningOp<CastOp>())
+      source = cast.getInput();
+    if (!isa<BlockArgument>(source)) {
+      gather.emitError("can only gather from a kernel input (possibly cast)");
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  if (result.wasInterrupted())
+    return failure();
+  if (config.isGPU() && config.threadsPerRow > 32) {
+    result = kernel.walk([&](ReduceOp reduce) {
+      if (reduce.isRowReduction() && !reduce.getResult().getType().isFloat()) {
+        reduce.emitError("integer row reductions across warps are not "
+                         "supported (threads-per-row > 32); cast to f32");
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (result.wasInterrupted())
+      return failure();
+  }
+  computeLevels();
+  return success();
+}
+
+Value RowProgramEmitter::pointerAt(Value pointer, Type elementType,
+                                   Value offset) {
+  Value offset64 =
+      arith::IndexCastOp::create(b, loc, b.getI64Type(), offset);
+  return LLVM::GEPOp::create(b, loc, pointer.getType(), elementType, pointer,
+                             ValueRange{offset64});
+}
+
+Value RowProgramEmitter::load(Value pointer, Type type, Value offset) {
+  Type elementType = getElementTypeOrSelf(type);
+  unsigned bytes = type.isIntOrFloat()
+                       ? elementType.getIntOrFloatBitWidth() / 8
+                       : config.vectorWidth *
+                             elementType.getIntOrFloatBitWidth() / 8;
+  Value address = pointerAt(pointer, elementType, offset);
+  return LLVM::LoadOp::create(b, loc, type, address, bytes);
+}
+
+void RowProgramEmitter::store(Value value, Value pointer, Value offset) {
+  Type type = value.getType();
+  Type elementType = getElementTypeOrSelf(type);
+  unsigned bytes = type.isIntOrFloat()
+                       ? elementType.getIntOrFloatBitWidth() / 8
+                       : config.vectorWidth *
+                             elementType.getIntOrFloatBitWidth() / 8;
+  Value address = pointerAt(pointer, elementType, offset);
+  LLVM::StoreOp::create(b, loc, value, address, bytes);
+}
+
+Value RowProgramEmitter::flatOffset(Value rowIndex, Value column) {
+  Value rowStart =
+      arith::MulIOp::create(b, loc, rowIndex, indexConstant(b, loc, n));
+  return arith::AddIOp::create(b, loc, rowStart, column);
+}
+
+/// Runs `body` only where `condition` holds (no-op when it is null).
+template <typename Fn>
+void emitGuarded(OpBuilder &b, Location loc, Value condition, Fn body) {
+  if (!condition) {
+    body();
+    return;
+  }
+  auto guard = scf::IfOp::create(b, loc, condition, /*withElseRegion=*/false);
+  OpBuilder::InsertionGuard insertion(b);
+  b.setInsertionPointToStart(guard.thenBlock());
+  body();
+}
+
+Value andConditions(OpBuilder &b, Location loc, Value lhs, Value rhs) {
+  if (!lhs)
+    return rhs;
+  if (!rhs)
+    return lhs;
+  return arith::AndIOp::create(b, loc, lhs, rhs);
+}
+
+RowProgramEmitter::Chunk RowProgramEmitter::makeChunk(Value chunkIndex) {
+  Chunk chunk;
+  // base = (chunk * threads_per_row + lane) * V
+  Value slot = arith::AddIOp::create(
+      b, loc,
+      arith::MulIOp::create(b, loc, chunkIndex,
+                            indexConstant(b, loc, config.threadsPerRow)),
+      mapping.lane());
+  Value base = arith::MulIOp::create(
+      b, loc, slot, indexConstant(b, loc, config.vectorWidth));
+  if (n % (config.threadsPerRow * config.vectorWidth) == 0) {
+    chunk.base = base;
+    return chunk;
+  }
+  // Out-of-range vectors read column 0 (always in bounds) and are masked
+  // out of reductions and stores.
+  chunk.valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, base,
+                                      indexConstant(b, loc, n));
+  chunk.base = arith::SelectOp::create(b, loc, chunk.valid, base,
+                                       indexConstant(b, loc, 0));
+  return chunk;
+}
+
+Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
+                                         Type resultType) {
+  Type elementType = getElementTypeOrSelf(operands.front().getType());
+  bool isFloat = isa<FloatType>(elementType);
+  auto splat = [&](TypedAttr attr) -> Value {
+    Type type = operands.front().getType();
+    if (auto vector = dyn_cast<VectorType>(type))
+      return arith::ConstantOp::create(b, loc, SplatElementsAttr::get(vector, attr));
+    return arith::ConstantOp::create(b, loc, attr);
+  };
+  // Transcendentals run per element: targets lower them to scalar library
+  // calls or instructions, not to vector forms.
+  auto perElement = [&](ValueRange args, auto create) -> Value {
+    auto vector = dyn_cast<VectorType>(args.front().getType());
+    if (!vector)
+      return create(args);
+    SmallVector<Value> elements;
+    for (int64_t i = 0, e = vector.getNumElements(); i < e; ++i) {
+      SmallVector<Value> scalars;
+      for (Value arg : args)
+        scalars.push_back(vector::ExtractOp::create(b, loc, arg, i));
+      elements.push_back(create(scalars));
+    }
+    return vector::FromElementsOp::create(b, loc, vector, elements);
+  };
+  auto math = [&](auto op) {
+    using MathOp = decltype(op);
+    return perElement(operands, [&](ValueRange args) -> Value {
+      return MathOp::create(b, loc, args);
+    });
+  };
+  auto binary = [&](auto floatOp, auto intOp) -> Value {
+    using FloatOp = decltype(floatOp);
+    using IntOp = decltype(intOp);
+    if (isFloat)
+      return FloatOp::create(b, loc, operands[0], operands[1]);
+    return IntOp::create(b, loc, operands[0], operands[1]);
+  };
+  return llvm::TypeSwitch<Operation *, Value>(op)
+      .Case([&](AddOp) { return binary(arith::AddFOp(), arith::AddIOp()); })
+      .Case([&](SubOp) { return binary(arith::SubFOp(), arith::SubIOp()); })
+      .Case([&](MulOp) { return binary(arith::MulFOp(), arith::MulIOp()); })
+      .Case([&](DivOp) { return binary(arith::DivFOp(), arith::DivSIOp()); })
+      .Case([&](MaximumOp) {
+        return binary(arith::MaximumFOp(), arith::MaxSIOp());
+      })
+      .Case([&](MinimumOp) {
+        return binary(arith::MinimumFOp(), arith::MinSIOp());
+      })
+      .Case([&](PowOp) { return math(math::PowFOp()); })
+      .Case([&](NegOp) -> Value {
+        if (isFloat)
+          return arith::NegFOp::create(b, loc, operands[0]);
+        return arith::SubIOp::create(
+            b, loc, splat(IntegerAttr::get(elementType, 0)), operands[0]);
+      })
+      .Case([&](AbsOp) -> Value {
+        if (isFloat)
+          return math::AbsFOp::create(b, loc, operands[0]);
+        return math::AbsIOp::create(b, loc, operands[0]);
+      })
+      .Case([&](ExpOp) { return math(math::ExpOp()); })
+      .Case([&](LogOp) { return math(math::LogOp()); })
+      .Case([&](SqrtOp) { return math(math::SqrtOp()); })
+      .Case([&](RsqrtOp) { return math(math::RsqrtOp()); })
+      .Case([&](TanhOp) { return math(math::TanhOp()); })
+      .Case([&](ErfOp) { return math(math::ErfOp()); })
+      .Case([&](SigmoidOp) -> Value {
+        // 1 / (1 + exp(-x)): saturates to 0 and 1 without NaN.
+        Value one = splat(FloatAttr::get(elementType, 1.0));
+        Value negated = arith::NegFOp::create(b, loc, operands[0]);
+        Value exp = perElement(negated, [&](ValueRange args) -> Value {
+          return math::ExpOp::create(b, loc, args);
+        });
+        return arith::DivFOp::create(
+            b, loc, one, arith::AddFOp::create(b, loc, one, exp));
+      })
+      .Case([&](CmpOp cmp) -> Value {
+        if (isFloat) {
+          arith::CmpFPredicate predicate = [&] {
+            switch (cmp.getPredicate()) {
+            case CmpPredicate::eq: return arith::CmpFPredicate::OEQ;
+            case CmpPredicate::ne: return arith::CmpFPredicate::UNE;
+            case CmpPredicate::lt: return arith::CmpFPredicate::OLT;
+            case CmpPredicate::le: return arith::CmpFPredicate::OLE;
+            case CmpPredicate::gt: return arith::CmpFPredicate::OGT;
+            case CmpPredicate::ge: return arith::CmpFPredicate::OGE;
+            }
+            llvm_unreachable("unknown predicate");
+          }();
+          return arith::CmpFOp::create(b, loc, predicate, operands[0],
+                                       operands[1]);
+        }
+        arith::CmpIPredicate predicate = [&] {
+          switch (cmp.getPredicate()) {
+          case CmpPredicate::eq: return arith::CmpIPredicate::eq;
+          case CmpPredicate::ne: return arith::CmpIPredicate::ne;
+          case CmpPredicate::lt: return arith::CmpIPredicate::slt;
+          case CmpPredicate::le: return arith::CmpIPredicate::sle;
+          case CmpPredicate::gt: return arith::CmpIPredicate::sgt;
+          case CmpPredicate::ge: return arith::CmpIPredicate::sge;
+          }
+          llvm_unreachable("unknown predicate");
+        }();
+        return arith::CmpIOp::create(b, loc, predicate, operands[0],
+                                     operands[1]);
+      })
+      .Case([&](SelectOp) -> Value {
+        return arith::SelectOp::create(b, loc, operands[0], operands[1],
+                                       operands[2]);
+      })
+      .Case([&](CastOp) -> Value {
+        Value input = operands[0];
+        Type to = getElementTypeOrSelf(resultType);
+        if (elementType == to)
+          return input;
+        auto toFloat = dyn_cast<FloatType>(to);
+        if (isFloat && toFloat)
+          return toFloat.getWidth() > cast<FloatType>(elementType).getWidth()
+                     ? arith::ExtFOp::create(b, loc, resultType, input).getResult()
+                     : arith::TruncFOp::create(b, loc, resultType, input).getResult();
+        if (isFloat)
+          return arith::FPToSIOp::create(b, loc, resultType, input);
+        bool fromMask = elementType.isInteger(1);
+        if (toFloat)
+          return fromMask
+                     ? arith::UIToFPOp::create(b, loc, resultType, input).getResult()
+                     : arith::SIToFPOp::create(b, loc, resultType, input).getResult();
+        if (to.getIntOrFloatBitWidth() > elementType.getIntOrFloatBitWidth())
+          return fromMask
+                     ? arith::ExtUIOp::create(b, loc, resultType, input).getResult()
+                     : arith::ExtSIOp::create(b, loc, resultType, input).getResult();
+        return arith::TruncIOp::create(b, loc, resultType, input);
+      })
+      .Default([&](Operation *) -> Value { return {}; });
+}
+
+Value RowProgramEmitter::loadGatherSource(Value source, Value column) {
+  if (auto cast = source.getDefiningOp<CastOp>()) {
+    Value input = loadGatherSource(cast.getInput(), column);
+    return emitElementwise(cast, input,
+                           cast.getResult().getType().getElementType());
+  }
+  Type elementType = valueType(source).getElementType();
+  return load(inputs.lookup(source), elementType, flatOffset(row, column));
+}
+
+Value RowProgramEmitter::emitGather(GatherOp gather) {
+  // An index outside [0, n) reads column 0 and yields NaN, never memory out
+  // of bounds; the runtime reports such indices to the caller.
+  Value index = rowValues.lookup(gather.getIndex());
+  Type indexType = index.getType();
+  Value zero = arith::ConstantOp::create(b, loc, IntegerAttr::get(indexType, 0));
+  Value size = arith::ConstantOp::create(b, loc, IntegerAttr::get(indexType, n));
+  Value inRange = arith::AndIOp::create(
+      b, loc,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, index, zero),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, index, size));
+  Value safe = arith::SelectOp::create(b, loc, inRange, index, zero);
+  Value column = arith::IndexCastOp::create(b, loc, b.getIndexType(), safe);
+  Value value = loadGatherSource(gather.getSource(), column);
+  Type type = value.getType();
+  TypedAttr poison =
+      isa<FloatType>(type)
+          ? TypedAttr(FloatAttr::get(
+                type, APFloat::getNaN(cast<FloatType>(type).getFloatSemantics())))
+          : TypedAttr(IntegerAttr::get(type, 0));
+  return arith::SelectOp::create(b, loc, inRange, value,
+                                 arith::ConstantOp::create(b, loc, poison));
+}
+
+LogicalResult RowProgramEmitter::emitRowScopeOps(int level) {
+  for (Operation &op : kernel.getEntryBlock().without_terminator()) {
+    if (op.getNumResults() != 1 || levels.lookup(op.getResult(0)) != level)
+      continue;
+    Value result = op.getResult(0);
+    ValueType type = valueType(result);
+    if (isChunked(type.getKind()) || isa<ReduceOp>(op))
+      continue;
+    Value lowered;
+    if (auto constant = dyn_cast<ConstantOp>(op))
+      lowered = arith::ConstantOp::create(b, loc, constant.getValue());
+    else if (auto broadcast = dyn_cast<BroadcastOp>(op))
+      lowered = rowValues.lookup(broadcast.getInput()); // scalar -> row
+    else if (auto gather = dyn_cast<GatherOp>(op))
+      lowered = emitGather(gather);
+    else {
+      SmallVector<Value> operands;
+      for (Value operand : op.getOperands())
+        operands.push_back(rowValues.lookup(operand));
+      lowered = emitElementwise(&op, operands, type.getElementType());
+    }
+    if (!lowered)
+      return op.emitError("cannot lower ") << op.getName() << " on per-row values";
+    rowValues[result] = lowered;
+  }
+  return success();
+}
+
+Value RowProgramEmitter::emitInChunk(Chunk &chunk, Value value) {
+  ValueType type = valueType(value);
+  if (!isChunked(type.getKind()))
+    return rowValues.lookup(value);
+  if (Value known = chunk.values.lookup(value))
+    return known;
+  Value lowered;
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    Value offset = type.getKind() == ValueKind::Full
+                       ? flatOffset(row, chunk.base)
+                       : chunk.base;
+    lowered = load(inputs.lookup(arg), chunkType(type.getElementType()), offset);
+  } else {
+    Operation *op = value.getDefiningOp();
+    if (auto constant = dyn_cast<ConstantOp>(op)) {
+      lowered = arith::ConstantOp::create(
+          b, loc,
+          SplatElementsAttr::get(chunkType(type.getElementType()),
+                                 constant.getValue()));
+    } else if (auto broadcast = dyn_cast<BroadcastOp>(op)) {
+      ValueKind from = valueType(broadcast.getInput()).getKind();
+      Value input = emitInChunk(chunk, broadcast.getInput());
+      lowered = isChunked(from) ? input
+                                : vector::BroadcastOp::create(
+                                      b, loc, chunkType(type.getElementType()),
+                                      input)
+                                      .getResult();
+    } else if (auto iota = dyn_cast<IotaOp>(op)) {
+      Type elementType = type.getElementType();
+      SmallVector<Attribute> steps;
+      for (int64_t i = 0; i < config.vectorWidth; ++i)
+        steps.push_back(IntegerAttr::get(elementType, i));
+      VectorType vector = chunkType(elementType);
+      Value base = arith::IndexCastOp::create(b, loc, elementType, chunk.base);
+      lowered = arith::AddIOp::create(
+          b, loc, vector::BroadcastOp::create(b, loc, vector, base),
+          arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vector, steps)));
+    } else {
+      SmallVector<Value> operands;
+      for (Value operand : op->getOperands())
+        operands.push_back(emitInChunk(chunk, operand));
+      lowered = emitElementwise(op, operands, chunkType(type.getElementType()));
+    }
+  }
+  chunk.values[value] = lowered;
+  return lowered;
+}
+
+void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
+                                      SmallVectorImpl<ReduceOp> &reductions,
+                                      SmallVectorImpl<Value> &accumulators) {
+  for (auto [reduce, accumulator] : llvm::zip(reductions, accumulators)) {
+    Value value = emitInChunk(chunk, reduce.getInput());
+    if (chunk.valid) {
+      Value identity = arith::ConstantOp::create(
+          b, loc,
+          SplatElementsAttr::get(
+              cast<VectorType>(value.getType()),
+              reductionIdentity(reduce.getKind(),
+                                getElementTypeOrSelf(value.getType()))));
+      value = arith::SelectOp::create(b, loc, chunk.valid, value, identity);
+    }
+    accumulator =
+        combineReduction(b, loc, reduce.getKind(), accumulator, value);
+  }
+  if (!isFinal)
+    return;
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  Value storeCondition = andConditions(b, loc, chunk.valid, rowValid);
+  for (auto [index, output] : llvm::enumerate(yield.getValues())) {
+    ValueKind kind = valueType(output).getKind();
+    if (kind == ValueKind::Full) {
+      Value value = emitInChunk(chunk, output);
+      Value offset = flatOffset(row, chunk.base);
+      emitGuarded(b, loc, storeCondition,
+                  [&] { store(value, outputs.lookup(index), offset); });
+    } else if (kind == ValueKind::Col) {
+      // Accumulate into this row group's partials row.
+      ReduceOp reduce = columnReductionOf(output);
+      Value value = emitInChunk(chunk, reduce.getInput());
+      Value partials = outputs.lookup(index);
+      Value offset = flatOffset(rowGroup, chunk.base);
+      emitGuarded(b, loc, storeCondition, [&] {
+        Value old = load(partials, value.getType(), offset);
+        store(combineReduction(b, loc, reduce.getKind(), old, value), partials,
+              offset);
+      });
+    }
+  }
+}
+
+LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
+                                          SmallVectorImpl<ReduceOp> &reductions) {
+  SmallVector<Value> accumulators;
+  for (ReduceOp reduce : reductions) {
+    Type elementType = reduce.getResult().getType().getElementType();
+    accumulators.push_back(arith::ConstantOp::create(
+        b, loc,
+        SplatElementsAttr::get(chunkType(elementType),
+                               reductionIdentity(reduce.getKind(), elementType))));
+  }
+
+  if (config.rowOnChip) {
+    for (Chunk &chunk : onChipChunks)
+      emitChunkWork(chunk, isFinal, reductions, accumulators);
+  } else {
+    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
+                                   indexConstant(b, loc, config.chunks),
+                                   indexConstant(b, loc, 1), accumulators);
+    OpBuilder::InsertionGuard insertion(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Chunk chunk = makeChunk(loop.getInductionVar());
+    SmallVector<Value> carried(loop.getRegionIterArgs());
+    emitChunkWork(chunk, isFinal, reductions, carried);
+    // Without loop-carried values the builder already added the yield.
+    if (!carried.empty())
+      scf::YieldOp::create(b, loc, carried);
+    b.setInsertionPointAfter(loop);
+    accumulators.assign(loop.getResults().begin(), loop.getResults().end());
+  }
+
+  if (reductions.empty())
+    return success();
+  SmallVector<ReduceKind> kinds;
+  SmallVector<Value> partials;
+  for (auto [reduce, accumulator] : llvm::zip(reductions, accumulators)) {
+    bool isFloat = reduce.getResult().getType().isFloat();
+    kinds.push_back(reduce.getKind());
+    partials.push_back(vector::ReductionOp::create(
+        b, loc, vectorCombiningKind(reduce.getKind(), isFloat), accumulator));
+  }
+  SmallVector<Value> results =
+      mapping.combineAcrossRow(b, loc, kinds, partials);
+  for (auto [reduce, result] : llvm::zip(reductions, results)) {
+    if (reduce.getKind() == ReduceKind::Mean) {
+      Type type = result.getType();
+      result = arith::DivFOp::create(
+          b, loc, result,
+          arith::ConstantOp::create(b, loc, FloatAttr::get(type, n)));
+    }
+    rowValues[reduce.getResult()] = result;
+  }
+  return success();
+}
+
+void RowProgramEmitter::emitPartialsInit(Value rowGroupIndex) {
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  for (auto [index, output] : llvm::enumerate(yield.getValues())) {
+    if (valueType(output).getKind() != ValueKind::Col)
+      continue;
+    ReduceOp reduce = columnReductionOf(output);
+    Type elementType = valueType(reduce.getInput()).getElementType();
+    auto emitInit = [&](Value chunkIndex) {
+      Chunk chunk = makeChunk(chunkIndex);
+      Value identity = arith::ConstantOp::create(
+          b, loc,
+          SplatElementsAttr::get(chunkType(elementType),
+                                 reductionIdentity(reduce.getKind(), elementType)));
+      Value offset = flatOffset(rowGroupIndex, chunk.base);
+      emitGuarded(b, loc, chunk.valid,
+                  [&] { store(identity, outputs.lookup(index), offset); });
+    };
+    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
+                                   indexConstant(b, loc, config.chunks),
+                                   indexConstant(b, loc, 1));
+    OpBuilder::InsertionGuard insertion(b);
+    b.setInsertionPointToStart(loop.getBody());
+    emitInit(loop.getInductionVar());
+  }
+}
+
+LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
+                                         Value group) {
+  row = rowIndex;
+  rowValid = valid;
+  rowGroup = group;
+  rowValues.clear();
+  onChipChunks.clear();
+  for (BlockArgument arg : kernel.getEntryBlock().getArguments()) {
+    ValueType type = valueType(arg);
+    if (type.getKind() == ValueKind::Scalar)
+      rowValues[arg] = inputs.lookup(arg);
+    else if (type.getKind() == ValueKind::Row)
+      rowValues[arg] = load(inputs.lookup(arg), type.getElementType(), row);
+  }
+  if (config.rowOnChip)
+    for (int64_t c = 0; c < config.chunks; ++c)
+      onChipChunks.push_back(makeChunk(indexConstant(b, loc, c)));
+
+  for (int level = 0; level <= maxLevel; ++level) {
+    if (failed(emitRowScopeOps(level)))
+      return failure();
+    SmallVector<ReduceOp> reductions;
+    kernel.walk([&](ReduceOp reduce) {
+      if (reduce.isRowReduction() && levels.lookup(reduce.getInput()) == level)
+        reductions.push_back(reduce);
+    });
+    bool isFinal = level == finalLevel;
+    if ((!reductions.empty() || isFinal) &&
+        failed(emitPass(level, isFinal, reductions)))
+      return failure();
+  }
+
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  Value leader = andConditions(b, loc, mapping.isRowLeader(b, loc), rowValid);
+  for (auto [index, output] : llvm::enumerate(yield.getValues())) {
+    if (valueType(output).getKind() != ValueKind::Row)
+      continue;
+    Value value = rowValues.lookup(output);
+    emitGuarded(b, loc, leader,
+                [&] { store(value, outputs.lookup(index), row); });
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Shared by both targets: the lowered signature and the finalize function.
+//===----------------------------------------------------------------------===//
+
+/// The lowered parameter types of `kernel` (KernelABI.h), without the
+/// target's trailing index parameters.
+SmallVector<Type> loweredParameters(KernelOp kernel, Type pointer) {
+  SmallVector<Type> types;
+  for (Type input : kernel.getInputTypes()) {
+    auto type = cast<ValueType>(input);
+    types.push_back(type.getKind() == ValueKind::Scalar ? type.getElementType()
+                                                        : pointer);
+  }
+  for (size_t i = 0, e = kernel.getOutputTypes().size(); i < e; ++i)
+    types.push_back(pointer);
+  return types;
+}
+
+/// Column-reduction outputs: (reduction, storage element type).
+SmallVector<std::pair<ReduceOp, Type>> columnReductions(KernelOp kernel) {
+  SmallVector<std::pair<ReduceOp, Type>> result;
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  for (Value output : yield.getValues())
+    if (valueType(output).getKind() == ValueKind::Col)
+      result.push_back(
+          {columnReductionOf(output), valueType(output).getElementType()});
+  return result;
+}
+
+/// out[column] = combine over row groups g of partials[g, column], in order;
+/// mean divides by rows. `arguments`: (partials, output) per column
+/// reduction, then row_groups and rows (i64).
+void emitFinalizeColumn(OpBuilder &b, Location loc, KernelOp kernel,
+                        ValueRange arguments, Value column, int64_t n) {
+  auto reductions = columnReductions(kernel);
+  Value rowGroups = arith::IndexCastOp::create(
+      b, loc, b.getIndexType(), arguments[2 * reductions.size()]);
+  Value rows = arguments[2 * reductions.size() + 1];
+  for (auto [position, entry] : llvm::enumerate(reductions)) {
+    auto [reduce, storage] = entry;
+    Value partials = arguments[2 * position];
+    Value output = arguments[2 * position + 1];
+    Type compute = valueType(reduce.getInput()).getElementType();
+    Value identity = arith::ConstantOp::create(
+        b, loc, reductionIdentity(reduce.getKind(), compute));
+    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0), rowGroups,
+                                   indexConstant(b, loc, 1), identity);
+    {
+      OpBuilder::InsertionGuard insertion(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value offset = arith::AddIOp::create(
+          b, loc,
+          arith::MulIOp::create(b, loc, loop.getInductionVar(),
+                                indexConstant(b, loc, n)),
+          column);
+      Value offset64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), offset);
+      Value address = LLVM::GEPOp::create(b, loc, partials.getType(), compute,
+                                          partials, ValueRange{offset64});
+      Value partial = LLVM::LoadOp::create(b, loc, compute, address);
+      scf::YieldOp::create(
+          b, loc,
+          combineReduction(b, loc, reduce.getKind(), loop.getRegionIterArgs()[0],
+                           partial));
+    }
+    Value total = loop.getResult(0);
+    if (reduce.getKind() == ReduceKind::Mean)
+      total = arith::DivFOp::create(
+          b, loc, total, arith::SIToFPOp::create(b, loc, compute, rows));
+    if (storage != compute)
+      total = arith::TruncFOp::create(b, loc, storage, total);
+    Value column64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), column);
+    Value address = LLVM::GEPOp::create(b, loc, output.getType(), storage,
+                                        output, ValueRange{column64});
+    LLVM::StoreOp::create(b, loc, total, address);
+  }
+}
+
+SmallVector<Type> finalizeParameters(KernelOp kernel, Type pointer) {
+  SmallVector<Type> types(2 * columnReductions(kernel).size(), pointer);
+  types.push_back(IntegerType::get(kernel.getContext(), 64)); // row_groups
+  types.push_back(IntegerType::get(kernel.getContext(), 64)); // rows
+  return types;
+}
+
+//===----------------------------------------------------------------------===//
+// GPU
+//===----------------------------------------------------------------------===//
+
+class GPURowMapping : public RowMapping {
+public:
+  GPURowMapping(const TileConfig &config, Value laneIndex, Value groupInBlock,
+                Value workgroup, int64_t maxReductions)
+      : config(config), laneIndex(laneIndex), groupInBlock(groupInBlock),
+        workgroup(workgroup), maxReductions(maxReductions) {}
+
+  Value lane() override { return laneIndex; }
+
+  Value isRowLeader(OpBuilder &b, Location loc) override {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, laneIndex,
+                                 indexConstant(b, loc, 0));
+  }
+
+  SmallVector<Value> combineAcrossRow(OpBuilder &b, Location loc,
+                                      ArrayRef<ReduceKind> kinds,
+                                      ArrayRef<Value> partials) override {
+    SmallVector<Value> values(partials);
+    // Within a warp: butterfly shuffles over the lanes of this row.
+    int64_t warpLanes = std::min<int64_t>(config.threadsPerRow, 32);
+    for (int64_t offset = 1; offset < warpLanes; offset *= 2) {
+      for (auto [kind, value] : llvm::zip(kinds, values)) {
+        Value shuffled =
+            gpu::ShuffleOp::create(b, loc, value, offset, 32,
+                                   gpu::ShuffleMode::XOR)
+                .getShuffleResult();
+        value = combineReduction(b, loc, kind, value, shuffled);
+      }
+    }
+    if (config.threadsPerRow <= 32)
+      return values;
+    // Across the warps of a row: lane 0 of each warp publishes its value in
+    // workgroup memory; after a barrier every thread combines them in order.
+    int64_t warpsPerRow = config.threadsPerRow / 32;
+    Value warpInRow = arith::DivUIOp::create(b, loc, laneIndex,
+                                             indexConstant(b, loc, 32));
+    Value laneInWarp = arith::RemUIOp::create(b, loc, laneIndex,
+                                              indexConstant(b, loc, 32));
+    auto slot = [&](Value warp, size_t reduction) -> Value {
+      // ((group * warpsPerRow + warp) * maxReductions + reduction)
+      Value rowWarp = arith::AddIOp::create(
+          b, loc,
+          arith::MulIOp::create(b, loc, groupInBlock,
+                                indexConstant(b, loc, warpsPerRow)),
+          warp);
+      return arith::AddIOp::create(
+          b, loc,
+          arith::MulIOp::create(b, loc, rowWarp,
+                                indexConstant(b, loc, maxReductions)),
+          indexConstant(b, loc, reduction));
+    };
+    Value isWarpLeader = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::eq, laneInWarp, indexConstant(b, loc, 0));
+    emitGuarded(b, loc, isWarpLeader, [&] {
+      for (auto [index, value] : llvm::enumerate(values))
+        memref::StoreOp::create(b, loc, toF32(b, loc, value), workgroup,
+                                slot(warpInRow, index));
+    });
+    gpu::BarrierOp::create(b, loc);
+    for (auto [index, kind, value] : llvm::enumerate(kinds, values)) {
+      Type type = value.getType();
+      Value total;
+      for (int64_t warp = 0; warp < warpsPerRow; ++warp) {
+        Value loaded = memref::LoadOp::create(
+            b, loc, workgroup, slot(indexConstant(b, loc, warp), index));
+        Value part = fromF32(b, loc, loaded, type);
+        total = total ? combineReduction(b, loc, kind, total, part) : part;
+      }
+      value = total;
+    }
+    // The next reduction reuses the workgroup memory.
+    gpu::BarrierOp::create(b, loc);
+    return values;
+  }
+
+private:
+  // Workgroup memory holds f32: checkSupported rejects integer reductions
+  // that would cross warps.
+  static Value toF32(OpBuilder &b, Location loc, Value value) {
+    Type type = value.getType();
+    if (type.isF32())
+      return value;
+    if (isa<FloatType>(type))
+      return arith::ExtFOp::create(b, loc, b.getF32Type(), value);
+    return arith::SIToFPOp::create(b, loc, b.getF32Type(), value);
+  }
+  static Value fromF32(OpBuilder &b, Location loc, Value value, Type type) {
+    if (type.isF32())
+      return value;
+    if (isa<FloatType>(type))
+      return arith::TruncFOp::create(b, loc, type, value);
+    return arith::FPToSIOp::create(b, loc, type, value);
+  }
+
+  const TileConfig &config;
+  Value laneIndex, groupInBlock, workgroup;
+  int64_t maxReductions;
+};
+
+/// The most row reductions any one pass combines (sizes workgroup memory).
+int64_t maxReductionsPerPass(KernelOp kernel) {
+  DenseMap<Value, int> levels;
+  DenseMap<int, int64_t> perLevel;
+  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
+    levels[arg] = 0;
+  for (Operation &op : kernel.getEntryBlock().without_terminator()) {
+    int level = 0;
+    for (Value operand : op.getOperands())
+      level = std::max(level, levels.lookup(operand));
+    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
+      ++perLevel[level++];
+    for (Value result : op.getResults())
+      levels[result] = level;
+  }
+  int64_t most = 1;
+  for (auto [level, count] : perLevel)
+    most = std::max(most, count);
+  return most;
+}
+
+LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
+  FailureOr<TileConfig> config = TileConfig::fromKernel(kernel);
+  FailureOr<KernelShape> shape = getKernelShape(kernel);
+  if (failed(config) || failed(shape))
+    return failure();
+  if (!config->isGPU())
+    return kernel.emitError("kernel @")
+           << kernel.getSymName() << " is tiled for " << config->target
+           << ", not a GPU";
+  MLIRContext *context = kernel.getContext();
+  Location loc = kernel.getLoc();
+  OpBuilder b(context);
+  b.setInsertionPointToEnd(module.getBody());
+  Type pointer = LLVM::LLVMPointerType::get(context, /*addressSpace=*/1);
+
+  SmallVector<Type> parameters = loweredParameters(kernel, pointer);
+  parameters.push_back(b.getI64Type()); // rows
+  int64_t maxReductions = maxReductionsPerPass(kernel);
+  int64_t warpsPerRow = std::max<int64_t>(1, config->threadsPerRow / 32);
+  auto workgroupType = MemRefType::get(
+      {config->rowsPerBlock * warpsPerRow * maxReductions}, b.getF32Type(),
+      MemRefLayoutAttrInterface{},
+      gpu::AddressSpaceAttr::get(context, gpu::AddressSpace::Workgroup));
+  auto function = gpu::GPUFuncOp::create(
+      b, loc, kernel.getSymName(), b.getFunctionType(parameters, {}),
+      TypeRange{workgroupType}, TypeRange{});
+  function->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  function.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
+      {static_cast<int32_t>(config->threadsPerBlock()), 1, 1}));
+
+  Block &entry = function.getBody().front();
+  b.setInsertionPointToStart(&entry);
+  Value thread = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+  Value blocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
+  Value tpr = indexConstant(b, loc, config->threadsPerRow);
+  Value rpb = indexConstant(b, loc, config->rowsPerBlock);
+  Value lane = arith::RemUIOp::create(b, loc, thread, tpr);
+  Value group = arith::DivUIOp::create(b, loc, thread, tpr);
+  Value rowGroup = arith::AddIOp::create(
+      b, loc, arith::MulIOp::create(b, loc, block, rpb), group);
+  Value rowGroups = arith::MulIOp::create(b, loc, blocks, rpb);
+  // Workgroup attributions follow the parameters among the block arguments.
+  Value rows = arith::IndexCastOp::create(b, loc, b.getIndexType(),
+                                          entry.getArgument(parameters.size() - 1));
+
+  GPURowMapping mapping(*config, lane, group,
+                        function.getWorkgroupAttributions().front(),
+                        maxReductions);
+  RowProgramEmitter emitter(kernel, *config, shape->n, mapping, b);
+  if (failed(emitter.checkSupported()))
+    return failure();
+  unsigned numInputs = kernel.getInputTypes().size();
+  for (unsigned i = 0; i < numInputs; ++i)
+    emitter.bindInput(i, entry.getArgument(i));
+  for (unsigned i = 0, e = kernel.getOutputTypes().size(); i < e; ++i)
+    emitter.bindOutput(i, entry.getArgument(numInputs + i));
+  emitter.emitPartialsInit(rowGroup);
+
+  // Every thread of a block runs the same number of row iterations (the
+  // reductions synchronize the block); rows past the end are clamped for
+  // loads and do not store.
+  Value firstRow = arith::MulIOp::create(b, loc, block, rpb);
+  Value remaining = arith::SubIOp::create(
+      b, loc, arith::MaxSIOp::create(b, loc, rows, firstRow), firstRow);
+  Value trips = arith::CeilDivUIOp::create(b, loc, remaining, rowGroups);
+  auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0), trips,
+                                 indexConstant(b, loc, 1));
+  b.setInsertionPointToStart(loop.getBody());
+  Value row = arith::AddIOp::create(
+      b, loc, rowGroup,
+      arith::MulIOp::create(b, loc, loop.getInductionVar(), rowGroups));
+  Value rowValid =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, rows);
+  Value lastRow = arith::SubIOp::create(b, loc, rows, indexConstant(b, loc, 1));
+  Value clamped = arith::SelectOp::create(b, loc, rowValid, row, lastRow);
+  if (failed(emitter.emitRow(clamped, rowValid, rowGroup)))
+    return failure();
+  b.setInsertionPointToEnd(&entry);
+  gpu::ReturnOp::create(b, loc);
+
+  if (columnReductions(kernel).empty())
+    return success();
+  b.setInsertionPointToEnd(module.getBody());
+  auto finalize = gpu::GPUFuncOp::create(
+      b, loc, (kernel.getSymName() + kFinalizeSuffix).str(),
+      b.getFunctionType(finalizeParameters(kernel, pointer), {}));
+  finalize->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  finalize.setKnownBlockSizeAttr(
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(kFinalizeThreads), 1, 1}));
+  Block &finalizeEntry = finalize.getBody().front();
+  b.setInsertionPointToStart(&finalizeEntry);
+  Value column = arith::AddIOp::create(
+      b, loc,
+      arith::MulIOp::create(b, loc,
+                            gpu::BlockIdOp::create(b, loc, gpu::Dimension::x),
+                            indexConstant(b, loc, kFinalizeThreads)),
+      gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
+  Value inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                        column, indexConstant(b, loc, shape->n));
+  emitGuarded(b, loc, inRange, [&] {
+    emitFinalizeColumn(b, loc, kernel, finalizeEntry.getArguments(), column,
+                       shape->n);
+  });
+  gpu::ReturnOp::create(b, loc);
+  return success();
+}
+
+struct FuseLowerToGPUPass
+    : tilefuse::impl::FuseLowerToGPUBase<FuseLowerToGPUPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<KernelOp> kernels(module.getOps<KernelOp>());
+    if (kernels.empty())
+      return;
+    OpBuilder b(module.getBodyRegion());
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    b.getUnitAttr());
+    auto gpuModule =
+        gpu::GPUModuleOp::create(b, module.getLoc(), kGPUModuleName);
+    for (KernelOp kernel : kernels) {
+      if (failed(lowerKernelToGPU(kernel, gpuModule)))
+        return signalPassFailure();
+      kernel.erase();
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// CPU
+//===----------------------------------------------------------------------===//
+
+class CPURowMapping : public RowMapping {
+public:
+  explicit CPURowMapping(OpBuilder &b, Location loc)
+      : zero(indexConstant(b, loc, 0)) {}
+  Value lane() override { return zero; }
+  Value isRowLeader(OpBuilder &, Location) override { return {}; }
+  SmallVector<Value> combineAcrossRow(OpBuilder &, Location,
+                                      ArrayRef<ReduceKind>,
+                                      ArrayRef<Value> partials) override {
+    return SmallVector<Value>(partials);
+  }
+
+private:
+  Value zero;
+};
+
+LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
+  FailureOr<TileConfig> config = TileConfig::fromKernel(kernel);
+  FailureOr<KernelShape> shape = getKernelShape(kernel);
+  if (failed(config) || failed(shape))
+    return failure();
+  if (config->isGPU())
+    return kernel.emitError("kernel @")
+           << kernel.getSymName() << " is tiled for " << config->target
+           << ", not the CPU";
+  MLIRContext *context = kernel.getContext();
+  Location loc = kernel.getLoc();
+  OpBuilder b(context);
+  b.setInsertionPoint(kernel);
+  Type pointer = LLVM::LLVMPointerType::get(context);
+
+  SmallVector<Type> parameters = loweredParameters(kernel, pointer);
+  // rows, row_begin, row_end, row_group
+  parameters.append(4, b.getI64Type());
+  auto function = func::FuncOp::create(b, loc, kernel.getSymName(),
+                                       b.getFunctionType(parameters, {}));
+  function->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  Block *entry = function.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  auto index = [&](unsigned fromEnd) -> Value {
+    return arith::IndexCastOp::create(
+        b, loc, b.getIndexType(),
+        entry->getArgument(entry->getNumArguments() - fromEnd));
+  };
+  Value rowBegin = index(3), rowEnd = index(2), rowGroup = index(1);
+
+  CPURowMapping mapping(b, loc);
+  RowProgramEmitter emitter(kernel, *config, shape->n, mapping, b);
+  if (failed(emitter.checkSupported()))
+    return failure();
+  unsigned numInputs = kernel.getInputTypes().size();
+  for (unsigned i = 0; i < numInputs; ++i)
+    emitter.bindInput(i, entry->getArgument(i));
+  for (unsigned i = 0, e = kernel.getOutputTypes().size(); i < e; ++i)
+    emitter.bindOutput(i, entry->getArgument(numInputs + i));
+  emitter.emitPartialsInit(rowGroup);
+  auto loop = scf::ForOp::create(b, loc, rowBegin, rowEnd,
+                                 indexConstant(b, loc, 1));
+  b.setInsertionPointToStart(loop.getBody());
+  if (failed(emitter.emitRow(loop.getInductionVar(), Value(), rowGroup)))
+    return failure();
+  b.setInsertionPointToEnd(entry);
+  func::ReturnOp::create(b, loc);
+
+  if (columnReductions(kernel).empty())
+    return success();
+  b.setInsertionPointAfter(function);
+  auto finalize = func::FuncOp::create(
+      b, loc, (kernel.getSymName() + kFinalizeSuffix).str(),
+      b.getFunctionType(finalizeParameters(kernel, pointer), {}));
+  finalize->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  Block *finalizeEntry = finalize.addEntryBlock();
+  b.setInsertionPointToStart(finalizeEntry);
+  auto columns = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
+                                    indexConstant(b, loc, shape->n),
+                                    indexConstant(b, loc, 1));
+  b.setInsertionPointToStart(columns.getBody());
+  emitFinalizeColumn(b, loc, kernel, finalizeEntry->getArguments(),
+                     columns.getInductionVar(), shape->n);
+  b.setInsertionPointToEnd(finalizeEntry);
+  func::ReturnOp::create(b, loc);
+  return success();
+}
+
+struct FuseLowerToCPUPass
+    : tilefuse::impl::FuseLowerToCPUBase<FuseLowerToCPUPass> {
+  void runOnOperation() override {
+    SmallVector<KernelOp> kernels(getOperation().getOps<KernelOp>());
+    for (KernelOp kernel : kernels) {
+      if (failed(lowerKernelToCPU(kernel, getOperation())))
+        return signalPassFailure();
+      kernel.erase();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,202 @@
+//===- TileConfig.cpp - the tile heuristic and fuse-select-tiles ----------===//
+
+#include "tilefuse/Compiler/TileConfig.h"
+#include "tilefuse/Compiler/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/MathExtras.h"
+
+namespace tilefuse {
+#define GEN_PASS_DEF_FUSESELECTTILES
+#include "tilefuse/Compiler/Passes.h.inc"
+} // namespace tilefuse
+
+using namespace mlir;
+using namespace tilefuse;
+using namespace tilefuse::fuse;
+
+namespace {
+constexpr int64_t kMaxThreadsPerBlock = 1024;
+constexpr int64_t kMinThreadsPerBlock = 256;
+constexpr int64_t kVectorsPerThread = 4;
+constexpr int64_t kMaxOnChipChunks = 8;
+constexpr int64_t kBlocksPerSM = 4;
+constexpr int64_t kCpuVectorBytes = 32;
+constexpr int64_t kCpuElementsPerTask = 65536;
+} // namespace
+
+bool tilefuse::isKnownTarget(StringRef target) {
+  return llvm::is_contained({"sm_80", "sm_86", "sm_89", "sm_90", "cpu"},
+                            target);
+}
+
+TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
+                                      StringRef target) {
+  TileConfig config;
+  config.target = target.str();
+  int64_t n = shape.n;
+  if (target == "cpu") {
+    // Arithmetic runs in f32: one 256-bit register holds 8 lanes.
+    int64_t lanes = kCpuVectorBytes / 4;
+    config.vectorWidth = n % lanes == 0 ? lanes : 1;
+    config.chunks = llvm::divideCeil(n, config.vectorWidth);
+    config.rowOnChip =
+        shape.hasRowReduction && config.chunks <= kMaxOnChipChunks;
+    config.rowsPerTask = std::max<int64_t>(1, kCpuElementsPerTask / n);
+    return config;
+  }
+  int64_t vector = 16 / shape.storageBytes;
+  config.vectorWidth = shape.aligned && n % vector == 0 ? vector : 1;
+  int64_t vectors = llvm::divideCeil(n, config.vectorWidth);
+  config.threadsPerRow = std::min<int64_t>(
+      kMaxThreadsPerBlock,
+      llvm::PowerOf2Ceil(llvm::divideCeil(vectors, kVectorsPerThread)));
+  config.rowsPerBlock =
+      std::max<int64_t>(1, kMinThreadsPerBlock / config.threadsPerRow);
+  config.chunks = llvm::divideCeil(vectors, config.threadsPerRow);
+  config.rowOnChip =
+      shape.hasRowReduction && config.chunks <= kMaxOnChipChunks;
+  config.blocksPerSM = shape.hasColumnReduction ? kBlocksPerSM : 0;
+  return config;
+}
+
+DictionaryAttr TileConfig::toAttr(MLIRContext *context) const {
+  Builder b(context);
+  SmallVector<NamedAttribute> fields = {
+      b.getNamedAttr("target", b.getStringAttr(target)),
+      b.getNamedAttr("vector_width", b.getI64IntegerAttr(vectorWidth)),
+      b.getNamedAttr("chunks", b.getI64IntegerAttr(chunks)),
+      b.getNamedAttr("row_on_chip", b.getBoolAttr(rowOnChip)),
+  };
+  if (isGPU()) {
+    fields.push_back(
+        b.getNamedAttr("threads_per_row", b.getI64IntegerAttr(threadsPerRow)));
+    fields.push_back(
+        b.getNamedAttr("rows_per_block", b.getI64IntegerAttr(rowsPerBlock)));
+    fields.push_back(b.getNamedAttr(
+        "warps", b.getI64IntegerAttr(llvm::divideCeil(threadsPerBlock(), 32))));
+    fields.push_back(
+        b.getNamedAttr("blocks_per_sm", b.getI64IntegerAttr(blocksPerSM)));
+  } else {
+    fields.push_back(
+        b.getNamedAttr("rows_per_task", b.getI64IntegerAttr(rowsPerTask)));
+  }
+  return b.getDictionaryAttr(fields);
+}
+
+FailureOr<TileConfig> TileConfig::fromKernel(KernelOp kernel) {
+  auto attr = kernel->getAttrOfType<DictionaryAttr>("fuse.tile");
+  if (!attr)
+    return kernel.emitError("kernel @")
+           << kernel.getSymName()
+           << " has no tile configuration: run fuse-select-tiles first";
+  TileConfig config;
+  auto integer = [&](StringRef name, int64_t fallback) {
+    auto value = attr.getAs<IntegerAttr>(name);
+    return value ? value.getInt() : fallback;
+  };
+  auto target = attr.getAs<StringAttr>("target");
+  auto onChip = attr.getAs<BoolAttr>("row_on_chip");
+  if (!target || !onChip)
+    return kernel.emitError("malformed fuse.tile: ") << attr;
+  config.target = target.str();
+  config.threadsPerRow = integer("threads_per_row", 1);
+  config.rowsPerBlock = integer("rows_per_block", 1);
+  config.vectorWidth = integer("vector_width", 1);
+  config.chunks = integer("chunks", 1);
+  config.rowOnChip = onChip.getValue();
+  config.blocksPerSM = integer("blocks_per_sm", 0);
+  config.rowsPerTask = integer("rows_per_task", 0);
+  return config;
+}
+
+FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
+  auto spec = kernel->getAttrOfType<DictionaryAttr>("fuse.specialization");
+  auto dtype = spec ? spec.getAs<TypeAttr>("dtype") : TypeAttr();
+  auto n = spec ? spec.getAs<IntegerAttr>("n") : IntegerAttr();
+  auto aligned = spec ? spec.getAs<BoolAttr>("aligned") : BoolAttr();
+  if (!dtype || !n || !aligned)
+    return kernel.emitError("kernel @")
+           << kernel.getSymName()
+           << " is not specialized: run fuse-specialize first";
+  KernelShape shape;
+  shape.n = n.getInt();
+  shape.storageBytes = dtype.getValue().getIntOrFloatBitWidth() / 8;
+  shape.aligned = aligned.getValue();
+  kernel.walk([&](ReduceOp reduce) {
+    shape.hasColumnReduction |= !reduce.isRowReduction();
+    shape.hasRowReduction |= reduce.isRowReduction();
+  });
+  return shape;
+}
+
+namespace {
+struct FuseSelectTilesPass
+    : tilefuse::impl::FuseSelectTilesBase<FuseSelectTilesPass> {
+  using FuseSelectTilesBase::FuseSelectTilesBase;
+
+  void runOnOperation() override {
+    KernelOp kernel = getOperation();
+    if (!isKnownTarget(target)) {
+      kernel.emitError("fuse-select-tiles: unknown target '")
+          << target << "': expected sm_80, sm_86, sm_89, sm_90 or cpu";
+      return signalPassFailure();
+    }
+    FailureOr<KernelShape> shape = getKernelShape(kernel);
+    if (failed(shape))
+      return signalPassFailure();
+    TileConfig config = chooseTileConfig(*shape, target);
+    if (failed(applyOverrides(kernel, *shape, config)))
+      return signalPassFailure();
+    kernel->setAttr("fuse.tile", config.toAttr(&getContext()));
+  }
+
+  LogicalResult applyOverrides(KernelOp kernel, const KernelShape &shape,
+                               TileConfig &config) {
+    auto fail = [&](const Twine &message) {
+      return kernel.emitError("fuse-select-tiles: ") << message;
+    };
+    if (vectorWidth) {
+      int64_t maxWidth = config.isGPU() ? 16 / shape.storageBytes
+                                        : kCpuVectorBytes / 4;
+      if (!llvm::isPowerOf2_64(vectorWidth) || vectorWidth > maxWidth)
+        return fail("vector-width must be a power of two <= " +
+                    Twine(maxWidth) + ", got " + Twine(vectorWidth));
+      if (vectorWidth > 1 && (shape.n % vectorWidth != 0 ||
+                              (config.isGPU() && !shape.aligned)))
+        return fail("vector-width " + Twine(vectorWidth) +
+                    " needs the aligned class and n divisible by it (n = " +
+                    Twine(shape.n) + ")");
+      config.vectorWidth = vectorWidth;
+    }
+    if (threadsPerRow || rowsPerBlock) {
+      if (!config.isGPU())
+        return fail("threads-per-row and rows-per-block apply to GPU "
+                    "targets only");
+      if (threadsPerRow)
+        config.threadsPerRow = threadsPerRow;
+      if (rowsPerBlock)
+        config.rowsPerBlock = rowsPerBlock;
+      if (!llvm::isPowerOf2_64(config.threadsPerRow) ||
+          config.rowsPerBlock < 1 ||
+          config.threadsPerBlock() > kMaxThreadsPerBlock)
+        return fail("threads-per-row must be a power of two and "
+                    "threads-per-row * rows-per-block at most 1024, got " +
+                    Twine(config.threadsPerRow) + " * " +
+                    Twine(config.rowsPerBlock));
+    }
+    config.chunks = llvm::divideCeil(
+        llvm::divideCeil(shape.n, config.vectorWidth), config.threadsPerRow);
+    if (rowOnChip == "true" || rowOnChip == "false")
+      config.rowOnChip = rowOnChip == "true";
+    else if (rowOnChip == "auto")
+      config.rowOnChip =
+          shape.hasRowReduction && config.chunks <= kMaxOnChipChunks;
+    else
+      return fail("row-on-chip must be true, false or auto, got '" +
+                  rowOnChip + "'");
+    return success();
+  }
+};
+} // namespace
