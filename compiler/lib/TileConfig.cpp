@@ -18,6 +18,8 @@ using namespace tilefuse::fuse;
 
 namespace {
 constexpr int64_t kMaxThreadsPerBlock = 1024;
+constexpr int64_t kMaxThreadsPerRow = 512;
+constexpr int64_t kRegistersPerSM = 65536;
 constexpr int64_t kMinThreadsPerBlock = 256;
 constexpr int64_t kVectorsPerThread = 4;
 constexpr int64_t kMaxOnChipChunks = 8;
@@ -25,6 +27,15 @@ constexpr int64_t kBlocksPerSM = 4;
 constexpr int64_t kCpuVectorBytes = 32;
 constexpr int64_t kCpuElementsPerTask = 65536;
 } // namespace
+
+/// Whether the full inputs a thread keeps for the whole row (one 32-bit
+/// register per element once widened) take at most half of the registers a
+/// thread gets when a block of this size fills the SM.
+static bool fitsInRegisters(const KernelShape &shape, const TileConfig &config) {
+  int64_t budget = std::min<int64_t>(
+      255, kRegistersPerSM / config.threadsPerBlock());
+  return config.chunks * config.vectorWidth * shape.fullInputs <= budget / 2;
+}
 
 bool tilefuse::isKnownTarget(StringRef target) {
   return llvm::is_contained({"sm_80", "sm_86", "sm_89", "sm_90", "cpu"},
@@ -50,13 +61,14 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
   config.vectorWidth = shape.aligned && n % vector == 0 ? vector : 1;
   int64_t vectors = llvm::divideCeil(n, config.vectorWidth);
   config.threadsPerRow = std::min<int64_t>(
-      kMaxThreadsPerBlock,
+      kMaxThreadsPerRow,
       llvm::PowerOf2Ceil(llvm::divideCeil(vectors, kVectorsPerThread)));
   config.rowsPerBlock =
       std::max<int64_t>(1, kMinThreadsPerBlock / config.threadsPerRow);
   config.chunks = llvm::divideCeil(vectors, config.threadsPerRow);
-  config.rowOnChip =
-      shape.hasRowReduction && config.chunks <= kMaxOnChipChunks;
+  config.rowOnChip = shape.hasRowReduction &&
+                     config.chunks <= kMaxOnChipChunks &&
+                     fitsInRegisters(shape, config);
   config.blocksPerSM = shape.hasColumnReduction ? kBlocksPerSM : 0;
   return config;
 }
@@ -124,6 +136,9 @@ FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
   shape.n = n.getInt();
   shape.storageBytes = dtype.getValue().getIntOrFloatBitWidth() / 8;
   shape.aligned = aligned.getValue();
+  shape.fullInputs = llvm::count_if(kernel.getInputTypes(), [](Type type) {
+    return cast<ValueType>(type).getKind() == ValueKind::Full;
+  });
   kernel.walk([&](ReduceOp reduce) {
     shape.hasColumnReduction |= !reduce.isRowReduction();
     shape.hasRowReduction |= reduce.isRowReduction();
@@ -174,8 +189,11 @@ struct FuseSelectTilesPass
       if (!config.isGPU())
         return fail("threads-per-row and rows-per-block apply to GPU "
                     "targets only");
-      if (threadsPerRow)
+      if (threadsPerRow) {
         config.threadsPerRow = threadsPerRow;
+        config.rowsPerBlock =
+            std::max<int64_t>(1, kMinThreadsPerBlock / threadsPerRow);
+      }
       if (rowsPerBlock)
         config.rowsPerBlock = rowsPerBlock;
       if (!llvm::isPowerOf2_64(config.threadsPerRow) ||
@@ -191,8 +209,9 @@ struct FuseSelectTilesPass
     if (rowOnChip == "true" || rowOnChip == "false")
       config.rowOnChip = rowOnChip == "true";
     else if (rowOnChip == "auto")
-      config.rowOnChip =
-          shape.hasRowReduction && config.chunks <= kMaxOnChipChunks;
+      config.rowOnChip = shape.hasRowReduction &&
+                         config.chunks <= kMaxOnChipChunks &&
+                         (!config.isGPU() || fitsInRegisters(shape, config));
     else
       return fail("row-on-chip must be true, false or auto, got '" +
                   rowOnChip + "'");

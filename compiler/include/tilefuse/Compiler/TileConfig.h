@@ -7,13 +7,15 @@
 //  - V = 16 / b (one 128-bit access) in the aligned class when n % V == 0,
 //    else 1 (scalar accesses, masked tail).
 //  - threads_per_row = the power of two nearest above ceil(n / V) / 4, in
-//    [1, 1024]: about four vectors per thread keeps loads in flight without
-//    spilling.
+//    [1, 512]: about four vectors per thread keeps loads in flight; past 512
+//    threads a thread gets under 128 registers and long rows spill.
 //  - rows_per_block = max(1, 256 / threads_per_row): blocks of at least 256
 //    threads, so short rows (n < 1024) pack several rows per block.
 //  - chunks = ceil(n / (V * threads_per_row)): the vectors each thread owns.
-//  - row_on_chip when the fusion has a row reduction and chunks <= 8: the
-//    row stays in registers across the fusion's passes; longer rows (a
+//  - row_on_chip when the fusion has a row reduction, chunks <= 8, and
+//    chunks * V * (full inputs) is at most half the registers a thread gets
+//    (65536 / threads per block, at most 255): the row stays in registers
+//    across the fusion's passes; longer rows (a
 //    128k-256k vocabulary) stream in chunks and recompute instead of
 //    failing. A fusion without row reductions makes one pass, so it streams:
 //    unrolling would only lengthen live ranges.
@@ -69,6 +71,7 @@ struct KernelShape {
   bool aligned = true;
   bool hasColumnReduction = false;
   bool hasRowReduction = false;
+  int64_t fullInputs = 0;
 };
 
 /// Whether `target` names a chip tilefuse emits PTX for, or the CPU.
