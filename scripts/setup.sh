@@ -6,7 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
 apt_packages=(
-  cmake ninja-build ccache g++ git
+  cmake ninja-build ccache g++ git libgtest-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
 )
 missing=()

@@ -125,10 +125,11 @@ public:
 /// kernel's inputs and outputs to the lowered function's arguments.
 class RowProgramEmitter {
 public:
-  RowProgramEmitter(KernelOp kernel, const TileConfig &config, int64_t n,
-                    RowMapping &mapping, OpBuilder &builder)
-      : kernel(kernel), config(config), n(n), mapping(mapping), b(builder),
-        loc(kernel.getLoc()) {}
+  RowProgramEmitter(KernelOp kernel, const TileConfig &config,
+                    const KernelShape &shape, RowMapping &mapping,
+                    OpBuilder &builder)
+      : kernel(kernel), config(config), n(shape.n), aligned(shape.aligned),
+        mapping(mapping), b(builder), loc(kernel.getLoc()) {}
 
   /// Binds input `index` of the kernel to a lowered argument (a pointer for
   /// tensors, the value for scalars).
@@ -159,6 +160,7 @@ private:
                                      : type.getElementType();
   }
   Value pointerAt(Value pointer, Type elementType, Value offset);
+  unsigned alignment(Type type);
   Value load(Value pointer, Type type, Value offset);
   void store(Value value, Value pointer, Value offset);
   Value flatOffset(Value row, Value column);
@@ -176,6 +178,7 @@ private:
   KernelOp kernel;
   const TileConfig &config;
   int64_t n;
+  bool aligned;
   RowMapping &mapping;
   OpBuilder &b;
   Location loc;
@@ -261,25 +264,24 @@ Value RowProgramEmitter::pointerAt(Value pointer, Type elementType,
                              ValueRange{offset64});
 }
 
+unsigned RowProgramEmitter::alignment(Type type) {
+  unsigned elementBytes = getElementTypeOrSelf(type).getIntOrFloatBitWidth() / 8;
+  auto vector = dyn_cast<VectorType>(type);
+  if (!vector || !aligned)
+    return elementBytes;
+  // The aligned class promises 16-byte aligned pointers and rows.
+  return std::min<unsigned>(16, vector.getNumElements() * elementBytes);
+}
+
 Value RowProgramEmitter::load(Value pointer, Type type, Value offset) {
-  Type elementType = getElementTypeOrSelf(type);
-  unsigned bytes = type.isIntOrFloat()
-                       ? elementType.getIntOrFloatBitWidth() / 8
-                       : config.vectorWidth *
-                             elementType.getIntOrFloatBitWidth() / 8;
-  Value address = pointerAt(pointer, elementType, offset);
-  return LLVM::LoadOp::create(b, loc, type, address, bytes);
+  Value address = pointerAt(pointer, getElementTypeOrSelf(type), offset);
+  return LLVM::LoadOp::create(b, loc, type, address, alignment(type));
 }
 
 void RowProgramEmitter::store(Value value, Value pointer, Value offset) {
   Type type = value.getType();
-  Type elementType = getElementTypeOrSelf(type);
-  unsigned bytes = type.isIntOrFloat()
-                       ? elementType.getIntOrFloatBitWidth() / 8
-                       : config.vectorWidth *
-                             elementType.getIntOrFloatBitWidth() / 8;
-  Value address = pointerAt(pointer, elementType, offset);
-  LLVM::StoreOp::create(b, loc, value, address, bytes);
+  Value address = pointerAt(pointer, getElementTypeOrSelf(type), offset);
+  LLVM::StoreOp::create(b, loc, value, address, alignment(type));
 }
 
 Value RowProgramEmitter::flatOffset(Value rowIndex, Value column) {
@@ -1003,7 +1005,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   GPURowMapping mapping(*config, lane, group,
                         function.getWorkgroupAttributions().front(),
                         maxReductions);
-  RowProgramEmitter emitter(kernel, *config, shape->n, mapping, b);
+  RowProgramEmitter emitter(kernel, *config, *shape, mapping, b);
   if (failed(emitter.checkSupported()))
     return failure();
   unsigned numInputs = kernel.getInputTypes().size();
@@ -1122,7 +1124,6 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
   parameters.append(4, b.getI64Type());
   auto function = func::FuncOp::create(b, loc, kernel.getSymName(),
                                        b.getFunctionType(parameters, {}));
-  function->setAttr("llvm.emit_c_interface", b.getUnitAttr());
   Block *entry = function.addEntryBlock();
   b.setInsertionPointToStart(entry);
   auto index = [&](unsigned fromEnd) -> Value {
@@ -1133,7 +1134,7 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
   Value rowBegin = index(3), rowEnd = index(2), rowGroup = index(1);
 
   CPURowMapping mapping(b, loc);
-  RowProgramEmitter emitter(kernel, *config, shape->n, mapping, b);
+  RowProgramEmitter emitter(kernel, *config, *shape, mapping, b);
   if (failed(emitter.checkSupported()))
     return failure();
   unsigned numInputs = kernel.getInputTypes().size();
@@ -1156,7 +1157,6 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
   auto finalize = func::FuncOp::create(
       b, loc, (kernel.getSymName() + kFinalizeSuffix).str(),
       b.getFunctionType(finalizeParameters(kernel, pointer), {}));
-  finalize->setAttr("llvm.emit_c_interface", b.getUnitAttr());
   Block *finalizeEntry = finalize.addEntryBlock();
   b.setInsertionPointToStart(finalizeEntry);
   auto columns = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),

@@ -174,7 +174,8 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
   if (isCPU(options)) {
     if (failed(runPipeline(
             module,
-            "convert-scf-to-cf, convert-math-to-libm, convert-to-llvm, "
+            "convert-scf-to-cf, convert-math-to-llvm, convert-math-to-libm, "
+            "convert-to-llvm, "
             "reconcile-unrealized-casts, canonicalize, cse",
             "llvm-dialect", result)))
       return failure();

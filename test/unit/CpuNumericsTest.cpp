@@ -1,0 +1,781 @@
+//===- CpuNumericsTest.cpp - reference fusions JIT-compiled for the CPU ----===//
+//
+// Each reference fusion (test/lit/fusions) is compiled for the CPU target,
+// JIT-compiled, run with its rows split across threads as the runtime will
+// (KernelABI.h), and compared with a plain scalar C++ reference computed in
+// double from the same (storage-rounded) inputs.
+//
+// Tolerances, on |kernel - reference| <= atol + rtol * |reference|:
+//   f32: atol 1e-5, rtol 1e-5    (f32 arithmetic, reordered sums)
+//   f16: atol 2e-3, rtol 2e-3    (one rounding of the output: 2^-11)
+//   bf16: atol 1.6e-2, rtol 1.6e-2 (one rounding of the output: 2^-8)
+// NaN must be NaN, and an infinity the same infinity, as in PyTorch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tilefuse/Compiler/KernelABI.h"
+#include "tilefuse/Compiler/Pipeline.h"
+#include "tilefuse/Compiler/Registration.h"
+#include "tilefuse/Dialect/Fuse/IR/Fuse.h"
+
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/Error.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace mlir;
+using tilefuse::fuse::ValueKind;
+using tilefuse::fuse::ValueType;
+
+namespace {
+
+enum class Dtype { F32, F16, BF16 };
+
+const char *dtypeName(Dtype dtype) {
+  switch (dtype) {
+  case Dtype::F32: return "f32";
+  case Dtype::F16: return "f16";
+  case Dtype::BF16: return "bf16";
+  }
+  return "?";
+}
+
+size_t dtypeBytes(Dtype dtype) { return dtype == Dtype::F32 ? 4 : 2; }
+
+/// `value` rounded to nearest even in `dtype`, as raw bits.
+uint32_t toBits(float value, Dtype dtype) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  switch (dtype) {
+  case Dtype::F32:
+    return bits;
+  case Dtype::BF16:
+    if (std::isnan(value))
+      return (bits >> 16) | 0x40; // quiet NaN, sign kept
+    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;
+  case Dtype::F16: {
+    _Float16 half = static_cast<_Float16>(value);
+    uint16_t halfBits;
+    std::memcpy(&halfBits, &half, 2);
+    return halfBits;
+  }
+  }
+  return 0;
+}
+
+float fromBits(uint32_t bits, Dtype dtype) {
+  float value;
+  switch (dtype) {
+  case Dtype::F32:
+    std::memcpy(&value, &bits, 4);
+    return value;
+  case Dtype::BF16:
+    bits <<= 16;
+    std::memcpy(&value, &bits, 4);
+    return value;
+  case Dtype::F16: {
+    uint16_t halfBits = static_cast<uint16_t>(bits);
+    _Float16 half;
+    std::memcpy(&half, &halfBits, 2);
+    return static_cast<float>(half);
+  }
+  }
+  return 0;
+}
+
+float roundTo(float value, Dtype dtype) {
+  return fromBits(toBits(value, dtype), dtype);
+}
+
+/// NaN-propagating max, as torch.amax.
+double maxNaN(double a, double b) {
+  if (std::isnan(a) || std::isnan(b))
+    return NAN;
+  return std::max(a, b);
+}
+
+/// Host values of one kernel input or output, by name. Floats are kept as
+/// float (already rounded to their storage type), indices as int64.
+struct Values {
+  std::map<std::string, std::vector<double>> floats;
+  std::map<std::string, std::vector<int64_t>> ints;
+  std::map<std::string, double> scalars;
+  std::map<std::string, int64_t> intScalars;
+};
+
+constexpr int64_t kIgnoreIndex = -100;
+
+using Reference = std::function<void(const Values &, int64_t rows, int64_t n,
+                                     Values &out)>;
+
+//===----------------------------------------------------------------------===//
+// Scalar references, written from the formulas in PyTorch's terms.
+//===----------------------------------------------------------------------===//
+
+void rmsNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  auto &x = in.floats.at("x"), &w = in.floats.at("weight");
+  double eps = in.scalars.at("eps");
+  auto &y = out.floats["y"], &rstd = out.floats["rstd"];
+  y.resize(rows * n);
+  rstd.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int64_t c = 0; c < n; ++c)
+      sum += x[r * n + c] * x[r * n + c];
+    rstd[r] = 1.0 / std::sqrt(sum / n + eps);
+    for (int64_t c = 0; c < n; ++c)
+      y[r * n + c] = x[r * n + c] * rstd[r] * w[c];
+  }
+}
+
+void rmsNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  auto &dy = in.floats.at("dy"), &x = in.floats.at("x"),
+       &w = in.floats.at("weight"), &rstd = in.floats.at("rstd");
+  auto &dx = out.floats["dx"], &dw = out.floats["dweight"];
+  dx.assign(rows * n, 0);
+  dw.assign(n, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double dot = 0;
+    for (int64_t c = 0; c < n; ++c)
+      dot += dy[r * n + c] * w[c] * x[r * n + c] * rstd[r];
+    double mean = dot / n;
+    for (int64_t c = 0; c < n; ++c) {
+      double xhat = x[r * n + c] * rstd[r];
+      dx[r * n + c] = rstd[r] * (dy[r * n + c] * w[c] - xhat * mean);
+      dw[c] += dy[r * n + c] * xhat;
+    }
+  }
+}
+
+void layerNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  auto &x = in.floats.at("x"), &w = in.floats.at("weight"),
+       &bias = in.floats.at("bias");
+  double eps = in.scalars.at("eps");
+  auto &y = out.floats["y"], &mean = out.floats["mean"],
+       &rstd = out.floats["rstd"];
+  y.resize(rows * n);
+  mean.resize(rows);
+  rstd.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int64_t c = 0; c < n; ++c)
+      sum += x[r * n + c];
+    mean[r] = sum / n;
+    double var = 0;
+    for (int64_t c = 0; c < n; ++c)
+      var += (x[r * n + c] - mean[r]) * (x[r * n + c] - mean[r]);
+    rstd[r] = 1.0 / std::sqrt(var / n + eps);
+    for (int64_t c = 0; c < n; ++c)
+      y[r * n + c] = (x[r * n + c] - mean[r]) * rstd[r] * w[c] + bias[c];
+  }
+}
+
+void layerNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  auto &dy = in.floats.at("dy"), &x = in.floats.at("x"),
+       &w = in.floats.at("weight"), &mean = in.floats.at("mean"),
+       &rstd = in.floats.at("rstd");
+  auto &dx = out.floats["dx"], &dw = out.floats["dweight"],
+       &db = out.floats["dbias"];
+  dx.assign(rows * n, 0);
+  dw.assign(n, 0);
+  db.assign(n, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double sumG = 0, sumGX = 0;
+    for (int64_t c = 0; c < n; ++c) {
+      double xhat = (x[r * n + c] - mean[r]) * rstd[r];
+      double g = dy[r * n + c] * w[c];
+      sumG += g;
+      sumGX += g * xhat;
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      double xhat = (x[r * n + c] - mean[r]) * rstd[r];
+      double g = dy[r * n + c] * w[c];
+      dx[r * n + c] = rstd[r] * (g - sumG / n - xhat * (sumGX / n));
+      dw[c] += dy[r * n + c] * xhat;
+      db[c] += dy[r * n + c];
+    }
+  }
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+void swigluFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  auto &a = in.floats.at("a"), &b = in.floats.at("b");
+  auto &c = out.floats["c"];
+  c.resize(rows * n);
+  for (int64_t i = 0; i < rows * n; ++i)
+    c[i] = a[i] * sigmoid(a[i]) * b[i];
+}
+
+void swigluBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  auto &dc = in.floats.at("dc"), &a = in.floats.at("a"), &b = in.floats.at("b");
+  auto &da = out.floats["da"], &db = out.floats["db"];
+  da.resize(rows * n);
+  db.resize(rows * n);
+  for (int64_t i = 0; i < rows * n; ++i) {
+    double s = sigmoid(a[i]);
+    db[i] = dc[i] * a[i] * s;
+    da[i] = dc[i] * b[i] * s * (1 + a[i] * (1 - s));
+  }
+}
+
+void crossEntropyFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  auto &logits = in.floats.at("logits");
+  auto &target = in.ints.at("target");
+  double eps = in.scalars.at("label_smoothing");
+  int64_t ignore = in.intScalars.at("ignore_index");
+  auto &loss = out.floats["loss"], &lse = out.floats["lse"];
+  loss.resize(rows);
+  lse.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double *row = &logits[r * n];
+    double max = -INFINITY, sum = 0, total = 0;
+    for (int64_t c = 0; c < n; ++c)
+      max = maxNaN(max, row[c]);
+    for (int64_t c = 0; c < n; ++c) {
+      sum += std::exp(row[c] - max);
+      total += row[c];
+    }
+    lse[r] = max + std::log(sum);
+    if (target[r] == ignore) {
+      loss[r] = 0;
+      continue;
+    }
+    double nll = lse[r] - row[target[r]];
+    loss[r] = (1 - eps) * nll + eps * (lse[r] - total / n);
+  }
+}
+
+void crossEntropyBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  auto &logits = in.floats.at("logits"), &lse = in.floats.at("lse"),
+       &dloss = in.floats.at("dloss");
+  auto &target = in.ints.at("target");
+  double eps = in.scalars.at("label_smoothing");
+  int64_t ignore = in.intScalars.at("ignore_index");
+  auto &dlogits = out.floats["dlogits"];
+  dlogits.resize(rows * n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      double p = std::exp(logits[r * n + c] - lse[r]);
+      double onehot = c == target[r] ? 1 : 0;
+      double scale = target[r] == ignore ? 0 : dloss[r];
+      dlogits[r * n + c] = (p - (1 - eps) * onehot - eps / n) * scale;
+    }
+}
+
+void adamwStep(const Values &in, int64_t rows, int64_t n, Values &out) {
+  auto &param = in.floats.at("param"), &grad = in.floats.at("grad"),
+       &m = in.floats.at("exp_avg"), &v = in.floats.at("exp_avg_sq");
+  double lr = in.scalars.at("lr"), beta1 = in.scalars.at("beta1"),
+         beta2 = in.scalars.at("beta2"), eps = in.scalars.at("eps"),
+         wd = in.scalars.at("weight_decay"), step = in.scalars.at("step");
+  auto &p1 = out.floats["param_out"], &m1 = out.floats["exp_avg_out"],
+       &v1 = out.floats["exp_avg_sq_out"];
+  p1.resize(rows * n);
+  m1.resize(rows * n);
+  v1.resize(rows * n);
+  double bc1 = 1 - std::pow(beta1, step), bc2 = 1 - std::pow(beta2, step);
+  for (int64_t i = 0; i < rows * n; ++i) {
+    m1[i] = beta1 * m[i] + (1 - beta1) * grad[i];
+    v1[i] = beta2 * v[i] + (1 - beta2) * grad[i] * grad[i];
+    double denom = std::sqrt(v1[i]) / std::sqrt(bc2) + eps;
+    p1[i] = param[i] * (1 - lr * wd) - lr / bc1 * m1[i] / denom;
+  }
+}
+
+const std::map<std::string, Reference> &references() {
+  static const std::map<std::string, Reference> table = {
+      {"rms_norm_fwd", rmsNormFwd},       {"rms_norm_bwd", rmsNormBwd},
+      {"layer_norm_fwd", layerNormFwd},   {"layer_norm_bwd", layerNormBwd},
+      {"swiglu_fwd", swigluFwd},          {"swiglu_bwd", swigluBwd},
+      {"cross_entropy_fwd", crossEntropyFwd},
+      {"cross_entropy_bwd", crossEntropyBwd},
+      {"adamw_step", adamwStep},
+  };
+  return table;
+}
+
+//===----------------------------------------------------------------------===//
+// Running a compiled fusion
+//===----------------------------------------------------------------------===//
+
+struct Port {
+  std::string name;
+  ValueKind kind;
+  Type elementType; // as stored (after specialization)
+};
+
+class CompiledFusion {
+public:
+  std::vector<Port> inputs, outputs;
+  std::unique_ptr<ExecutionEngine> engine;
+  std::string name;
+  int64_t n = 0;
+  int64_t rowsPerTask = 1;
+};
+
+std::string fusionPath(const std::string &name) {
+  return std::string(TILEFUSE_FUSIONS_DIR) + "/" + name + ".mlir";
+}
+
+class CpuNumerics : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    DialectRegistry registry;
+    tilefuse::registerAllDialects(registry);
+    tilefuse::registerAllPasses();
+    context = new MLIRContext(registry);
+    context->loadAllAvailableDialects();
+  }
+  static void TearDownTestSuite() { delete context; }
+
+  /// Compiles `name` for the CPU; fails the test with the diagnostics.
+  std::unique_ptr<CompiledFusion> compile(const std::string &name, Dtype dtype,
+                                          int64_t n, bool aligned) {
+    std::string diagnostics;
+    ScopedDiagnosticHandler handler(context, [&](Diagnostic &diagnostic) {
+      diagnostics += diagnostic.str() + "\n";
+      return success();
+    });
+    OwningOpRef<ModuleOp> module =
+        parseSourceFile<ModuleOp>(fusionPath(name), context);
+    EXPECT_TRUE(module) << diagnostics;
+    if (!module)
+      return nullptr;
+    auto result = std::make_unique<CompiledFusion>();
+    result->name = name;
+    result->n = n;
+    tilefuse::CompileOptions options;
+    options.dtype = dtypeName(dtype);
+    options.n = n;
+    options.aligned = aligned;
+    options.target = "cpu";
+    // Read the ports from the tiled kernel: its types are the storage types.
+    FailureOr<tilefuse::CompileResult> tiled =
+        tilefuse::compile(*module, options, tilefuse::Stage::Tiled);
+    EXPECT_TRUE(succeeded(tiled)) << diagnostics;
+    if (failed(tiled))
+      return nullptr;
+    auto kernel = *module->getOps<tilefuse::fuse::KernelOp>().begin();
+    for (auto [name, type] : llvm::zip(
+             kernel.getInputNames().getAsValueRange<StringAttr>(),
+             kernel.getInputTypes())) {
+      auto value = cast<ValueType>(type);
+      result->inputs.push_back({name.str(), value.getKind(), value.getElementType()});
+    }
+    for (auto [name, type] : llvm::zip(
+             kernel.getOutputNames().getAsValueRange<StringAttr>(),
+             kernel.getOutputTypes())) {
+      auto value = cast<ValueType>(type);
+      result->outputs.push_back({name.str(), value.getKind(), value.getElementType()});
+    }
+    auto tile = kernel->getAttrOfType<DictionaryAttr>("fuse.tile");
+    result->rowsPerTask = tile.getAs<IntegerAttr>("rows_per_task").getInt();
+
+    // Compile again from the fuse IR to the end.
+    module = parseSourceFile<ModuleOp>(fusionPath(name), context);
+    FailureOr<tilefuse::CompileResult> lowered =
+        tilefuse::compile(*module, options, tilefuse::Stage::LLVM);
+    EXPECT_TRUE(succeeded(lowered)) << diagnostics;
+    if (failed(lowered))
+      return nullptr;
+    auto engine = tilefuse::jitCompile(*module);
+    EXPECT_TRUE(succeeded(engine)) << diagnostics;
+    if (failed(engine))
+      return nullptr;
+    result->engine = std::move(*engine);
+    return result;
+  }
+
+  static MLIRContext *context;
+};
+
+MLIRContext *CpuNumerics::context = nullptr;
+
+/// Device-side (here: host) storage of one tensor, `offset` elements past a
+/// 64-byte boundary so that the unaligned class sees unaligned pointers.
+struct Buffer {
+  std::vector<uint8_t> bytes;
+  size_t offset = 0;
+  void *data() { return bytes.data() + offset; }
+};
+
+Buffer makeBuffer(size_t bytes, size_t misalignment) {
+  Buffer buffer;
+  buffer.bytes.resize(bytes + 64 + misalignment);
+  auto address = reinterpret_cast<uintptr_t>(buffer.bytes.data());
+  buffer.offset = (64 - address % 64) % 64 + misalignment;
+  return buffer;
+}
+
+size_t elementCount(ValueKind kind, int64_t rows, int64_t n) {
+  switch (kind) {
+  case ValueKind::Full: return rows * n;
+  case ValueKind::Row: return rows;
+  case ValueKind::Col: return n;
+  case ValueKind::Scalar: return 1;
+  }
+  return 0;
+}
+
+Dtype dtypeOf(Type type) {
+  if (type.isBF16())
+    return Dtype::BF16;
+  if (type.isF16())
+    return Dtype::F16;
+  return Dtype::F32;
+}
+
+void storeFloats(const std::vector<double> &values, Type type, void *data) {
+  Dtype dtype = dtypeOf(type);
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint32_t bits = toBits(static_cast<float>(values[i]), dtype);
+    std::memcpy(static_cast<uint8_t *>(data) + i * dtypeBytes(dtype), &bits,
+                dtypeBytes(dtype));
+  }
+}
+
+std::vector<double> loadFloats(const void *data, Type type, size_t count) {
+  Dtype dtype = dtypeOf(type);
+  std::vector<double> values(count);
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, static_cast<const uint8_t *>(data) + i * dtypeBytes(dtype),
+                dtypeBytes(dtype));
+    values[i] = fromBits(bits, dtype);
+  }
+  return values;
+}
+
+/// Runs `fusion` on `in` over `rows` rows, split into tasks of rows_per_task
+/// rows on up to four threads, then the finalize function. Returns outputs.
+Values run(CompiledFusion &fusion, const Values &in, int64_t rows,
+           bool aligned) {
+  int64_t n = fusion.n;
+  size_t misalignment = aligned ? 0 : 2;
+  std::vector<Buffer> inputBuffers, outputBuffers, partialBuffers;
+  std::vector<float> floatScalars(fusion.inputs.size());
+  std::vector<int64_t> intScalars(fusion.inputs.size());
+  std::vector<void *> pointers; // kernel arguments that are pointers
+  int64_t tasks = std::max<int64_t>(1, (rows + fusion.rowsPerTask - 1) /
+                                           fusion.rowsPerTask);
+  // Arguments, in KernelABI order; `slots` holds what the packed call's
+  // void* entries point to.
+  std::vector<void *> slots(fusion.inputs.size() + fusion.outputs.size());
+  inputBuffers.reserve(fusion.inputs.size());
+  for (size_t i = 0; i < fusion.inputs.size(); ++i) {
+    const Port &port = fusion.inputs[i];
+    if (port.kind == ValueKind::Scalar) {
+      if (isa<FloatType>(port.elementType))
+        floatScalars[i] = static_cast<float>(in.scalars.at(port.name));
+      else
+        intScalars[i] = in.intScalars.at(port.name);
+      continue;
+    }
+    size_t count = elementCount(port.kind, rows, n);
+    size_t bytes = count * port.elementType.getIntOrFloatBitWidth() / 8;
+    inputBuffers.push_back(makeBuffer(bytes, misalignment));
+    Buffer &buffer = inputBuffers.back();
+    if (isa<FloatType>(port.elementType))
+      storeFloats(in.floats.at(port.name), port.elementType, buffer.data());
+    else
+      std::memcpy(buffer.data(), in.ints.at(port.name).data(), bytes);
+    slots[i] = buffer.data();
+  }
+  outputBuffers.reserve(fusion.outputs.size());
+  partialBuffers.reserve(fusion.outputs.size());
+  std::vector<std::pair<void *, void *>> finalizePairs;
+  for (size_t o = 0; o < fusion.outputs.size(); ++o) {
+    const Port &port = fusion.outputs[o];
+    size_t count = elementCount(port.kind, rows, n);
+    outputBuffers.push_back(makeBuffer(
+        count * port.elementType.getIntOrFloatBitWidth() / 8, misalignment));
+    slots[fusion.inputs.size() + o] = outputBuffers.back().data();
+    if (port.kind == ValueKind::Col) {
+      partialBuffers.push_back(makeBuffer(tasks * n * sizeof(float), 0));
+      slots[fusion.inputs.size() + o] = partialBuffers.back().data();
+      finalizePairs.push_back(
+          {partialBuffers.back().data(), outputBuffers.back().data()});
+    }
+  }
+
+  auto runTasks = [&](int64_t firstTask, int64_t stride) {
+    for (int64_t task = firstTask; task < tasks; task += stride) {
+      int64_t rowsArg = rows, begin = task * fusion.rowsPerTask,
+              end = std::min(rows, begin + fusion.rowsPerTask), group = task;
+      std::vector<void *> args;
+      for (size_t i = 0; i < fusion.inputs.size(); ++i) {
+        const Port &port = fusion.inputs[i];
+        if (port.kind != ValueKind::Scalar)
+          args.push_back(&slots[i]);
+        else if (isa<FloatType>(port.elementType))
+          args.push_back(&floatScalars[i]);
+        else
+          args.push_back(&intScalars[i]);
+      }
+      for (size_t o = 0; o < fusion.outputs.size(); ++o)
+        args.push_back(&slots[fusion.inputs.size() + o]);
+      args.push_back(&rowsArg);
+      args.push_back(&begin);
+      args.push_back(&end);
+      args.push_back(&group);
+      llvm::Error error = fusion.engine->invokePacked(fusion.name, args);
+      EXPECT_FALSE(static_cast<bool>(error)) << llvm::toString(std::move(error));
+    }
+  };
+  std::vector<std::thread> threads;
+  int64_t workers = std::min<int64_t>(4, tasks);
+  for (int64_t t = 0; t < workers; ++t)
+    threads.emplace_back(runTasks, t, workers);
+  for (std::thread &thread : threads)
+    thread.join();
+
+  if (!finalizePairs.empty()) {
+    std::vector<void *> pairs;
+    for (auto &[partials, output] : finalizePairs) {
+      pairs.push_back(partials);
+      pairs.push_back(output);
+    }
+    int64_t rowGroups = tasks, rowsArg = rows;
+    std::vector<void *> args;
+    for (void *&pointer : pairs)
+      args.push_back(&pointer);
+    args.push_back(&rowGroups);
+    args.push_back(&rowsArg);
+    llvm::Error error = fusion.engine->invokePacked(
+        fusion.name + tilefuse::kFinalizeSuffix, args);
+    EXPECT_FALSE(static_cast<bool>(error)) << llvm::toString(std::move(error));
+  }
+
+  Values out;
+  for (size_t o = 0; o < fusion.outputs.size(); ++o) {
+    const Port &port = fusion.outputs[o];
+    out.floats[port.name] =
+        loadFloats(outputBuffers[o].data(), port.elementType,
+                   elementCount(port.kind, rows, n));
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Inputs
+//===----------------------------------------------------------------------===//
+
+/// Random inputs for `fusion`, rounded to their storage types. Row inputs
+/// that are statistics (rstd, mean, lse) are computed from the data so that
+/// backward passes see consistent values.
+Values makeInputs(const CompiledFusion &fusion, int64_t rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_int_distribution<int64_t> column(0, fusion.n - 1);
+  Values in;
+  int64_t n = fusion.n;
+  for (const Port &port : fusion.inputs) {
+    if (port.kind == ValueKind::Scalar)
+      continue;
+    size_t count = elementCount(port.kind, rows, n);
+    if (port.elementType.isInteger(64)) {
+      auto &target = in.ints[port.name];
+      for (size_t i = 0; i < count; ++i)
+        target.push_back(i % 5 == 3 ? kIgnoreIndex : column(rng));
+      continue;
+    }
+    auto &values = in.floats[port.name];
+    Dtype dtype = dtypeOf(port.elementType);
+    for (size_t i = 0; i < count; ++i) {
+      double value = normal(rng);
+      if (port.name == "exp_avg_sq" || port.name == "rstd")
+        value = std::abs(value) + 0.1;
+      if (port.name == "weight")
+        value = 1.0 + 0.1 * value;
+      values.push_back(roundTo(static_cast<float>(value), dtype));
+    }
+  }
+  in.scalars = {{"eps", 1e-5},         {"label_smoothing", 0.1},
+                {"lr", 1e-3},          {"beta1", 0.9},
+                {"beta2", 0.999},      {"weight_decay", 0.01},
+                {"step", 7}};
+  if (fusion.name.rfind("adamw", 0) == 0)
+    in.scalars["eps"] = 1e-8;
+  in.intScalars = {{"ignore_index", kIgnoreIndex}};
+  if (in.floats.count("lse")) {
+    // lse from the logits themselves, as the forward pass saved it.
+    Values forward, stats;
+    forward.floats["logits"] = in.floats["logits"];
+    forward.ints["target"] = in.ints["target"];
+    forward.scalars = in.scalars;
+    forward.intScalars = in.intScalars;
+    crossEntropyFwd(forward, rows, n, stats);
+    in.floats["lse"] = stats.floats["lse"];
+    for (double &value : in.floats["lse"])
+      value = static_cast<float>(value);
+  }
+  if (in.floats.count("mean")) {
+    Values forward, stats;
+    forward.floats = {{"x", in.floats["x"]},
+                      {"weight", in.floats["weight"]},
+                      {"bias", std::vector<double>(n, 0.0)}};
+    forward.scalars = in.scalars;
+    layerNormFwd(forward, rows, n, stats);
+    for (const char *name : {"mean", "rstd"}) {
+      in.floats[name] = stats.floats[name];
+      for (double &value : in.floats[name])
+        value = static_cast<float>(value);
+    }
+  }
+  return in;
+}
+
+//===----------------------------------------------------------------------===//
+// Comparison
+//===----------------------------------------------------------------------===//
+
+struct Tolerance {
+  double atol, rtol;
+};
+
+Tolerance toleranceFor(Type storage) {
+  switch (dtypeOf(storage)) {
+  case Dtype::F32: return {1e-5, 1e-5};
+  case Dtype::F16: return {2e-3, 2e-3};
+  case Dtype::BF16: return {1.6e-2, 1.6e-2};
+  }
+  return {0, 0};
+}
+
+/// Counts mismatches; reports the first few.
+void expectClose(const std::string &what, const std::vector<double> &actual,
+                 const std::vector<double> &expected, Tolerance tolerance,
+                 double scale = 1.0) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  int reported = 0;
+  size_t mismatches = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    double a = actual[i], e = expected[i];
+    bool ok;
+    if (std::isnan(e) || std::isinf(e))
+      ok = std::isnan(e) ? std::isnan(a) : a == e;
+    else
+      ok = std::abs(a - e) <=
+           scale * (tolerance.atol + tolerance.rtol * std::abs(e));
+    if (!ok) {
+      ++mismatches;
+      if (reported++ < 5)
+        ADD_FAILURE() << what << "[" << i << "]: got " << a << ", expected "
+                      << e;
+    }
+  }
+  EXPECT_EQ(mismatches, 0u) << what;
+}
+
+/// Column reductions sum `rows` terms: the tolerance grows with sqrt(rows).
+double columnScale(const Port &port, int64_t rows) {
+  return port.kind == ValueKind::Col ? std::sqrt(std::max<int64_t>(rows, 1))
+                                     : 1.0;
+}
+
+struct Case {
+  std::string fusion;
+  Dtype dtype;
+  int64_t n;
+  int64_t rows;
+  bool aligned;
+};
+
+std::string caseName(const Case &c) {
+  return c.fusion + "/" + dtypeName(c.dtype) + "/n=" + std::to_string(c.n) +
+         "/rows=" + std::to_string(c.rows) +
+         (c.aligned ? "/aligned" : "/unaligned");
+}
+
+class CpuNumericsSweep : public CpuNumerics {};
+
+TEST_F(CpuNumericsSweep, ReferenceFusionsMatchScalarReference) {
+  const std::vector<int64_t> rowLengths = {1, 3, 64, 1000, 4096, 32000};
+  const std::vector<int64_t> rowCounts = {1, 7, 256};
+  int checked = 0;
+  for (const auto &[name, reference] : references()) {
+    for (Dtype dtype : {Dtype::F32, Dtype::F16, Dtype::BF16}) {
+      for (int64_t n : rowLengths) {
+        for (bool aligned : {true, false}) {
+          std::unique_ptr<CompiledFusion> fusion = compile(name, dtype, n, aligned);
+          ASSERT_TRUE(fusion) << name;
+          for (int64_t rows : rowCounts) {
+            Case c{name, dtype, n, rows, aligned};
+            SCOPED_TRACE(caseName(c));
+            Values in = makeInputs(*fusion, rows, /*seed=*/n * 31 + rows);
+            Values expected;
+            reference(in, rows, n, expected);
+            Values actual = run(*fusion, in, rows, aligned);
+            for (const Port &port : fusion->outputs) {
+              std::vector<double> want = expected.floats.at(port.name);
+              for (double &value : want)
+                value = roundTo(static_cast<float>(value), dtypeOf(port.elementType));
+              expectClose(port.name, actual.floats.at(port.name), want,
+                          toleranceFor(port.elementType),
+                          columnScale(port, rows));
+            }
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+  std::printf("checked %d (fusion, dtype, n, rows, alignment) cases\n", checked);
+}
+
+/// NaN and Inf propagate as in PyTorch: a NaN in a row poisons that row's
+/// reductions and outputs and nothing else; an infinite logit makes that
+/// row's loss NaN or Inf as torch's does.
+TEST_F(CpuNumerics, NaNAndInfPropagate) {
+  for (const auto &[name, reference] : references()) {
+    SCOPED_TRACE(name);
+    int64_t n = 64, rows = 7;
+    std::unique_ptr<CompiledFusion> fusion = compile(name, Dtype::F32, n, true);
+    ASSERT_TRUE(fusion);
+    Values in = makeInputs(*fusion, rows, /*seed=*/3);
+    // A NaN in row 2 and +Inf in row 4 of the first full input.
+    for (const Port &port : fusion->inputs) {
+      if (port.kind != ValueKind::Full || !isa<FloatType>(port.elementType))
+        continue;
+      in.floats[port.name][2 * n + 5] = NAN;
+      in.floats[port.name][4 * n + 9] = INFINITY;
+      break;
+    }
+    Values expected;
+    reference(in, rows, n, expected);
+    Values actual = run(*fusion, in, rows, true);
+    for (const Port &port : fusion->outputs)
+      expectClose(port.name, actual.floats.at(port.name),
+                  expected.floats.at(port.name), toleranceFor(port.elementType),
+                  columnScale(port, rows));
+  }
+}
+
+/// rows == 0 runs nothing and leaves outputs untouched; a column reduction
+/// over no rows is its identity.
+TEST_F(CpuNumerics, ZeroRows) {
+  std::unique_ptr<CompiledFusion> fusion =
+      compile("rms_norm_bwd", Dtype::F32, 64, true);
+  ASSERT_TRUE(fusion);
+  Values in = makeInputs(*fusion, 0, 1);
+  Values actual = run(*fusion, in, 0, true);
+  EXPECT_TRUE(actual.floats.at("dx").empty());
+  for (double value : actual.floats.at("dweight"))
+    EXPECT_EQ(value, 0.0);
+}
+
+} // namespace
