@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# The main job, for now: run the compiler front end over the reference
-# fusions (parse, verify, canonicalize, hoist broadcasts) and print each
-# kernel's interface and how much of its work runs per element, per row or
-# per column. The lowering to PTX/CPU and the torch-facing demo come next
-# (see README.md, "Status").
+# The main job, for now: compile every reference fusion to PTX for sm_90 (bf16,
+# n = 4096), show the tile configuration chosen, what ptxas makes of the PTX
+# (registers, spills), and the cold compile time of each stage for PTX and for
+# the CPU JIT. Running fused ops on PyTorch tensors comes with the runtime
+# and Python package (README.md, "Status").
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/setup.sh" >/dev/null
 "$root/scripts/build.sh" >/dev/null
-opt="${TILEFUSE_BUILD_DIR:-$root/build}/bin/tilefuse-opt"
+bin="${TILEFUSE_BUILD_DIR:-$root/build}/bin"
+ptxas="${CUDA_PATH:-/usr/local/cuda}/bin/ptxas"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
 
-printf '%-20s %6s %6s %6s %6s %6s  %s\n' fusion ops full row col scalar "outputs"
+printf "%-18s %-52s %5s %6s %s\n" fusion "tile (threads/row x rows/block, vector, chunks)" "regs" spills "ptx lines"
 for fusion in "$root"/test/lit/fusions/*.mlir; do
-  ir="$("$opt" "$fusion" -canonicalize -fuse-hoist-broadcasts -cse)"
   name="$(basename "$fusion" .mlir)"
-  # Each op line ends with the kind of its result type.
-  ops="$(grep -cE '^ +%[0-9]+ = fuse\.' <<<"$ir" || true)"
-  count() { grep -E '^ +%[0-9]+ = fuse\.' <<<"$ir" | grep -cE "(: |to |-> )!fuse\.$1<[a-z0-9]+>$" || true; }
-  outputs="$(grep -oE -- '-> \(.*\)' <<<"$ir" | head -1 | sed -E 's/!fuse\.//g')"
-  printf '%-20s %6s %6s %6s %6s %6s  %s\n' "$name" "$ops" "$(count full)" \
-    "$(count row)" "$(count col)" "$(count scalar)" "$outputs"
+  tile="$("$bin/tilefuse-compile" "$fusion" --dtype=bf16 --n=4096 --target=sm_90 --emit=tiled |
+    grep -o 'fuse.tile = {[^}]*}' |
+    sed -E 's/.*chunks = ([0-9]+).*row_on_chip = ([a-z]+).*rows_per_block = ([0-9]+).*threads_per_row = ([0-9]+).*vector_width = ([0-9]+).*/\4 x \3, v\5, \1 chunks, on chip: \2/')"
+  "$bin/tilefuse-compile" "$fusion" --dtype=bf16 --n=4096 --target=sm_90 -o "$work/$name.ptx"
+  report="$("$ptxas" -arch=sm_90 -v "$work/$name.ptx" -o /dev/null 2>&1)"
+  regs="$(grep -oE 'Used [0-9]+ registers' <<<"$report" | grep -oE '[0-9]+' | sort -n | tail -1)"
+  spills="$(grep -oE '[0-9]+ bytes spill stores' <<<"$report" | awk '{s += $1} END {print s}')"
+  printf '%-18s %-52s %5s %6s %s\n' "$name" "$tile" "$regs" "$spills" "$(wc -l <"$work/$name.ptx")"
 done
+echo
+"$bin/tilefuse-bench-compile" --runs=5
