@@ -4,7 +4,6 @@
 #include "tilefuse/Compiler/Passes.h"
 #include "tilefuse/Compiler/TileConfig.h"
 
-#include "mlir/Dialect/GPU/IR/CompilationInterfaces.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/Diagnostics.h"
@@ -15,7 +14,16 @@
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/Linker/Linker.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Triple.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -23,6 +31,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <mutex>
 
 using namespace mlir;
 using namespace tilefuse;
@@ -80,47 +89,125 @@ std::string tilePipeline(const CompileOptions &options) {
 
 bool isCPU(const CompileOptions &options) { return options.target == "cpu"; }
 
-/// Serializes the gpu.module to PTX with the NVVM target, timing LLVM IR
-/// translation plus optimization and NVPTX code generation separately.
+/// What every PTX compile for one chip reuses: the NVPTX target machine and
+/// libdevice's bitcode, read once and materialized lazily so that a kernel
+/// links only the math functions it calls. One per thread: LLVM code
+/// generation is not safe across threads on one TargetMachine.
+struct NVPTXBackend {
+  std::unique_ptr<llvm::TargetMachine> machine;
+  std::unique_ptr<llvm::MemoryBuffer> libdevice;
+};
+
+FailureOr<NVPTXBackend *> getNVPTXBackend(Operation *anchor, StringRef chip,
+                                          StringRef cudaPath) {
+  static std::once_flag initialized;
+  std::call_once(initialized, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+  thread_local llvm::StringMap<NVPTXBackend> backends;
+  std::string key = (chip + "|" + cudaPath).str();
+  auto it = backends.find(key);
+  if (it != backends.end())
+    return &it->second;
+
+  llvm::Triple triple("nvptx64-nvidia-cuda");
+  std::string error;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return anchor->emitError("the NVPTX backend is unavailable: ") << error;
+  NVPTXBackend backend;
+  backend.machine.reset(target->createTargetMachine(
+      triple, chip, "+ptx80", llvm::TargetOptions(), std::nullopt,
+      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  std::string path = (cudaPath + "/nvvm/libdevice/libdevice.10.bc").str();
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return anchor->emitError("cannot read libdevice at ")
+           << path << ": " << buffer.getError().message();
+  backend.libdevice = std::move(*buffer);
+  return &(backends[key] = std::move(backend));
+}
+
+/// Translates the gpu.module to LLVM IR, links the libdevice functions it
+/// calls, optimizes it and generates PTX, timing the LLVM IR work and the
+/// NVPTX code generation separately.
 LogicalResult emitPTX(ModuleOp module, const CompileOptions &options,
                       Stage stop, CompileResult &result) {
   auto gpuModule = *module.getOps<gpu::GPUModuleOp>().begin();
-  ArrayAttr targets = gpuModule.getTargetsAttr();
-  auto target = targets && !targets.empty()
-                    ? dyn_cast<gpu::TargetAttrInterface>(targets[0])
-                    : gpu::TargetAttrInterface();
-  if (!target)
-    return gpuModule.emitError("no NVVM target attached to the GPU module");
-  std::string llvmIR, ptx;
   auto start = Clock::now();
-  Clock::time_point optimized;
-  auto onOptimized = [&](llvm::Module &llvmModule) {
-    optimized = Clock::now();
-    llvm::raw_string_ostream os(llvmIR);
-    llvmModule.print(os, nullptr);
-  };
-  auto onISA = [&](StringRef isa) { ptx = isa.str(); };
-  gpu::TargetOptions targetOptions(
-      options.cudaPath, /*librariesToLink=*/{}, /*cmdOptions=*/"",
-      /*elfSection=*/"", gpu::CompilationTarget::Assembly,
-      /*getSymbolTableCallback=*/{}, /*initialLlvmIRCallback=*/{},
-      /*linkedLlvmIRCallback=*/{}, onOptimized, onISA);
-  std::optional<SmallVector<char, 0>> object =
-      target.serializeToObject(gpuModule, targetOptions);
-  if (!object)
-    return gpuModule.emitError("NVPTX code generation failed");
+  FailureOr<NVPTXBackend *> backend =
+      getNVPTXBackend(gpuModule, options.target, options.cudaPath);
+  if (failed(backend))
+    return failure();
+  llvm::TargetMachine &machine = *(*backend)->machine;
+
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(gpuModule, llvmContext, "tilefuse");
+  if (!llvmModule)
+    return gpuModule.emitError("translation to LLVM IR failed");
+  llvmModule->setTargetTriple(machine.getTargetTriple());
+  llvmModule->setDataLayout(machine.createDataLayout());
+
+  bool needsLibdevice = llvm::any_of(llvmModule->functions(), [](auto &f) {
+    return f.isDeclaration() && f.getName().starts_with("__nv_");
+  });
+  if (needsLibdevice) {
+    auto libdevice = llvm::getLazyBitcodeModule(
+        (*backend)->libdevice->getMemBufferRef(), llvmContext);
+    if (!libdevice)
+      return gpuModule.emitError("cannot load libdevice: ")
+             << llvm::toString(libdevice.takeError());
+    (*libdevice)->setTargetTriple(machine.getTargetTriple());
+    (*libdevice)->setDataLayout(machine.createDataLayout());
+    if (llvm::Linker::linkModules(*llvmModule, std::move(*libdevice),
+                                  llvm::Linker::Flags::LinkOnlyNeeded))
+      return gpuModule.emitError("linking libdevice failed");
+    // Only the kernels are entry points: libdevice's functions get inlined
+    // and dropped.
+    for (llvm::Function &function : *llvmModule)
+      if (!function.isDeclaration() &&
+          function.getCallingConv() != llvm::CallingConv::PTX_Kernel)
+        function.setLinkage(llvm::GlobalValue::InternalLinkage);
+  }
+
+  llvm::LoopAnalysisManager loops;
+  llvm::FunctionAnalysisManager functions;
+  llvm::CGSCCAnalysisManager cgscc;
+  llvm::ModuleAnalysisManager modules;
+  llvm::PassBuilder passBuilder(&machine);
+  passBuilder.registerModuleAnalyses(modules);
+  passBuilder.registerCGSCCAnalyses(cgscc);
+  passBuilder.registerFunctionAnalyses(functions);
+  passBuilder.registerLoopAnalyses(loops);
+  passBuilder.crossRegisterProxies(loops, functions, cgscc, modules);
+  passBuilder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3)
+      .run(*llvmModule, modules);
+  auto optimized = Clock::now();
   result.times.push_back(
-      {"llvm-ir", std::chrono::duration<double, std::milli>(optimized - start)
-                      .count()});
+      {"llvm-ir",
+       std::chrono::duration<double, std::milli>(optimized - start).count()});
+  if (stop == Stage::LLVM) {
+    llvm::raw_string_ostream os(result.text);
+    llvmModule->print(os, nullptr);
+    return success();
+  }
+
+  llvm::SmallString<0> ptx;
+  llvm::raw_svector_ostream ptxStream(ptx);
+  llvm::legacy::PassManager codegen;
+  if (machine.addPassesToEmitFile(codegen, ptxStream, nullptr,
+                                  llvm::CodeGenFileType::AssemblyFile))
+    return gpuModule.emitError("the NVPTX backend cannot emit PTX");
+  codegen.run(*llvmModule);
   result.times.push_back({"ptx", millisecondsSince(optimized)});
-  if (ptx.empty())
-    ptx.assign(object->begin(), object->end());
   // Every math function must be resolved (libdevice linked and inlined).
   if (StringRef(ptx).contains(".extern .func"))
-    return gpuModule.emitError("the PTX still calls an external function; "
-                               "is libdevice under ")
-           << options.cudaPath << "/nvvm/libdevice?";
-  result.text = stop == Stage::LLVM ? llvmIR : ptx;
+    return gpuModule.emitError("the PTX still calls an external function");
+  result.text = ptx.str().str();
   return success();
 }
 
@@ -191,12 +278,11 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
     return result;
   }
 
-  std::string toNVVM = llvm::formatv(
-      "convert-scf-to-cf, gpu.module(convert-gpu-to-nvvm{{index-bitwidth=64}, "
-      "reconcile-unrealized-casts, canonicalize, cse), "
-      "nvvm-attach-target{{chip={0} features=+ptx80 O=3}",
-      options.target);
-  if (failed(runPipeline(module, toNVVM, "nvvm", result)))
+  if (failed(runPipeline(module,
+                         "convert-scf-to-cf, gpu.module(convert-gpu-to-nvvm{"
+                         "index-bitwidth=64}, reconcile-unrealized-casts, "
+                         "canonicalize, cse)",
+                         "nvvm", result)))
     return failure();
   if (failed(emitPTX(module, options, stop, result)))
     return failure();
