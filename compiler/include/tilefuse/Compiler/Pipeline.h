@@ -59,6 +59,11 @@ mlir::FailureOr<CompileResult> compile(mlir::ModuleOp module,
                                        const CompileOptions &options,
                                        Stage stop);
 
+/// The canonical fingerprint of the fusions in `module` (hex SHA-256 of
+/// their generic form): SSA names, comments, whitespace and locations do not
+/// change it, any change to an op does. The cache keys on it.
+std::string fingerprint(mlir::ModuleOp module);
+
 /// JIT-compiles a module that compile() lowered for the CPU to `Stage::LLVM`.
 /// Functions are called through ExecutionEngine::invokePacked.
 mlir::FailureOr<std::unique_ptr<mlir::ExecutionEngine>>
