@@ -213,6 +213,61 @@ LogicalResult emitPTX(ModuleOp module, const CompileOptions &options,
   return success();
 }
 
+std::string dtypeName(Type type) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  type.print(os);
+  return text;
+}
+
+PortInfo portInfo(StringRef name, Type type) {
+  auto value = cast<fuse::ValueType>(type);
+  PortInfo port;
+  port.name = name.str();
+  switch (value.getKind()) {
+  case fuse::ValueKind::Full: port.kind = PortInfo::Kind::Full; break;
+  case fuse::ValueKind::Row: port.kind = PortInfo::Kind::Row; break;
+  case fuse::ValueKind::Col: port.kind = PortInfo::Kind::Col; break;
+  case fuse::ValueKind::Scalar: port.kind = PortInfo::Kind::Scalar; break;
+  }
+  port.dtype = dtypeName(value.getElementType());
+  return port;
+}
+
+/// The interfaces of the tiled kernels in `module`.
+LogicalResult collectKernelInfo(ModuleOp module, CompileResult &result) {
+  for (auto kernel : module.getOps<fuse::KernelOp>()) {
+    KernelInfo info;
+    info.name = kernel.getSymName().str();
+    FailureOr<TileConfig> tile = TileConfig::fromKernel(kernel);
+    FailureOr<KernelShape> shape = getKernelShape(kernel);
+    if (failed(tile) || failed(shape))
+      return failure();
+    info.tile = *tile;
+    info.n = shape->n;
+    for (auto [name, type] :
+         llvm::zip(kernel.getInputNames().getAsValueRange<StringAttr>(),
+                   kernel.getInputTypes()))
+      info.inputs.push_back(portInfo(name, type));
+    auto yield = cast<fuse::YieldOp>(kernel.getEntryBlock().getTerminator());
+    for (auto [name, value] :
+         llvm::zip(kernel.getOutputNames().getAsValueRange<StringAttr>(),
+                   yield.getValues())) {
+      PortInfo port = portInfo(name, value.getType());
+      if (port.kind == PortInfo::Kind::Col) {
+        Value accumulator = value;
+        if (auto cast = value.getDefiningOp<fuse::CastOp>())
+          accumulator = cast.getInput();
+        port.accumulatorDtype = dtypeName(
+            cast<fuse::ValueType>(accumulator.getType()).getElementType());
+      }
+      info.outputs.push_back(port);
+    }
+    result.kernels.push_back(std::move(info));
+  }
+  return success();
+}
+
 } // namespace
 
 std::optional<Stage> tilefuse::parseStage(StringRef name) {
@@ -248,7 +303,8 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
     return failure();
   if (stop == Stage::Specialized)
     return finish();
-  if (failed(runPipeline(module, tilePipeline(options), "tile", result)))
+  if (failed(runPipeline(module, tilePipeline(options), "tile", result)) ||
+      failed(collectKernelInfo(module, result)))
     return failure();
   if (stop == Stage::Tiled)
     return finish();

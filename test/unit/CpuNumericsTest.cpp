@@ -1,8 +1,8 @@
 //===- CpuNumericsTest.cpp - reference fusions JIT-compiled for the CPU ----===//
 //
 // Each reference fusion (test/lit/fusions) is compiled for the CPU target,
-// JIT-compiled, run with its rows split across threads as the runtime will
-// (KernelABI.h), and compared with a plain scalar C++ reference computed in
+// JIT-compiled, run through the runtime's CPU executor (rows split across
+// four threads), and compared with a plain scalar C++ reference computed in
 // double from the same (storage-rounded) inputs.
 //
 // Tolerances, on |kernel - reference| <= atol + rtol * |reference|:
@@ -13,10 +13,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Compiler/Pipeline.h"
 #include "tilefuse/Compiler/Registration.h"
-#include "tilefuse/Dialect/Fuse/IR/Fuse.h"
+#include "tilefuse/Runtime/CpuExecutor.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/IR/Diagnostics.h"
@@ -32,12 +31,9 @@
 #include <map>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 using namespace mlir;
-using tilefuse::fuse::ValueKind;
-using tilefuse::fuse::ValueType;
 
 namespace {
 
@@ -311,19 +307,13 @@ const std::map<std::string, Reference> &references() {
 // Running a compiled fusion
 //===----------------------------------------------------------------------===//
 
-struct Port {
-  std::string name;
-  ValueKind kind;
-  Type elementType; // as stored (after specialization)
-};
+using tilefuse::KernelInfo;
+using tilefuse::PortInfo;
+using Kind = PortInfo::Kind;
 
-class CompiledFusion {
-public:
-  std::vector<Port> inputs, outputs;
+struct CompiledFusion {
+  KernelInfo info;
   std::unique_ptr<ExecutionEngine> engine;
-  std::string name;
-  int64_t n = 0;
-  int64_t rowsPerTask = 1;
 };
 
 std::string fusionPath(const std::string &name) {
@@ -338,8 +328,12 @@ protected:
     tilefuse::registerAllPasses();
     context = new MLIRContext(registry);
     context->loadAllAvailableDialects();
+    executor = new tilefuse::CpuExecutor(4);
   }
-  static void TearDownTestSuite() { delete context; }
+  static void TearDownTestSuite() {
+    delete executor;
+    delete context;
+  }
 
   /// Compiles `name` for the CPU; fails the test with the diagnostics.
   std::unique_ptr<CompiledFusion> compile(const std::string &name, Dtype dtype,
@@ -354,38 +348,11 @@ protected:
     EXPECT_TRUE(module) << diagnostics;
     if (!module)
       return nullptr;
-    auto result = std::make_unique<CompiledFusion>();
-    result->name = name;
-    result->n = n;
     tilefuse::CompileOptions options;
     options.dtype = dtypeName(dtype);
     options.n = n;
     options.aligned = aligned;
     options.target = "cpu";
-    // Read the ports from the tiled kernel: its types are the storage types.
-    FailureOr<tilefuse::CompileResult> tiled =
-        tilefuse::compile(*module, options, tilefuse::Stage::Tiled);
-    EXPECT_TRUE(succeeded(tiled)) << diagnostics;
-    if (failed(tiled))
-      return nullptr;
-    auto kernel = *module->getOps<tilefuse::fuse::KernelOp>().begin();
-    for (auto [name, type] : llvm::zip(
-             kernel.getInputNames().getAsValueRange<StringAttr>(),
-             kernel.getInputTypes())) {
-      auto value = cast<ValueType>(type);
-      result->inputs.push_back({name.str(), value.getKind(), value.getElementType()});
-    }
-    for (auto [name, type] : llvm::zip(
-             kernel.getOutputNames().getAsValueRange<StringAttr>(),
-             kernel.getOutputTypes())) {
-      auto value = cast<ValueType>(type);
-      result->outputs.push_back({name.str(), value.getKind(), value.getElementType()});
-    }
-    auto tile = kernel->getAttrOfType<DictionaryAttr>("fuse.tile");
-    result->rowsPerTask = tile.getAs<IntegerAttr>("rows_per_task").getInt();
-
-    // Compile again from the fuse IR to the end.
-    module = parseSourceFile<ModuleOp>(fusionPath(name), context);
     FailureOr<tilefuse::CompileResult> lowered =
         tilefuse::compile(*module, options, tilefuse::Stage::LLVM);
     EXPECT_TRUE(succeeded(lowered)) << diagnostics;
@@ -395,17 +362,21 @@ protected:
     EXPECT_TRUE(succeeded(engine)) << diagnostics;
     if (failed(engine))
       return nullptr;
+    auto result = std::make_unique<CompiledFusion>();
+    result->info = lowered->kernels.front();
     result->engine = std::move(*engine);
     return result;
   }
 
   static MLIRContext *context;
+  static tilefuse::CpuExecutor *executor;
 };
 
 MLIRContext *CpuNumerics::context = nullptr;
+tilefuse::CpuExecutor *CpuNumerics::executor = nullptr;
 
-/// Device-side (here: host) storage of one tensor, `offset` elements past a
-/// 64-byte boundary so that the unaligned class sees unaligned pointers.
+/// Host storage of one tensor, `offset` bytes past a 64-byte boundary so
+/// that the unaligned class sees unaligned pointers.
 struct Buffer {
   std::vector<uint8_t> bytes;
   size_t offset = 0;
@@ -420,25 +391,28 @@ Buffer makeBuffer(size_t bytes, size_t misalignment) {
   return buffer;
 }
 
-size_t elementCount(ValueKind kind, int64_t rows, int64_t n) {
+size_t elementCount(Kind kind, int64_t rows, int64_t n) {
   switch (kind) {
-  case ValueKind::Full: return rows * n;
-  case ValueKind::Row: return rows;
-  case ValueKind::Col: return n;
-  case ValueKind::Scalar: return 1;
+  case Kind::Full: return rows * n;
+  case Kind::Row: return rows;
+  case Kind::Col: return n;
+  case Kind::Scalar: return 1;
   }
   return 0;
 }
 
-Dtype dtypeOf(Type type) {
-  if (type.isBF16())
+bool isFloatDtype(const std::string &dtype) { return dtype[0] == 'f' || dtype == "bf16"; }
+
+Dtype dtypeOf(const std::string &dtype) {
+  if (dtype == "bf16")
     return Dtype::BF16;
-  if (type.isF16())
+  if (dtype == "f16")
     return Dtype::F16;
   return Dtype::F32;
 }
 
-void storeFloats(const std::vector<double> &values, Type type, void *data) {
+void storeFloats(const std::vector<double> &values, const std::string &type,
+                 void *data) {
   Dtype dtype = dtypeOf(type);
   for (size_t i = 0; i < values.size(); ++i) {
     uint32_t bits = toBits(static_cast<float>(values[i]), dtype);
@@ -447,7 +421,8 @@ void storeFloats(const std::vector<double> &values, Type type, void *data) {
   }
 }
 
-std::vector<double> loadFloats(const void *data, Type type, size_t count) {
+std::vector<double> loadFloats(const void *data, const std::string &type,
+                               size_t count) {
   Dtype dtype = dtypeOf(type);
   std::vector<double> values(count);
   for (size_t i = 0; i < count; ++i) {
@@ -459,112 +434,55 @@ std::vector<double> loadFloats(const void *data, Type type, size_t count) {
   return values;
 }
 
-/// Runs `fusion` on `in` over `rows` rows, split into tasks of rows_per_task
-/// rows on up to four threads, then the finalize function. Returns outputs.
-Values run(CompiledFusion &fusion, const Values &in, int64_t rows,
-           bool aligned) {
-  int64_t n = fusion.n;
+/// Runs `fusion` on `in` over `rows` rows through the runtime's CPU
+/// executor (rows split over four threads). Returns the outputs.
+Values run(CompiledFusion &fusion, tilefuse::CpuExecutor &executor,
+           const Values &in, int64_t rows, bool aligned) {
+  const KernelInfo &info = fusion.info;
   size_t misalignment = aligned ? 0 : 2;
-  std::vector<Buffer> inputBuffers, outputBuffers, partialBuffers;
-  std::vector<float> floatScalars(fusion.inputs.size());
-  std::vector<int64_t> intScalars(fusion.inputs.size());
-  std::vector<void *> pointers; // kernel arguments that are pointers
-  int64_t tasks = std::max<int64_t>(1, (rows + fusion.rowsPerTask - 1) /
-                                           fusion.rowsPerTask);
-  // Arguments, in KernelABI order; `slots` holds what the packed call's
-  // void* entries point to.
-  std::vector<void *> slots(fusion.inputs.size() + fusion.outputs.size());
-  inputBuffers.reserve(fusion.inputs.size());
-  for (size_t i = 0; i < fusion.inputs.size(); ++i) {
-    const Port &port = fusion.inputs[i];
-    if (port.kind == ValueKind::Scalar) {
-      if (isa<FloatType>(port.elementType))
+  std::vector<Buffer> buffers;
+  buffers.reserve(info.inputs.size() + info.outputs.size());
+  std::vector<float> floatScalars(info.inputs.size());
+  std::vector<int64_t> intScalars(info.inputs.size());
+  std::vector<void *> arguments;
+  for (size_t i = 0; i < info.inputs.size(); ++i) {
+    const PortInfo &port = info.inputs[i];
+    if (port.kind == Kind::Scalar) {
+      if (isFloatDtype(port.dtype)) {
         floatScalars[i] = static_cast<float>(in.scalars.at(port.name));
-      else
+        arguments.push_back(&floatScalars[i]);
+      } else {
         intScalars[i] = in.intScalars.at(port.name);
+        arguments.push_back(&intScalars[i]);
+      }
       continue;
     }
-    size_t count = elementCount(port.kind, rows, n);
-    size_t bytes = count * port.elementType.getIntOrFloatBitWidth() / 8;
-    inputBuffers.push_back(makeBuffer(bytes, misalignment));
-    Buffer &buffer = inputBuffers.back();
-    if (isa<FloatType>(port.elementType))
-      storeFloats(in.floats.at(port.name), port.elementType, buffer.data());
+    size_t count = elementCount(port.kind, rows, info.n);
+    size_t bytes = isFloatDtype(port.dtype) ? count * dtypeBytes(dtypeOf(port.dtype))
+                                            : count * sizeof(int64_t);
+    buffers.push_back(makeBuffer(bytes, misalignment));
+    if (isFloatDtype(port.dtype))
+      storeFloats(in.floats.at(port.name), port.dtype, buffers.back().data());
     else
-      std::memcpy(buffer.data(), in.ints.at(port.name).data(), bytes);
-    slots[i] = buffer.data();
+      std::memcpy(buffers.back().data(), in.ints.at(port.name).data(), bytes);
+    arguments.push_back(buffers.back().data());
   }
-  outputBuffers.reserve(fusion.outputs.size());
-  partialBuffers.reserve(fusion.outputs.size());
-  std::vector<std::pair<void *, void *>> finalizePairs;
-  for (size_t o = 0; o < fusion.outputs.size(); ++o) {
-    const Port &port = fusion.outputs[o];
-    size_t count = elementCount(port.kind, rows, n);
-    outputBuffers.push_back(makeBuffer(
-        count * port.elementType.getIntOrFloatBitWidth() / 8, misalignment));
-    slots[fusion.inputs.size() + o] = outputBuffers.back().data();
-    if (port.kind == ValueKind::Col) {
-      partialBuffers.push_back(makeBuffer(tasks * n * sizeof(float), 0));
-      slots[fusion.inputs.size() + o] = partialBuffers.back().data();
-      finalizePairs.push_back(
-          {partialBuffers.back().data(), outputBuffers.back().data()});
-    }
+  size_t firstOutput = buffers.size();
+  for (const PortInfo &port : info.outputs) {
+    size_t count = elementCount(port.kind, rows, info.n);
+    buffers.push_back(
+        makeBuffer(count * dtypeBytes(dtypeOf(port.dtype)), misalignment));
+    arguments.push_back(buffers.back().data());
   }
-
-  auto runTasks = [&](int64_t firstTask, int64_t stride) {
-    for (int64_t task = firstTask; task < tasks; task += stride) {
-      int64_t rowsArg = rows, begin = task * fusion.rowsPerTask,
-              end = std::min(rows, begin + fusion.rowsPerTask), group = task;
-      std::vector<void *> args;
-      for (size_t i = 0; i < fusion.inputs.size(); ++i) {
-        const Port &port = fusion.inputs[i];
-        if (port.kind != ValueKind::Scalar)
-          args.push_back(&slots[i]);
-        else if (isa<FloatType>(port.elementType))
-          args.push_back(&floatScalars[i]);
-        else
-          args.push_back(&intScalars[i]);
-      }
-      for (size_t o = 0; o < fusion.outputs.size(); ++o)
-        args.push_back(&slots[fusion.inputs.size() + o]);
-      args.push_back(&rowsArg);
-      args.push_back(&begin);
-      args.push_back(&end);
-      args.push_back(&group);
-      llvm::Error error = fusion.engine->invokePacked(fusion.name, args);
-      EXPECT_FALSE(static_cast<bool>(error)) << llvm::toString(std::move(error));
-    }
-  };
-  std::vector<std::thread> threads;
-  int64_t workers = std::min<int64_t>(4, tasks);
-  for (int64_t t = 0; t < workers; ++t)
-    threads.emplace_back(runTasks, t, workers);
-  for (std::thread &thread : threads)
-    thread.join();
-
-  if (!finalizePairs.empty()) {
-    std::vector<void *> pairs;
-    for (auto &[partials, output] : finalizePairs) {
-      pairs.push_back(partials);
-      pairs.push_back(output);
-    }
-    int64_t rowGroups = tasks, rowsArg = rows;
-    std::vector<void *> args;
-    for (void *&pointer : pairs)
-      args.push_back(&pointer);
-    args.push_back(&rowGroups);
-    args.push_back(&rowsArg);
-    llvm::Error error = fusion.engine->invokePacked(
-        fusion.name + tilefuse::kFinalizeSuffix, args);
-    EXPECT_FALSE(static_cast<bool>(error)) << llvm::toString(std::move(error));
-  }
+  llvm::Error error = executor.run(*fusion.engine, info, arguments, rows);
+  EXPECT_FALSE(static_cast<bool>(error)) << llvm::toString(std::move(error));
 
   Values out;
-  for (size_t o = 0; o < fusion.outputs.size(); ++o) {
-    const Port &port = fusion.outputs[o];
+  for (size_t o = 0; o < info.outputs.size(); ++o) {
+    const PortInfo &port = info.outputs[o];
     out.floats[port.name] =
-        loadFloats(outputBuffers[o].data(), port.elementType,
-                   elementCount(port.kind, rows, n));
+        loadFloats(buffers[firstOutput + o].data(), port.dtype,
+                   elementCount(port.kind, rows, info.n));
   }
   return out;
 }
@@ -577,23 +495,24 @@ Values run(CompiledFusion &fusion, const Values &in, int64_t rows,
 /// that are statistics (rstd, mean, lse) are computed from the data so that
 /// backward passes see consistent values.
 Values makeInputs(const CompiledFusion &fusion, int64_t rows, uint32_t seed) {
+  const KernelInfo &info = fusion.info;
   std::mt19937 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_int_distribution<int64_t> column(0, fusion.n - 1);
+  std::uniform_int_distribution<int64_t> column(0, info.n - 1);
   Values in;
-  int64_t n = fusion.n;
-  for (const Port &port : fusion.inputs) {
-    if (port.kind == ValueKind::Scalar)
+  int64_t n = info.n;
+  for (const PortInfo &port : info.inputs) {
+    if (port.kind == Kind::Scalar)
       continue;
     size_t count = elementCount(port.kind, rows, n);
-    if (port.elementType.isInteger(64)) {
+    if (!isFloatDtype(port.dtype)) {
       auto &target = in.ints[port.name];
       for (size_t i = 0; i < count; ++i)
         target.push_back(i % 5 == 3 ? kIgnoreIndex : column(rng));
       continue;
     }
     auto &values = in.floats[port.name];
-    Dtype dtype = dtypeOf(port.elementType);
+    Dtype dtype = dtypeOf(port.dtype);
     for (size_t i = 0; i < count; ++i) {
       double value = normal(rng);
       if (port.name == "exp_avg_sq" || port.name == "rstd")
@@ -607,7 +526,7 @@ Values makeInputs(const CompiledFusion &fusion, int64_t rows, uint32_t seed) {
                 {"lr", 1e-3},          {"beta1", 0.9},
                 {"beta2", 0.999},      {"weight_decay", 0.01},
                 {"step", 7}};
-  if (fusion.name.rfind("adamw", 0) == 0)
+  if (info.name.rfind("adamw", 0) == 0)
     in.scalars["eps"] = 1e-8;
   in.intScalars = {{"ignore_index", kIgnoreIndex}};
   if (in.floats.count("lse")) {
@@ -646,7 +565,7 @@ struct Tolerance {
   double atol, rtol;
 };
 
-Tolerance toleranceFor(Type storage) {
+Tolerance toleranceFor(const std::string &storage) {
   switch (dtypeOf(storage)) {
   case Dtype::F32: return {1e-5, 1e-5};
   case Dtype::F16: return {2e-3, 2e-3};
@@ -681,9 +600,8 @@ void expectClose(const std::string &what, const std::vector<double> &actual,
 }
 
 /// Column reductions sum `rows` terms: the tolerance grows with sqrt(rows).
-double columnScale(const Port &port, int64_t rows) {
-  return port.kind == ValueKind::Col ? std::sqrt(std::max<int64_t>(rows, 1))
-                                     : 1.0;
+double columnScale(const PortInfo &port, int64_t rows) {
+  return port.kind == Kind::Col ? std::sqrt(std::max<int64_t>(rows, 1)) : 1.0;
 }
 
 struct Case {
@@ -718,14 +636,13 @@ TEST_F(CpuNumericsSweep, ReferenceFusionsMatchScalarReference) {
             Values in = makeInputs(*fusion, rows, /*seed=*/n * 31 + rows);
             Values expected;
             reference(in, rows, n, expected);
-            Values actual = run(*fusion, in, rows, aligned);
-            for (const Port &port : fusion->outputs) {
+            Values actual = run(*fusion, *executor, in, rows, aligned);
+            for (const PortInfo &port : fusion->info.outputs) {
               std::vector<double> want = expected.floats.at(port.name);
               for (double &value : want)
-                value = roundTo(static_cast<float>(value), dtypeOf(port.elementType));
+                value = roundTo(static_cast<float>(value), dtypeOf(port.dtype));
               expectClose(port.name, actual.floats.at(port.name), want,
-                          toleranceFor(port.elementType),
-                          columnScale(port, rows));
+                          toleranceFor(port.dtype), columnScale(port, rows));
             }
             ++checked;
           }
@@ -748,8 +665,8 @@ TEST_F(CpuNumerics, NaNAndInfPropagate) {
     ASSERT_TRUE(fusion);
     Values in = makeInputs(*fusion, rows, /*seed=*/3);
     // A NaN in row 2 and +Inf in row 4 of the first full input.
-    for (const Port &port : fusion->inputs) {
-      if (port.kind != ValueKind::Full || !isa<FloatType>(port.elementType))
+    for (const PortInfo &port : fusion->info.inputs) {
+      if (port.kind != Kind::Full || !isFloatDtype(port.dtype))
         continue;
       in.floats[port.name][2 * n + 5] = NAN;
       in.floats[port.name][4 * n + 9] = INFINITY;
@@ -757,10 +674,10 @@ TEST_F(CpuNumerics, NaNAndInfPropagate) {
     }
     Values expected;
     reference(in, rows, n, expected);
-    Values actual = run(*fusion, in, rows, true);
-    for (const Port &port : fusion->outputs)
+    Values actual = run(*fusion, *executor, in, rows, true);
+    for (const PortInfo &port : fusion->info.outputs)
       expectClose(port.name, actual.floats.at(port.name),
-                  expected.floats.at(port.name), toleranceFor(port.elementType),
+                  expected.floats.at(port.name), toleranceFor(port.dtype),
                   columnScale(port, rows));
   }
 }
@@ -772,7 +689,7 @@ TEST_F(CpuNumerics, ZeroRows) {
       compile("rms_norm_bwd", Dtype::F32, 64, true);
   ASSERT_TRUE(fusion);
   Values in = makeInputs(*fusion, 0, 1);
-  Values actual = run(*fusion, in, 0, true);
+  Values actual = run(*fusion, *executor, in, 0, true);
   EXPECT_TRUE(actual.floats.at("dx").empty());
   for (double value : actual.floats.at("dweight"))
     EXPECT_EQ(value, 0.0);

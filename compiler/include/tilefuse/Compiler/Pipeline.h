@@ -10,11 +10,14 @@
 #ifndef TILEFUSE_COMPILER_PIPELINE_H
 #define TILEFUSE_COMPILER_PIPELINE_H
 
+#include "tilefuse/Compiler/TileConfig.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace mlir {
 class DialectRegistry;
@@ -43,6 +46,31 @@ struct CompileOptions {
   std::string cudaPath = "/usr/local/cuda";
 };
 
+/// What the runtime needs to know about one compiled kernel's interface
+/// (KernelABI.h), without touching MLIR.
+struct PortInfo {
+  enum class Kind { Full, Row, Col, Scalar };
+  std::string name;
+  Kind kind;
+  /// Storage type: f32, f16, bf16, f64, i1, i32 or i64.
+  std::string dtype;
+  /// Column-reduction outputs: the type of their partials (the compute type).
+  std::string accumulatorDtype;
+};
+
+struct KernelInfo {
+  std::string name;
+  std::vector<PortInfo> inputs, outputs;
+  int64_t n = 0;
+  TileConfig tile;
+  bool hasColumnReduction() const {
+    for (const PortInfo &output : outputs)
+      if (output.kind == PortInfo::Kind::Col)
+        return true;
+    return false;
+  }
+};
+
 struct StageTime {
   std::string stage;
   double milliseconds;
@@ -52,6 +80,8 @@ struct CompileResult {
   /// The requested stage: printed MLIR, LLVM IR text or PTX text.
   std::string text;
   std::vector<StageTime> times;
+  /// The kernels' interfaces, from the tiled stage on.
+  std::vector<KernelInfo> kernels;
 };
 
 /// Compiles every fuse.kernel in `module` (which it rewrites) up to `stop`.

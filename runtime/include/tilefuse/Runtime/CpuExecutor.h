@@ -1,0 +1,43 @@
+//===- CpuExecutor.h - run CPU kernels with rows split over threads -*- C++ -*-===//
+//
+// Runs a fusion compiled for the CPU target (KernelABI.h): rows are cut into
+// tasks of `rows_per_task` rows, run on a thread pool, each task
+// accumulating column reductions into its own partials row; then the
+// finalize function combines the partials in task order, so results do not
+// depend on the thread count or on scheduling.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TILEFUSE_RUNTIME_CPUEXECUTOR_H
+#define TILEFUSE_RUNTIME_CPUEXECUTOR_H
+
+#include "tilefuse/Compiler/Pipeline.h"
+
+#include "llvm/Support/Error.h"
+#include "llvm/Support/ThreadPool.h"
+
+namespace mlir {
+class ExecutionEngine;
+} // namespace mlir
+
+namespace tilefuse {
+
+class CpuExecutor {
+public:
+  /// `threads` workers; 0 means one per hardware thread.
+  explicit CpuExecutor(unsigned threads = 0);
+
+  /// Runs `info`'s kernel from `engine` over `rows` rows. `arguments` holds
+  /// one entry per input then per output, in declaration order: the address
+  /// of the tensor's data, or for a scalar input the address of its value
+  /// (float for f32, double for f64, int64_t for i64).
+  llvm::Error run(mlir::ExecutionEngine &engine, const KernelInfo &info,
+                  llvm::ArrayRef<void *> arguments, int64_t rows);
+
+private:
+  llvm::StdThreadPool pool;
+};
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_RUNTIME_CPUEXECUTOR_H
