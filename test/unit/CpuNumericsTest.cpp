@@ -15,6 +15,7 @@
 
 #include "tilefuse/Compiler/Pipeline.h"
 #include "tilefuse/Compiler/Registration.h"
+#include "tilefuse/Kernels/Builtins.h"
 #include "tilefuse/Runtime/CpuExecutor.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
@@ -335,16 +336,37 @@ protected:
     delete context;
   }
 
-  /// Compiles `name` for the CPU; fails the test with the diagnostics.
+  /// Compiles the reference fusion `name` (test/lit/fusions) for the CPU.
   std::unique_ptr<CompiledFusion> compile(const std::string &name, Dtype dtype,
                                           int64_t n, bool aligned) {
+    return compileModule(
+        [&] { return parseSourceFile<ModuleOp>(fusionPath(name), context); },
+        dtype, n, aligned);
+  }
+
+  /// Compiles the built-in fusion `name` (kernels_dsl) for the CPU.
+  std::unique_ptr<CompiledFusion> compileBuiltin(const std::string &name,
+                                                 Dtype dtype, int64_t n,
+                                                 bool aligned) {
+    return compileModule(
+        [&]() -> OwningOpRef<ModuleOp> {
+          auto module = tilefuse::kernels::buildBuiltin(*context, name);
+          return succeeded(module) ? std::move(*module) : nullptr;
+        },
+        dtype, n, aligned);
+  }
+
+  /// Compiles what `load` returns for the CPU; fails the test with the
+  /// diagnostics.
+  std::unique_ptr<CompiledFusion>
+  compileModule(llvm::function_ref<OwningOpRef<ModuleOp>()> load, Dtype dtype,
+                int64_t n, bool aligned) {
     std::string diagnostics;
     ScopedDiagnosticHandler handler(context, [&](Diagnostic &diagnostic) {
       diagnostics += diagnostic.str() + "\n";
       return success();
     });
-    OwningOpRef<ModuleOp> module =
-        parseSourceFile<ModuleOp>(fusionPath(name), context);
+    OwningOpRef<ModuleOp> module = load();
     EXPECT_TRUE(module) << diagnostics;
     if (!module)
       return nullptr;
@@ -652,6 +674,38 @@ TEST_F(CpuNumericsSweep, ReferenceFusionsMatchScalarReference) {
   }
   EXPECT_GT(checked, 0);
   std::printf("checked %d (fusion, dtype, n, rows, alignment) cases\n", checked);
+}
+
+/// The built-ins written in the DSL (kernels_dsl) compute what the
+/// reference fusions do.
+TEST_F(CpuNumerics, BuiltinsMatchScalarReference) {
+  ASSERT_EQ(tilefuse::kernels::builtinNames().size(), references().size());
+  for (llvm::StringRef builtin : tilefuse::kernels::builtinNames()) {
+    std::string name = builtin.str();
+    auto reference = references().find(name);
+    ASSERT_NE(reference, references().end()) << name;
+    for (Dtype dtype : {Dtype::F32, Dtype::BF16}) {
+      for (int64_t n : {3, 1000, 4096}) {
+        std::unique_ptr<CompiledFusion> fusion =
+            compileBuiltin(name, dtype, n, /*aligned=*/true);
+        ASSERT_TRUE(fusion) << name;
+        for (int64_t rows : {1, 7, 256}) {
+          SCOPED_TRACE(caseName({name + " (builtin)", dtype, n, rows, true}));
+          Values in = makeInputs(*fusion, rows, /*seed=*/n + rows);
+          Values expected;
+          reference->second(in, rows, n, expected);
+          Values actual = run(*fusion, *executor, in, rows, true);
+          for (const PortInfo &port : fusion->info.outputs) {
+            std::vector<double> want = expected.floats.at(port.name);
+            for (double &value : want)
+              value = roundTo(static_cast<float>(value), dtypeOf(port.dtype));
+            expectClose(port.name, actual.floats.at(port.name), want,
+                        toleranceFor(port.dtype), columnScale(port, rows));
+          }
+        }
+      }
+    }
+  }
 }
 
 /// NaN and Inf propagate as in PyTorch: a NaN in a row poisons that row's

@@ -1,0 +1,28 @@
+//===- Builtins.h - the built-in fusions, written in the DSL ----*- C++ -*-===//
+//
+// RMSNorm, LayerNorm, SwiGLU and cross-entropy (forward and backward) and
+// the AdamW step, written with the C++ builder (Builder.h) so that LibTorch
+// users get them without Python. Their inputs and outputs are those of the
+// reference fusions in test/lit/fusions, which document the math.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TILEFUSE_KERNELS_BUILTINS_H
+#define TILEFUSE_KERNELS_BUILTINS_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+namespace tilefuse::kernels {
+
+/// The names of the built-in fusions.
+llvm::ArrayRef<llvm::StringRef> builtinNames();
+
+/// Builds the built-in fusion `name`; an unknown name is an error reported
+/// through the context's diagnostics.
+mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
+buildBuiltin(mlir::MLIRContext &context, llvm::StringRef name);
+
+} // namespace tilefuse::kernels
+
+#endif // TILEFUSE_KERNELS_BUILTINS_H
