@@ -19,7 +19,9 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/IR/LegacyPassManager.h"
+#include "llvm/AsmParser/Parser.h"
 #include "llvm/Linker/Linker.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -355,14 +357,17 @@ std::string tilefuse::fingerprint(ModuleOp module) {
                      /*LowerCase=*/true);
 }
 
-FailureOr<std::unique_ptr<ExecutionEngine>>
-tilefuse::jitCompile(ModuleOp module) {
-  static bool initialized = [] {
+static void initializeNativeTarget() {
+  static std::once_flag initialized;
+  std::call_once(initialized, [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
-    return true;
-  }();
-  (void)initialized;
+  });
+}
+
+FailureOr<std::unique_ptr<ExecutionEngine>>
+tilefuse::jitCompile(ModuleOp module) {
+  initializeNativeTarget();
   ExecutionEngineOptions engineOptions;
   engineOptions.transformer = makeOptimizingTransformer(
       /*optLevel=*/3, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
@@ -370,6 +375,33 @@ tilefuse::jitCompile(ModuleOp module) {
   if (!engine) {
     std::string message = llvm::toString(engine.takeError());
     return module.emitError("JIT compilation failed: ") << message;
+  }
+  return std::move(*engine);
+}
+
+FailureOr<std::unique_ptr<ExecutionEngine>>
+tilefuse::jitCompileLLVMIR(ModuleOp anchor, StringRef ir) {
+  initializeNativeTarget();
+  std::string parseError;
+  auto build = [&](Operation *, llvm::LLVMContext &llvmContext)
+      -> std::unique_ptr<llvm::Module> {
+    llvm::SMDiagnostic diagnostic;
+    auto module = llvm::parseAssemblyString(ir, diagnostic, llvmContext);
+    if (!module) {
+      llvm::raw_string_ostream os(parseError);
+      diagnostic.print("tilefuse", os);
+    }
+    return module;
+  };
+  ExecutionEngineOptions engineOptions;
+  engineOptions.llvmModuleBuilder = build;
+  engineOptions.transformer = makeOptimizingTransformer(
+      /*optLevel=*/3, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
+  auto engine = ExecutionEngine::create(anchor, engineOptions);
+  if (!engine) {
+    std::string message = llvm::toString(engine.takeError());
+    return anchor.emitError("JIT compilation failed: ")
+           << (parseError.empty() ? message : parseError);
   }
   return std::move(*engine);
 }

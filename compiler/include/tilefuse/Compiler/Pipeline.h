@@ -99,6 +99,11 @@ std::string fingerprint(mlir::ModuleOp module);
 mlir::FailureOr<std::unique_ptr<mlir::ExecutionEngine>>
 jitCompile(mlir::ModuleOp module);
 
+/// JIT-compiles LLVM IR text that compile() produced for the CPU (as the
+/// disk cache keeps it); `anchor` only carries the context and location.
+mlir::FailureOr<std::unique_ptr<mlir::ExecutionEngine>>
+jitCompileLLVMIR(mlir::ModuleOp anchor, llvm::StringRef ir);
+
 /// The LLVM IR translations compile() and jitCompile() need.
 void registerTranslations(mlir::DialectRegistry &registry);
 

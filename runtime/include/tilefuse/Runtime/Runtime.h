@@ -1,0 +1,76 @@
+//===- Runtime.h - compile on first use, cached, then run -------*- C++ -*-===//
+//
+// The process-wide runtime: one MLIRContext, the kernel cache, the CPU
+// executor. getKernel() turns a fusion and its specialization into a loaded
+// kernel: from memory, else from the disk cache (no recompilation), else by
+// compiling. Nothing that changes per call (rows, scalars, pointers) is part
+// of the key, so new batch sizes and learning rates never recompile.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TILEFUSE_RUNTIME_RUNTIME_H
+#define TILEFUSE_RUNTIME_RUNTIME_H
+
+#include "tilefuse/Compiler/Pipeline.h"
+#include "tilefuse/Runtime/CpuExecutor.h"
+#include "tilefuse/Runtime/KernelCache.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+namespace tilefuse {
+
+/// A kernel ready to run on the CPU.
+class CpuKernel {
+public:
+  CpuKernel(KernelInfo info, std::unique_ptr<mlir::ExecutionEngine> engine);
+  ~CpuKernel();
+  const KernelInfo &info() const { return kernelInfo; }
+  /// Runs over `rows` rows (see CpuExecutor::run for `arguments`).
+  llvm::Error run(CpuExecutor &executor, llvm::ArrayRef<void *> arguments,
+                  int64_t rows) const;
+
+private:
+  KernelInfo kernelInfo;
+  std::unique_ptr<mlir::ExecutionEngine> engine;
+};
+
+/// The on-disk form of a CPU kernel: its interface, then its LLVM IR.
+std::string serializeCpuArtifact(const KernelInfo &info, llvm::StringRef ir);
+llvm::Expected<std::pair<KernelInfo, std::string>>
+deserializeCpuArtifact(llvm::StringRef artifact);
+
+class Runtime {
+public:
+  /// A runtime caching in `cacheDirectory` (std::nullopt: memory only).
+  explicit Runtime(std::optional<std::string> cacheDirectory);
+  ~Runtime();
+
+  /// The process's runtime: $TILEFUSE_CACHE_DIR (or ~/.cache/tilefuse);
+  /// TILEFUSE_ALWAYS_COMPILE=1 bypasses every cache.
+  static Runtime &global();
+
+  mlir::MLIRContext &context() { return mlirContext; }
+  CpuExecutor &executor() { return cpuExecutor; }
+  KernelCache &cache() { return *kernelCache; }
+
+  /// The CPU kernel for the fusion in `module` specialized by `options`
+  /// (options.target must be "cpu"). `module` is not modified.
+  llvm::Expected<std::shared_ptr<const CpuKernel>>
+  getCpuKernel(mlir::ModuleOp module, const CompileOptions &options);
+
+  /// Compilations this runtime ran (not counting cache hits).
+  int64_t compileCount() const { return compiles.load(); }
+
+private:
+  mlir::MLIRContext mlirContext;
+  CpuExecutor cpuExecutor;
+  std::unique_ptr<KernelCache> kernelCache;
+  bool alwaysCompile = false;
+  std::atomic<int64_t> compiles{0};
+  std::mutex loadedMutex;
+  llvm::StringMap<std::shared_ptr<const CpuKernel>> loaded;
+};
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_RUNTIME_RUNTIME_H

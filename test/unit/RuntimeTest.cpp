@@ -1,0 +1,128 @@
+//===- RuntimeTest.cpp - compile on first use, then memory and disk -------===//
+
+#include "tilefuse/Kernels/Builtins.h"
+#include "tilefuse/Runtime/Runtime.h"
+
+#include "llvm/Support/FileSystem.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace tilefuse;
+
+namespace {
+
+class TempDir {
+public:
+  TempDir() {
+    llvm::SmallString<128> path;
+    EXPECT_FALSE(llvm::sys::fs::createUniqueDirectory("tilefuse-runtime", path));
+    dir = std::string(path);
+  }
+  ~TempDir() { llvm::sys::fs::remove_directories(dir); }
+  std::string dir;
+};
+
+CompileOptions cpuOptions(int64_t n) {
+  CompileOptions options;
+  options.target = "cpu";
+  options.dtype = "f32";
+  options.n = n;
+  return options;
+}
+
+/// Runs the rms_norm_fwd built-in on `rows` rows of 1, 2, 3, ... and checks
+/// it against the formula.
+void expectRmsNormWorks(const CpuKernel &kernel, Runtime &runtime, int64_t rows,
+                        float eps) {
+  int64_t n = kernel.info().n;
+  std::vector<float> x(rows * n), weight(n, 2.0f), y(rows * n), rstd(rows);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(i % 7) - 3.0f;
+  std::vector<void *> arguments = {x.data(), weight.data(), &eps, y.data(),
+                                   rstd.data()};
+  ASSERT_FALSE(static_cast<bool>(kernel.run(runtime.executor(), arguments, rows)));
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int64_t c = 0; c < n; ++c)
+      sum += x[r * n + c] * x[r * n + c];
+    double want = 1.0 / std::sqrt(sum / n + eps);
+    EXPECT_NEAR(rstd[r], want, 1e-5 * want) << r;
+    EXPECT_NEAR(y[r * n + 1], x[r * n + 1] * want * 2.0, 1e-5) << r;
+  }
+}
+
+TEST(Runtime, CompilesOnceThenServesFromMemory) {
+  Runtime runtime(std::nullopt);
+  auto module = kernels::buildBuiltin(runtime.context(), "rms_norm_fwd");
+  ASSERT_TRUE(mlir::succeeded(module));
+  auto first = runtime.getCpuKernel(**module, cpuOptions(64));
+  ASSERT_TRUE(static_cast<bool>(first)) << llvm::toString(first.takeError());
+  auto second = runtime.getCpuKernel(**module, cpuOptions(64));
+  ASSERT_TRUE(static_cast<bool>(second));
+  EXPECT_EQ(first->get(), second->get());
+  EXPECT_EQ(runtime.compileCount(), 1);
+  // New row counts and scalars run the same kernel.
+  expectRmsNormWorks(**first, runtime, 3, 1e-5f);
+  expectRmsNormWorks(**first, runtime, 100, 0.5f);
+  EXPECT_EQ(runtime.compileCount(), 1);
+  // Another n is another kernel.
+  ASSERT_TRUE(static_cast<bool>(runtime.getCpuKernel(**module, cpuOptions(128))));
+  EXPECT_EQ(runtime.compileCount(), 2);
+}
+
+TEST(Runtime, FreshRuntimeLoadsFromDiskWithoutCompiling) {
+  TempDir temp;
+  {
+    Runtime runtime(temp.dir);
+    auto module = kernels::buildBuiltin(runtime.context(), "rms_norm_fwd");
+    ASSERT_TRUE(mlir::succeeded(module));
+    ASSERT_TRUE(static_cast<bool>(runtime.getCpuKernel(**module, cpuOptions(64))));
+    EXPECT_EQ(runtime.compileCount(), 1);
+  }
+  Runtime runtime(temp.dir);
+  auto module = kernels::buildBuiltin(runtime.context(), "rms_norm_fwd");
+  ASSERT_TRUE(mlir::succeeded(module));
+  auto kernel = runtime.getCpuKernel(**module, cpuOptions(64));
+  ASSERT_TRUE(static_cast<bool>(kernel)) << llvm::toString(kernel.takeError());
+  EXPECT_EQ(runtime.compileCount(), 0);
+  EXPECT_EQ(runtime.cache().stats().diskHits, 1);
+  expectRmsNormWorks(**kernel, runtime, 5, 1e-6f);
+}
+
+TEST(Runtime, CompileErrorsNameTheProblem) {
+  Runtime runtime(std::nullopt);
+  auto module = kernels::buildBuiltin(runtime.context(), "rms_norm_fwd");
+  ASSERT_TRUE(mlir::succeeded(module));
+  auto kernel = runtime.getCpuKernel(**module, cpuOptions(0));
+  ASSERT_FALSE(static_cast<bool>(kernel));
+  std::string message = llvm::toString(kernel.takeError());
+  EXPECT_NE(message.find("n must be positive, got 0"), std::string::npos) << message;
+}
+
+TEST(Runtime, ArtifactRoundTrips) {
+  KernelInfo info;
+  info.name = "k";
+  info.n = 96;
+  info.tile.rowsPerTask = 12;
+  info.tile.vectorWidth = 8;
+  info.inputs = {{"x", PortInfo::Kind::Full, "bf16", ""},
+                 {"eps", PortInfo::Kind::Scalar, "f32", ""}};
+  info.outputs = {{"dw", PortInfo::Kind::Col, "bf16", "f32"}};
+  auto parsed = deserializeCpuArtifact(serializeCpuArtifact(info, "; IR\n"));
+  ASSERT_TRUE(static_cast<bool>(parsed));
+  EXPECT_EQ(parsed->first.name, "k");
+  EXPECT_EQ(parsed->first.n, 96);
+  EXPECT_EQ(parsed->first.tile.rowsPerTask, 12);
+  ASSERT_EQ(parsed->first.inputs.size(), 2u);
+  EXPECT_EQ(parsed->first.inputs[1].kind, PortInfo::Kind::Scalar);
+  ASSERT_EQ(parsed->first.outputs.size(), 1u);
+  EXPECT_EQ(parsed->first.outputs[0].accumulatorDtype, "f32");
+  EXPECT_EQ(parsed->second, "; IR\n");
+  auto broken = deserializeCpuArtifact("k 96 12\n---\n");
+  EXPECT_FALSE(static_cast<bool>(broken));
+  llvm::consumeError(broken.takeError());
+}
+
+} // namespace
