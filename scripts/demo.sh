@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# The main job, for now: compile every reference fusion to PTX for sm_90 (bf16,
-# n = 4096), show the tile configuration chosen, what ptxas makes of the PTX
-# (registers, spills), and the cold compile time of each stage for PTX and for
-# the CPU JIT. Running fused ops on PyTorch tensors comes with the runtime
-# and Python package (README.md, "Status").
+# The main job: set up and build, then `tilefuse demo` (the built-in fused ops
+# and two DSL fusions compiled on first use and run against PyTorch on the
+# CPU target), then every reference fusion compiled to PTX for sm_90 with
+# what ptxas makes of it and the cold compile time of each stage.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/setup.sh" >/dev/null
@@ -13,7 +12,10 @@ ptxas="${CUDA_PATH:-/usr/local/cuda}/bin/ptxas"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-printf "%-18s %-52s %5s %6s %s\n" fusion "tile (threads/row x rows/block, vector, chunks)" "regs" spills "ptx lines"
+"$root/.venv/bin/tilefuse" demo
+echo
+
+printf "%-18s %-52s %5s %6s %s\n" fusion "PTX for sm_90, bf16, n=4096: tile (threads/row x rows/block)" regs spills "ptx lines"
 for fusion in "$root"/test/lit/fusions/*.mlir; do
   name="$(basename "$fusion" .mlir)"
   tile="$("$bin/tilefuse-compile" "$fusion" --dtype=bf16 --n=4096 --target=sm_90 --emit=tiled |

@@ -35,4 +35,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   "$venv/bin/python" -m pip install -q -r "$root/requirements-dev.txt"
   echo "$wanted" >"$stamp"
 fi
+
+# The tilefuse package itself, editable, built by scikit-build-core into
+# build/ (the same tree scripts/build.sh uses); reinstalled only when its
+# packaging changes: later C++ rebuilds refresh the installed extension.
+package_stamp="$venv/.tilefuse-package.sha256"
+package_wanted="$(cat "$root/pyproject.toml" "$stamp" | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$package_stamp" ] || [ "$(cat "$package_stamp")" != "$package_wanted" ] ||
+   ! "$venv/bin/python" -c 'import tilefuse._C' 2>/dev/null; then
+  echo "setup: building and installing tilefuse (editable) into $venv"
+  (cd "$root" && "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps -e .)
+  echo "$package_wanted" >"$package_stamp"
+fi
 echo "setup: ok"

@@ -10,6 +10,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/TargetParser/Host.h"
 
+#include <chrono>
 #include <cstdlib>
 
 using namespace tilefuse;
@@ -121,13 +122,17 @@ Runtime::Runtime(std::optional<std::string> cacheDirectory)
   mlirContext.loadAllAvailableDialects();
   const char *always = std::getenv("TILEFUSE_ALWAYS_COMPILE");
   alwaysCompile = always && llvm::StringRef(always) == "1";
+  const char *log = std::getenv("TILEFUSE_LOG");
+  logCompiles = log && llvm::StringRef(log).contains("compile");
 }
 
 Runtime::~Runtime() = default;
 
 Runtime &Runtime::global() {
-  static Runtime runtime(KernelCache::defaultDirectory());
-  return runtime;
+  // Never destroyed: objects that outlive static destruction (Python's,
+  // above all) still hold IR in its context.
+  static Runtime *runtime = new Runtime(KernelCache::defaultDirectory());
+  return *runtime;
 }
 
 /// Collects the diagnostics emitted while it lives, to return as an error.
@@ -171,12 +176,22 @@ Runtime::getCpuKernel(mlir::ModuleOp module, const CompileOptions &options) {
 
   auto compileArtifact = [&]() -> llvm::Expected<std::string> {
     DiagnosticCollector diagnostics(mlirContext);
+    auto start = std::chrono::steady_clock::now();
     mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
     mlir::FailureOr<CompileResult> result =
         compile(*copy, options, Stage::LLVM);
     if (mlir::failed(result))
       return diagnostics.error("compilation failed");
     ++compiles;
+    if (logCompiles)
+      llvm::errs() << llvm::formatv(
+          "tilefuse: compiled {0} (dtype={1} n={2} aligned={3} target=cpu) "
+          "key={4} in {5:F1} ms\n",
+          result->kernels.front().name, options.dtype, options.n,
+          options.aligned, digest.substr(0, 16),
+          std::chrono::duration<double, std::milli>(
+              std::chrono::steady_clock::now() - start)
+              .count());
     return serializeCpuArtifact(result->kernels.front(), result->text);
   };
   auto compileUncached = [&]() -> llvm::Expected<KernelCache::Artifact> {

@@ -46,7 +46,8 @@ public:
   ~Runtime();
 
   /// The process's runtime: $TILEFUSE_CACHE_DIR (or ~/.cache/tilefuse);
-  /// TILEFUSE_ALWAYS_COMPILE=1 bypasses every cache.
+  /// TILEFUSE_ALWAYS_COMPILE=1 bypasses every cache; TILEFUSE_LOG=compile
+  /// prints one line per compilation (kernel, key, time) to stderr.
   static Runtime &global();
 
   mlir::MLIRContext &context() { return mlirContext; }
@@ -66,6 +67,7 @@ private:
   CpuExecutor cpuExecutor;
   std::unique_ptr<KernelCache> kernelCache;
   bool alwaysCompile = false;
+  bool logCompiles = false;
   std::atomic<int64_t> compiles{0};
   std::mutex loadedMutex;
   llvm::StringMap<std::shared_ptr<const CpuKernel>> loaded;

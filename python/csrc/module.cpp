@@ -1,0 +1,329 @@
+//===- module.cpp - tilefuse._C: the DSL builder, built-ins, runtime ------===//
+//
+// The Python package talks to the compiler and runtime only through this
+// module. Values cross as plain data (names, dtype strings, data pointers);
+// torch integration lives in Python. Diagnostics and runtime errors become
+// Python exceptions carrying their messages.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tilefuse/Compiler/Builder.h"
+#include "tilefuse/Kernels/Builtins.h"
+#include "tilefuse/Runtime/Runtime.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <stdexcept>
+
+namespace py = pybind11;
+using namespace tilefuse;
+
+namespace {
+
+/// Collects diagnostics emitted while it lives.
+class Diagnostics {
+public:
+  Diagnostics()
+      : handler(&Runtime::global().context(), [this](mlir::Diagnostic &d) {
+          if (!text.empty())
+            text += "\n";
+          text += d.str();
+          return mlir::success();
+        }) {}
+  const std::string &str() const { return text; }
+
+private:
+  std::string text;
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+std::string takeMessage(llvm::Error error) {
+  return llvm::toString(std::move(error));
+}
+
+dsl::Kind parseKind(const std::string &kind) {
+  std::optional<dsl::Kind> parsed = fuse::symbolizeValueKind(kind);
+  if (!parsed)
+    throw py::value_error("unknown kind '" + kind +
+                          "': expected full, row, col or scalar");
+  return *parsed;
+}
+
+dsl::DType parseDType(const std::string &dtype) {
+  std::optional<dsl::DType> parsed =
+      llvm::StringSwitch<std::optional<dsl::DType>>(dtype)
+          .Case("f32", dsl::DType::F32)
+          .Case("f16", dsl::DType::F16)
+          .Case("bf16", dsl::DType::BF16)
+          .Case("f64", dsl::DType::F64)
+          .Case("i1", dsl::DType::I1)
+          .Case("i32", dsl::DType::I32)
+          .Case("i64", dsl::DType::I64)
+          .Default(std::nullopt);
+  if (!parsed)
+    throw py::value_error("unknown dtype '" + dtype +
+                          "': expected f32, f16, bf16, f64, i1, i32 or i64");
+  return *parsed;
+}
+
+std::string typeString(mlir::Type type) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  type.print(os);
+  return text;
+}
+
+/// A fusion the builder finished or a built-in: a module with one kernel.
+class Fusion {
+public:
+  explicit Fusion(mlir::OwningOpRef<mlir::ModuleOp> module)
+      : module(std::move(module)) {}
+
+  std::string ir() {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    module->print(os);
+    return text;
+  }
+  std::string fingerprint() { return tilefuse::fingerprint(*module); }
+
+  /// (name, kind, dtype) of the kernel's inputs or outputs.
+  py::list ports(bool outputs) {
+    auto kernel = *module->getOps<fuse::KernelOp>().begin();
+    py::list list;
+    mlir::ArrayAttr names =
+        outputs ? kernel.getOutputNames() : kernel.getInputNames();
+    llvm::ArrayRef<mlir::Type> types =
+        outputs ? kernel.getOutputTypes() : kernel.getInputTypes();
+    for (auto [name, type] :
+         llvm::zip(names.getAsValueRange<mlir::StringAttr>(), types)) {
+      auto value = llvm::cast<fuse::ValueType>(type);
+      list.append(py::make_tuple(name.str(),
+                                 stringifyValueKind(value.getKind()).str(),
+                                 typeString(value.getElementType())));
+    }
+    return list;
+  }
+
+  std::shared_ptr<CpuKernel> compileCpu(const std::string &dtype, int64_t n,
+                                        bool aligned) {
+    CompileOptions options;
+    options.target = "cpu";
+    options.dtype = dtype;
+    options.n = n;
+    options.aligned = aligned;
+    auto kernel = Runtime::global().getCpuKernel(*module, options);
+    if (!kernel)
+      throw std::runtime_error(takeMessage(kernel.takeError()));
+    // Kernels are immutable; pybind11 holders are not const-qualified.
+    return std::const_pointer_cast<CpuKernel>(*kernel);
+  }
+
+private:
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+};
+
+class Builder;
+
+/// A value being traced.
+struct PyValue {
+  dsl::Value value;
+  std::string kind() const {
+    return stringifyValueKind(value.kind()).str();
+  }
+  std::string dtype() const {
+    return typeString(
+        llvm::cast<fuse::ValueType>(value.get().getType()).getElementType());
+  }
+};
+
+class Builder {
+public:
+  explicit Builder(const std::string &name)
+      : builder(std::make_unique<dsl::FusionBuilder>(
+            Runtime::global().context(), name)) {}
+
+  dsl::FusionBuilder &get() {
+    if (!builder)
+      throw std::runtime_error("this fusion builder has already finished");
+    return *builder;
+  }
+
+  std::unique_ptr<Fusion> finish() {
+    Diagnostics diagnostics;
+    auto module = get().finish();
+    builder.reset();
+    if (mlir::failed(module))
+      throw py::value_error(diagnostics.str());
+    return std::make_unique<Fusion>(std::move(*module));
+  }
+
+private:
+  std::unique_ptr<dsl::FusionBuilder> builder;
+};
+
+py::list portList(const std::vector<PortInfo> &ports) {
+  py::list list;
+  for (const PortInfo &port : ports) {
+    const char *kind = port.kind == PortInfo::Kind::Full  ? "full"
+                       : port.kind == PortInfo::Kind::Row ? "row"
+                       : port.kind == PortInfo::Kind::Col ? "col"
+                                                          : "scalar";
+    list.append(py::make_tuple(port.name, kind, port.dtype));
+  }
+  return list;
+}
+
+/// Runs a CPU kernel: `arguments` holds, per input then output, the data
+/// pointer of a tensor or the value of a scalar.
+void runCpu(const CpuKernel &kernel, const py::list &arguments, int64_t rows) {
+  const KernelInfo &info = kernel.info();
+  size_t expected = info.inputs.size() + info.outputs.size();
+  if (arguments.size() != expected)
+    throw py::value_error(info.name + ": expected " + std::to_string(expected) +
+                          " arguments, got " +
+                          std::to_string(arguments.size()));
+  // Scalars by value, 8 bytes each, typed as the kernel reads them.
+  std::vector<int64_t> scalars(expected);
+  std::vector<void *> pointers(expected);
+  for (size_t i = 0; i < expected; ++i) {
+    const PortInfo &port = i < info.inputs.size()
+                               ? info.inputs[i]
+                               : info.outputs[i - info.inputs.size()];
+    py::handle argument = arguments[i];
+    if (port.kind != PortInfo::Kind::Scalar) {
+      pointers[i] = reinterpret_cast<void *>(argument.cast<uintptr_t>());
+      continue;
+    }
+    void *slot = &scalars[i];
+    if (port.dtype == "f32")
+      *static_cast<float *>(slot) = argument.cast<float>();
+    else if (port.dtype == "f64")
+      *static_cast<double *>(slot) = argument.cast<double>();
+    else if (port.dtype == "i32")
+      *static_cast<int32_t *>(slot) = argument.cast<int32_t>();
+    else if (port.dtype == "i64")
+      *static_cast<int64_t *>(slot) = argument.cast<int64_t>();
+    else
+      throw py::value_error(info.name + ": scalar '" + port.name +
+                            "' has unsupported dtype " + port.dtype);
+    pointers[i] = slot;
+  }
+  llvm::Error error = llvm::Error::success();
+  {
+    py::gil_scoped_release release;
+    error = kernel.run(Runtime::global().executor(), pointers, rows);
+  }
+  if (error)
+    throw std::runtime_error(takeMessage(std::move(error)));
+}
+
+} // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "tilefuse's compiler and runtime";
+
+  py::class_<PyValue>(m, "Value")
+      .def_property_readonly("kind", &PyValue::kind)
+      .def_property_readonly("dtype", &PyValue::dtype);
+
+  py::class_<Fusion>(m, "Fusion")
+      .def_property_readonly("ir", &Fusion::ir)
+      .def_property_readonly("fingerprint", &Fusion::fingerprint)
+      .def_property_readonly("inputs", [](Fusion &f) { return f.ports(false); })
+      .def_property_readonly("outputs", [](Fusion &f) { return f.ports(true); })
+      .def("compile_cpu", &Fusion::compileCpu, py::arg("dtype"), py::arg("n"),
+           py::arg("aligned"));
+
+  py::class_<CpuKernel, std::shared_ptr<CpuKernel>>(m, "CpuKernel")
+      .def_property_readonly("name", [](const CpuKernel &k) { return k.info().name; })
+      .def_property_readonly("n", [](const CpuKernel &k) { return k.info().n; })
+      .def_property_readonly("inputs", [](const CpuKernel &k) { return portList(k.info().inputs); })
+      .def_property_readonly("outputs", [](const CpuKernel &k) { return portList(k.info().outputs); })
+      .def("run", &runCpu, py::arg("arguments"), py::arg("rows"));
+
+  auto wrap = [](dsl::Value value) { return PyValue{value}; };
+  py::class_<Builder>(m, "Builder")
+      .def(py::init<const std::string &>())
+      .def("input", [=](Builder &b, const std::string &name, const std::string &kind,
+                        const std::string &dtype) {
+        return wrap(b.get().input(name, parseKind(kind), parseDType(dtype)));
+      })
+      .def("output", [](Builder &b, const std::string &name, const PyValue &v) {
+        b.get().output(name, v.value);
+      })
+      .def("constant", [=](Builder &b, double value, const std::string &dtype) {
+        return wrap(b.get().constant(value, parseDType(dtype)));
+      })
+      .def("scalar_like", [=](Builder &b, double value, const PyValue &like) {
+        return wrap(b.get().scalar(value, like.value));
+      })
+      .def("row_length", [=](Builder &b) { return wrap(b.get().rowLength()); })
+      .def("iota", [=](Builder &b) { return wrap(b.get().iota()); })
+      .def("reduce", [=](Builder &b, const std::string &kind, const PyValue &v,
+                         bool columns) {
+        std::optional<fuse::ReduceKind> parsed = fuse::symbolizeReduceKind(kind);
+        if (!parsed)
+          throw py::value_error("unknown reduction '" + kind + "'");
+        return wrap(b.get().reduce(*parsed, v.value,
+                                   columns ? dsl::Kind::Col : dsl::Kind::Row));
+      })
+      .def("gather", [=](Builder &b, const PyValue &source, const PyValue &index) {
+        return wrap(b.get().gather(source.value, index.value));
+      })
+      .def("binary", [=](Builder &b, const std::string &op, const PyValue &l,
+                         const PyValue &r) {
+        static const char *const known[] = {"add", "sub", "mul", "div",
+                                            "pow", "maximum", "minimum"};
+        if (!llvm::is_contained(known, op))
+          throw py::value_error("unknown binary op '" + op + "'");
+        return wrap(b.get().binary(op, l.value, r.value));
+      })
+      .def("unary", [=](Builder &b, const std::string &op, const PyValue &x) {
+        static const char *const known[] = {"neg", "abs", "exp", "log", "sqrt",
+                                            "rsqrt", "tanh", "erf", "sigmoid"};
+        if (!llvm::is_contained(known, op))
+          throw py::value_error("unknown unary op '" + op + "'");
+        return wrap(b.get().unary(op, x.value));
+      })
+      .def("compare", [=](Builder &b, const std::string &predicate,
+                          const PyValue &l, const PyValue &r) {
+        std::optional<fuse::CmpPredicate> parsed =
+            fuse::symbolizeCmpPredicate(predicate);
+        if (!parsed)
+          throw py::value_error("unknown comparison '" + predicate + "'");
+        return wrap(b.get().compare(*parsed, l.value, r.value));
+      })
+      .def("where", [=](Builder &b, const PyValue &c, const PyValue &x,
+                        const PyValue &y) {
+        return wrap(b.get().select(c.value, x.value, y.value));
+      })
+      .def("cast", [=](Builder &b, const PyValue &x, const std::string &dtype) {
+        return wrap(b.get().castTo(x.value, b.get().elementType(parseDType(dtype))));
+      })
+      .def("finish", &Builder::finish);
+
+  m.def("builtin", [](const std::string &name) {
+    Diagnostics diagnostics;
+    auto module = kernels::buildBuiltin(Runtime::global().context(), name);
+    if (mlir::failed(module))
+      throw py::value_error(diagnostics.str());
+    return std::make_unique<Fusion>(std::move(*module));
+  });
+  m.def("builtin_names", [] {
+    std::vector<std::string> names;
+    for (llvm::StringRef name : kernels::builtinNames())
+      names.push_back(name.str());
+    return names;
+  });
+  m.def("compile_count", [] { return Runtime::global().compileCount(); });
+  m.def("cache_directory", [] { return Runtime::global().cache().directory(); });
+  m.def("cache_writes_to_disk", [] { return Runtime::global().cache().writesToDisk(); });
+  m.def("compiler_version", [] { return compilerVersion(); });
+}

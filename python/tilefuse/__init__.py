@@ -1,0 +1,52 @@
+"""tilefuse: fused transformer-training ops, JIT-compiled on first use.
+
+    import tilefuse
+    y = tilefuse.functional.rms_norm(x, (x.shape[-1],), weight, eps=1e-6)
+
+    @tilefuse.fusion
+    def softmax(x):                 # x: [..., n]; reductions run over the last dim
+        e = tilefuse.exp(x - tilefuse.max(x))
+        return e / tilefuse.sum(e)
+"""
+
+from . import _C
+from ._dsl import (
+    Fusion,
+    Value,
+    abs,
+    cast,
+    erf,
+    exp,
+    fusion,
+    gather,
+    gelu,
+    iota,
+    log,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    rsqrt,
+    sigmoid,
+    silu,
+    sqrt,
+    sum,
+    tanh,
+    where,
+)
+from . import functional
+
+__version__ = "0.1.0"
+
+
+def compile_count() -> int:
+    """Kernels compiled by this process (cache hits excluded)."""
+    return _C.compile_count()
+
+
+__all__ = [
+    "Fusion", "Value", "abs", "cast", "compile_count", "erf", "exp", "functional",
+    "fusion", "gather", "gelu", "iota", "log", "max", "maximum", "mean", "min",
+    "minimum", "rsqrt", "sigmoid", "silu", "sqrt", "sum", "tanh", "where",
+]

@@ -1,0 +1,96 @@
+"""Running a compiled fusion on torch tensors.
+
+Shared by DSL fusions and the built-ins: classify the arguments, check them,
+compile on first use for (storage dtype, n, alignment class), allocate the
+outputs and run the kernel. Nothing that changes per call (rows, scalars,
+pointers) selects a kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+from . import _C
+
+DTYPE_NAMES = {
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float64: "f64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.bool: "i1",
+}
+TORCH_DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
+FLOAT_STORAGE = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def target_for(device: torch.device, op: str) -> str:
+    """The compile target of `device`; TILEFUSE_TARGET=cpu forces the CPU."""
+    if device.type == "cpu" or os.environ.get("TILEFUSE_TARGET") == "cpu":
+        if device.type != "cpu":
+            raise RuntimeError(
+                f"tilefuse.{op}: TILEFUSE_TARGET=cpu needs CPU tensors, got {device}")
+        return "cpu"
+    if device.type == "cuda":
+        raise RuntimeError(
+            f"tilefuse.{op}: CUDA tensors are not supported yet: the runtime "
+            "has no CUDA launch path in this build (see README, Status); "
+            "pass CPU tensors")
+    raise RuntimeError(f"tilefuse.{op}: unsupported device {device}")
+
+
+class CompiledFusion:
+    """A fusion (C++ `_C.Fusion`) with its kernels, one per specialization.
+    `inputs` and `outputs` are (name, kind, dtype) of the unspecialized
+    kernel."""
+
+    def __init__(self, fusion):
+        self.fusion = fusion
+        self.inputs = fusion.inputs
+        self.outputs = fusion.outputs
+        self._kernels: dict[tuple, object] = {}
+
+    def kernel(self, op: str, storage: str, n: int, aligned: bool):
+        key = (storage, n, aligned)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            try:
+                kernel = self.fusion.compile_cpu(storage, n, aligned)
+            except RuntimeError as error:
+                raise RuntimeError(f"tilefuse.{op}: {error}") from None
+            self._kernels[key] = kernel
+        return kernel
+
+
+def _aligned(tensors: list[torch.Tensor], n: int, storage: torch.dtype) -> bool:
+    vector = 16 // torch.empty((), dtype=storage).element_size()
+    return n % vector == 0 and all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def run(op: str, compiled: CompiledFusion, args: list, *, n: int,
+        lead: tuple[int, ...], storage: torch.dtype, device: torch.device,
+        out: dict[str, torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """Runs `compiled` on `args` (one per input: contiguous tensors on
+    `device`, or Python numbers) and returns the outputs in declaration
+    order. `out` may name outputs to write in place (contiguous, right
+    shape and dtype)."""
+    target_for(device, op)
+    out = out or {}
+    tensors = [a for a in args if isinstance(a, torch.Tensor)] + list(out.values())
+    kernel = compiled.kernel(op, DTYPE_NAMES[storage], n, _aligned(tensors, n, storage))
+    outputs = []
+    for name, kind, dtype in kernel.outputs:
+        given = out.get(name)
+        if given is None:
+            shape = {"full": (*lead, n), "row": tuple(lead), "col": (n,)}[kind]
+            given = torch.empty(shape, dtype=TORCH_DTYPES[dtype], device=device)
+        outputs.append(given)
+    arguments = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
+    arguments += [o.data_ptr() for o in outputs]
+    kernel.run(arguments, math.prod(lead))
+    return outputs

@@ -1,0 +1,27 @@
+"""Every test process caches kernels in its own directory."""
+
+import os
+import tempfile
+
+os.environ.setdefault("TILEFUSE_CACHE_DIR", tempfile.mkdtemp(prefix="tilefuse-pytest-"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+# Per-dtype tolerances (atol, rtol) against PyTorch, as Liger states them.
+TOLERANCES = {
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (2e-2, 2e-2),
+}
+
+
+@pytest.fixture(params=[torch.float32, torch.float16, torch.bfloat16],
+                ids=["f32", "f16", "bf16"])
+def dtype(request):
+    return request.param
+
+
+def assert_close(actual, expected, dtype):
+    atol, rtol = TOLERANCES[dtype]
+    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)

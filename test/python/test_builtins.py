@@ -1,0 +1,86 @@
+"""The built-in fused ops against torch.nn.functional, forward and backward."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilefuse.functional as TF
+from conftest import assert_close
+
+
+def grads(fn, *tensors):
+    leaves = [t.detach().clone().requires_grad_(True) for t in tensors]
+    out = fn(*leaves)
+    out.float().square().sum().backward()
+    return out.detach(), [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("shape", [(4, 64), (2, 3, 100), (1, 4096)], ids=str)
+def test_rms_norm(shape, dtype):
+    x = torch.randn(shape).to(dtype)
+    w = (1 + 0.1 * torch.randn(shape[-1])).to(dtype)
+    out, (dx, dw) = grads(lambda x, w: TF.rms_norm(x, (shape[-1],), w, 1e-6), x, w)
+    ref, (rdx, rdw) = grads(lambda x, w: F.rms_norm(x.float(), (shape[-1],), w.float(), 1e-6).to(dtype), x, w)
+    assert_close(out, ref, dtype)
+    assert_close(dx, rdx, dtype)
+    atol = {torch.float32: 1e-4, torch.float16: 5e-2, torch.bfloat16: 2e-1}[dtype]
+    torch.testing.assert_close(dw.float(), rdw.float(), atol=atol, rtol=atol)
+
+
+@pytest.mark.parametrize("shape", [(4, 64), (2, 3, 100)], ids=str)
+def test_layer_norm(shape, dtype):
+    n = shape[-1]
+    x = torch.randn(shape).to(dtype)
+    w, b = (1 + 0.1 * torch.randn(n)).to(dtype), (0.1 * torch.randn(n)).to(dtype)
+    out, (dx, dw, db) = grads(lambda x, w, b: TF.layer_norm(x, (n,), w, b), x, w, b)
+    ref, (rdx, rdw, rdb) = grads(
+        lambda x, w, b: F.layer_norm(x.float(), (n,), w.float(), b.float()).to(dtype), x, w, b)
+    assert_close(out, ref, dtype)
+    assert_close(dx, rdx, dtype)
+    atol = {torch.float32: 1e-4, torch.float16: 5e-2, torch.bfloat16: 2e-1}[dtype]
+    torch.testing.assert_close(dw.float(), rdw.float(), atol=atol, rtol=atol)
+    torch.testing.assert_close(db.float(), rdb.float(), atol=atol, rtol=atol)
+
+
+@pytest.mark.parametrize("shape", [(4, 64), (3, 7)], ids=str)
+def test_swiglu(shape, dtype):
+    a, b = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
+    out, (da, db) = grads(TF.swiglu, a, b)
+    ref, (rda, rdb) = grads(lambda a, b: (F.silu(a.float()) * b.float()).to(dtype), a, b)
+    assert_close(out, ref, dtype)
+    assert_close(da, rda, dtype)
+    assert_close(db, rdb, dtype)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_cross_entropy(reduction, label_smoothing):
+    logits = torch.randn(8, 37)
+    target = torch.randint(0, 37, (8,))
+    target[3] = -100
+    def fused(logits):
+        return TF.cross_entropy(logits, target, reduction=reduction, label_smoothing=label_smoothing)
+    def reference(logits):
+        return F.cross_entropy(logits, target, reduction=reduction, label_smoothing=label_smoothing)
+    out, (dlogits,) = grads(fused, logits)
+    ref, (rdlogits,) = grads(reference, logits)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dlogits, rdlogits, atol=1e-5, rtol=1e-5)
+
+
+def test_adamw_step_matches_torch_optim():
+    torch.manual_seed(1)
+    param = torch.randn(3, 50)
+    reference = param.clone().requires_grad_(True)
+    optimizer = torch.optim.AdamW([reference], lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+    exp_avg, exp_avg_sq = torch.zeros_like(param), torch.zeros_like(param)
+    for step in range(1, 4):
+        grad = torch.randn(3, 50)
+        reference.grad = grad.clone()
+        optimizer.step()
+        TF.adamw_step_(param, grad, exp_avg, exp_avg_sq, lr=1e-2, beta1=0.9, beta2=0.99,
+                       eps=1e-8, weight_decay=0.1, step=step)
+    torch.testing.assert_close(param, reference.detach(), atol=1e-6, rtol=1e-5)
+    state = optimizer.state[reference]
+    torch.testing.assert_close(exp_avg, state["exp_avg"])
+    torch.testing.assert_close(exp_avg_sq, state["exp_avg_sq"])

@@ -1,0 +1,60 @@
+"""Compile once, serve from memory and disk; torch.compile sees no graph break."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tilefuse
+import tilefuse.functional as TF
+
+
+def test_first_call_compiles_second_does_not():
+    @tilefuse.fusion
+    def double_plus_one(x):
+        return x * 2.0 + 1.0
+
+    x = torch.randn(3, 24)
+    before = tilefuse.compile_count()
+    torch.testing.assert_close(double_plus_one(x), x * 2 + 1)
+    assert tilefuse.compile_count() == before + 1
+    double_plus_one(torch.randn(9, 24))
+    assert tilefuse.compile_count() == before + 1
+
+
+def test_fresh_process_loads_from_disk_without_compiling(tmp_path):
+    script = (
+        "import torch, tilefuse\n"
+        "x = torch.ones(2, 40)\n"
+        "y = tilefuse.functional.rms_norm(x, (40,), None, 1e-6)\n"
+        "assert torch.allclose(y, torch.ones(2, 40), atol=1e-5)\n"
+        "print(tilefuse.compile_count())\n")
+    env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_LOG="compile")
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "1"
+    assert "tilefuse: compiled rms_norm_fwd" in first.stderr
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip() == "0"
+    assert "compiled" not in second.stderr
+    assert any(name.endswith(".tfk") for name in os.listdir(tmp_path))
+
+
+@tilefuse.fusion
+def scale_shift(x, w):
+    return x * w + 1.0
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph_keeps_fused_ops(backend):
+    def model(x, w):
+        h = TF.rms_norm(x, (x.shape[-1],), w, 1e-6)
+        return scale_shift(h, w).sum(-1)
+
+    x, w = torch.randn(4, 32), torch.randn(32)
+    eager = model(x, w)
+    compiled = torch.compile(model, fullgraph=True, backend=backend)
+    torch.testing.assert_close(compiled(x, w), eager)

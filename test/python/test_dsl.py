@@ -1,0 +1,102 @@
+"""DSL fusions against the same math in PyTorch."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilefuse
+from conftest import assert_close
+
+
+@tilefuse.fusion
+def softmax(x):
+    e = tilefuse.exp(x - tilefuse.max(x))
+    return e / tilefuse.sum(e)
+
+
+@tilefuse.fusion
+def geglu(a, b):
+    return tilefuse.gelu(a, approximate="tanh") * b
+
+
+@tilefuse.fusion
+def scaled_column_sum(x, w):
+    # A column reduction: the sum over all rows of each column.
+    return tilefuse.sum(x * w, dim=0)
+
+
+@tilefuse.fusion
+def moments(x, eps):
+    mean = tilefuse.mean(x)
+    var = tilefuse.mean((x - mean) * (x - mean))
+    return {"normalized": (x - mean) * tilefuse.rsqrt(var + eps), "mean": mean, "var": var}
+
+
+@tilefuse.fusion
+def pick(logits, target):
+    # One element per row at a per-row index, and the column index.
+    onehot = tilefuse.cast(tilefuse.iota() == target, torch.float32)
+    return tilefuse.gather(logits, target), tilefuse.sum(onehot * logits)
+
+
+SHAPES = [(5, 7), (1, 33), (0, 16), (2, 3, 17), (64,)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_softmax(shape, dtype):
+    x = torch.randn(shape).to(dtype)
+    assert_close(softmax(x), torch.softmax(x.float(), -1).to(dtype), dtype)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_geglu(shape, dtype):
+    a, b = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
+    expected = (F.gelu(a.float(), approximate="tanh") * b.float()).to(dtype)
+    assert_close(geglu(a, b), expected, dtype)
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (300, 33), (1, 8)], ids=str)
+def test_column_reduction(shape, dtype):
+    x, w = torch.randn(shape).to(dtype), torch.randn(shape[-1]).to(dtype)
+    expected = (x.float() * w.float()).sum(0)
+    atol = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 1e-1}[dtype]
+    torch.testing.assert_close(scaled_column_sum(x, w).float(), expected, atol=atol, rtol=atol)
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (3, 4, 64)], ids=str)
+def test_several_outputs(shape, dtype):
+    x = torch.randn(shape).to(dtype)
+    out = moments(x, 1e-5)
+    xf = x.float()
+    mean, var = xf.mean(-1, keepdim=True), xf.var(-1, unbiased=False, keepdim=True)
+    assert set(out) == {"normalized", "mean", "var"}
+    assert out["mean"].shape == shape[:-1] and out["mean"].dtype == dtype
+    assert_close(out["mean"], mean.squeeze(-1).to(dtype), dtype)
+    assert_close(out["var"], var.squeeze(-1).to(dtype), dtype)
+    assert_close(out["normalized"], ((xf - mean) / torch.sqrt(var + 1e-5)).to(dtype), dtype)
+
+
+def test_gather_and_iota():
+    logits = torch.randn(6, 10)
+    target = torch.tensor([0, 9, 3, 3, 7, 1])
+    picked, summed = pick(logits, target)
+    expected = logits.gather(1, target[:, None]).squeeze(1)
+    torch.testing.assert_close(picked, expected)
+    torch.testing.assert_close(summed, expected)
+
+
+def test_nan_and_inf_propagate_like_torch():
+    x = torch.randn(4, 9)
+    x[1, 3] = float("nan")
+    x[2, 0] = float("inf")
+    torch.testing.assert_close(softmax(x), torch.softmax(x, -1), equal_nan=True)
+
+
+def test_rows_and_scalars_do_not_recompile():
+    before = tilefuse.compile_count()
+    moments(torch.randn(3, 40), 1e-5)
+    after_first = tilefuse.compile_count()
+    moments(torch.randn(11, 40), 0.5)
+    moments(torch.randn(2, 5, 40), 1e-3)
+    assert after_first - before <= 1
+    assert tilefuse.compile_count() == after_first
