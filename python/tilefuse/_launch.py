@@ -68,7 +68,7 @@ class CompiledFusion:
 
 
 def _aligned(tensors: list[torch.Tensor], n: int, storage: torch.dtype) -> bool:
-    vector = 16 // torch.empty((), dtype=storage).element_size()
+    vector = 16 // storage.itemsize
     return n % vector == 0 and all(t.data_ptr() % 16 == 0 for t in tensors)
 
 

@@ -70,11 +70,16 @@ llvm::Error CpuExecutor::run(mlir::ExecutionEngine &engine,
       packed.push_back(value);
     (*kernel)(packed.data());
   };
-  // A task per row range; the calling thread waits for them.
-  llvm::ThreadPoolTaskGroup group(pool);
-  for (int64_t task = 0; task < tasks; ++task)
-    group.async(runTask, task);
-  group.wait();
+  // A task per row range; the calling thread waits for them. One task runs
+  // right here: handing it to a worker costs more than small rows take.
+  if (tasks == 1) {
+    runTask(0);
+  } else {
+    llvm::ThreadPoolTaskGroup group(pool);
+    for (int64_t task = 0; task < tasks; ++task)
+      group.async(runTask, task);
+    group.wait();
+  }
 
   if (!info.hasColumnReduction())
     return llvm::Error::success();
