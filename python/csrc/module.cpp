@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tilefuse/Compiler/Builder.h"
+#include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Kernels/Builtins.h"
 #include "tilefuse/Runtime/Runtime.h"
 
@@ -125,6 +126,19 @@ public:
     return std::const_pointer_cast<CpuKernel>(*kernel);
   }
 
+  std::shared_ptr<GpuKernel> compileGpu(const std::string &dtype, int64_t n,
+                                        bool aligned, const std::string &chip) {
+    CompileOptions options;
+    options.target = chip;
+    options.dtype = dtype;
+    options.n = n;
+    options.aligned = aligned;
+    auto kernel = Runtime::global().getGpuKernel(*module, options);
+    if (!kernel)
+      throw std::runtime_error(takeMessage(kernel.takeError()));
+    return std::const_pointer_cast<GpuKernel>(*kernel);
+  }
+
 private:
   mlir::OwningOpRef<mlir::ModuleOp> module;
 };
@@ -239,7 +253,23 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("inputs", [](Fusion &f) { return f.ports(false); })
       .def_property_readonly("outputs", [](Fusion &f) { return f.ports(true); })
       .def("compile_cpu", &Fusion::compileCpu, py::arg("dtype"), py::arg("n"),
-           py::arg("aligned"));
+           py::arg("aligned"))
+      .def("compile_gpu", &Fusion::compileGpu, py::arg("dtype"), py::arg("n"),
+           py::arg("aligned"), py::arg("chip"));
+
+  py::class_<GpuKernel, std::shared_ptr<GpuKernel>>(m, "GpuKernel")
+      .def_property_readonly("name", [](const GpuKernel &k) { return k.info.name; })
+      .def_property_readonly("n", [](const GpuKernel &k) { return k.info.n; })
+      .def_property_readonly("ptx", [](const GpuKernel &k) { return py::bytes(k.ptx); })
+      .def_property_readonly("inputs", [](const GpuKernel &k) { return portList(k.info.inputs); })
+      .def_property_readonly("outputs", [](const GpuKernel &k) { return portList(k.info.outputs); })
+      .def_property_readonly("threads_per_row", [](const GpuKernel &k) { return k.info.tile.threadsPerRow; })
+      .def_property_readonly("rows_per_block", [](const GpuKernel &k) { return k.info.tile.rowsPerBlock; })
+      .def_property_readonly("blocks_per_sm", [](const GpuKernel &k) { return k.info.tile.blocksPerSM; })
+      .def_property_readonly("finalize_name", [](const GpuKernel &k) {
+        return k.info.name + kFinalizeSuffix;
+      })
+      .def_property_readonly("finalize_threads", [](const GpuKernel &) { return kFinalizeThreads; });
 
   py::class_<CpuKernel, std::shared_ptr<CpuKernel>>(m, "CpuKernel")
       .def_property_readonly("name", [](const CpuKernel &k) { return k.info().name; })

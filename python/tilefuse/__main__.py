@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import ctypes.util
 import os
 import statistics
 import sys
@@ -28,12 +27,16 @@ def info() -> int:
     directory = _cache_dir()
     entries = _cache_entries(directory)
     size = sum(os.path.getsize(e) for e in entries)
-    driver = ctypes.util.find_library("cuda")
+    from . import _cuda
+    try:
+        _cuda.driver()
+        driver = "loaded"
+    except RuntimeError as error:
+        driver = f"not usable: {error}"
     print(f"tilefuse {__version__} ({_C.compiler_version()})")
-    print("targets: cpu (ORC JIT); sm_80, sm_86, sm_89, sm_90 (PTX, tilefuse-compile only: "
-          "no CUDA launch path yet)")
-    print(f"CUDA driver: {'found (' + driver + ')' if driver else 'not found'}; "
-          f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}")
+    print("targets: cpu (ORC JIT); sm_80, sm_86, sm_89, sm_90 (PTX through the CUDA driver)")
+    print(f"CUDA driver: {driver}; torch {torch.__version__}, "
+          f"CUDA available: {torch.cuda.is_available()}")
     print(f"cache: {directory} ({len(entries)} kernels, {size / 1024:.1f} KiB)"
           + ("" if _C.cache_writes_to_disk() else " [read-only: memory only]"))
     return 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _C
+from . import _cuda
 
 DTYPE_NAMES = {
     torch.float32: "f32",
@@ -29,19 +29,27 @@ TORCH_DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 FLOAT_STORAGE = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
+_CHIPS = {(8, 0): "sm_80", (8, 6): "sm_86", (8, 9): "sm_89", (9, 0): "sm_90"}
+
+
 def target_for(device: torch.device, op: str) -> str:
     """The compile target of `device`; TILEFUSE_TARGET=cpu forces the CPU."""
-    if device.type == "cpu" or os.environ.get("TILEFUSE_TARGET") == "cpu":
-        if device.type != "cpu":
-            raise RuntimeError(
-                f"tilefuse.{op}: TILEFUSE_TARGET=cpu needs CPU tensors, got {device}")
+    if device.type == "cpu":
         return "cpu"
-    if device.type == "cuda":
-        raise RuntimeError(
-            f"tilefuse.{op}: CUDA tensors are not supported yet: the runtime "
-            "has no CUDA launch path in this build (see README, Status); "
-            "pass CPU tensors")
-    raise RuntimeError(f"tilefuse.{op}: unsupported device {device}")
+    if device.type != "cuda":
+        raise RuntimeError(f"tilefuse.{op}: unsupported device {device}")
+    if os.environ.get("TILEFUSE_TARGET") == "cpu":
+        raise RuntimeError(f"tilefuse.{op}: TILEFUSE_TARGET=cpu needs CPU tensors, got {device}")
+    try:
+        _cuda.driver()
+    except RuntimeError as error:
+        raise RuntimeError(f"tilefuse.{op}: CUDA tensors need the CUDA driver: {error}") from None
+    capability = torch.cuda.get_device_capability(device)
+    chip = _CHIPS.get(capability) or ("sm_90" if capability[0] == 9 else None)
+    if chip is None:
+        raise RuntimeError(f"tilefuse.{op}: compute capability {capability} is not supported "
+                           "(sm_80, sm_86, sm_89 and sm_90 are)")
+    return chip
 
 
 class CompiledFusion:
@@ -55,12 +63,15 @@ class CompiledFusion:
         self.outputs = fusion.outputs
         self._kernels: dict[tuple, object] = {}
 
-    def kernel(self, op: str, storage: str, n: int, aligned: bool):
-        key = (storage, n, aligned)
+    def kernel(self, op: str, storage: str, n: int, aligned: bool, target: str):
+        key = (storage, n, aligned, target)
         kernel = self._kernels.get(key)
         if kernel is None:
             try:
-                kernel = self.fusion.compile_cpu(storage, n, aligned)
+                if target == "cpu":
+                    kernel = self.fusion.compile_cpu(storage, n, aligned)
+                else:
+                    kernel = self.fusion.compile_gpu(storage, n, aligned, target)
             except RuntimeError as error:
                 raise RuntimeError(f"tilefuse.{op}: {error}") from None
             self._kernels[key] = kernel
@@ -79,10 +90,10 @@ def run(op: str, compiled: CompiledFusion, args: list, *, n: int,
     `device`, or Python numbers) and returns the outputs in declaration
     order. `out` may name outputs to write in place (contiguous, right
     shape and dtype)."""
-    target_for(device, op)
+    target = target_for(device, op)
     out = out or {}
     tensors = [a for a in args if isinstance(a, torch.Tensor)] + list(out.values())
-    kernel = compiled.kernel(op, DTYPE_NAMES[storage], n, _aligned(tensors, n, storage))
+    kernel = compiled.kernel(op, DTYPE_NAMES[storage], n, _aligned(tensors, n, storage), target)
     outputs = []
     for name, kind, dtype in kernel.outputs:
         given = out.get(name)
@@ -91,6 +102,18 @@ def run(op: str, compiled: CompiledFusion, args: list, *, n: int,
             given = torch.empty(shape, dtype=TORCH_DTYPES[dtype], device=device)
         outputs.append(given)
     arguments = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
-    arguments += [o.data_ptr() for o in outputs]
-    kernel.run(arguments, math.prod(lead))
+    rows = math.prod(lead)
+    if target == "cpu":
+        kernel.run(arguments + [o.data_ptr() for o in outputs], rows)
+        return outputs
+    # Column reductions leave f32 partials, one row per row group.
+    row_groups = _cuda.row_blocks(kernel, rows) * kernel.rows_per_block
+    workspaces = {i: torch.empty((max(row_groups, 1), n), dtype=torch.float32, device=device)
+                  for i, (_, kind, _) in enumerate(kernel.outputs) if kind == "col"}
+    try:
+        _cuda.launch(kernel, arguments, [o.data_ptr() for o in outputs], rows,
+                     torch.cuda.current_stream(device).cuda_stream,
+                     {i: w.data_ptr() for i, w in workspaces.items()})
+    except RuntimeError as error:
+        raise RuntimeError(f"tilefuse.{op}: {error}") from None
     return outputs

@@ -28,8 +28,10 @@ llvm::Error CpuKernel::run(CpuExecutor &executor,
 }
 
 //===----------------------------------------------------------------------===//
-// The CPU artifact: "name n rows_per_task vector_width", one line per port
-// ("in|out name kind dtype accumulator"), "---", then the LLVM IR.
+// An artifact: "name n target threads_per_row rows_per_block vector_width
+// chunks row_on_chip blocks_per_sm rows_per_task", one line per port
+// ("in|out name kind dtype accumulator"), "---", then the LLVM IR (CPU) or
+// the PTX (GPU).
 //===----------------------------------------------------------------------===//
 
 static const char *kindName(PortInfo::Kind kind) {
@@ -42,12 +44,15 @@ static const char *kindName(PortInfo::Kind kind) {
   return "?";
 }
 
-std::string tilefuse::serializeCpuArtifact(const KernelInfo &info,
-                                           llvm::StringRef ir) {
+std::string tilefuse::serializeArtifact(const KernelInfo &info,
+                                        llvm::StringRef code) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  os << info.name << " " << info.n << " " << info.tile.rowsPerTask << " "
-     << info.tile.vectorWidth << "\n";
+  const TileConfig &tile = info.tile;
+  os << info.name << " " << info.n << " " << tile.target << " "
+     << tile.threadsPerRow << " " << tile.rowsPerBlock << " "
+     << tile.vectorWidth << " " << tile.chunks << " " << tile.rowOnChip << " "
+     << tile.blocksPerSM << " " << tile.rowsPerTask << "\n";
   auto ports = [&](const char *direction, const std::vector<PortInfo> &list) {
     for (const PortInfo &port : list)
       os << direction << " " << port.name << " " << kindName(port.kind) << " "
@@ -57,12 +62,12 @@ std::string tilefuse::serializeCpuArtifact(const KernelInfo &info,
   };
   ports("in", info.inputs);
   ports("out", info.outputs);
-  os << "---\n" << ir;
+  os << "---\n" << code;
   return text;
 }
 
 llvm::Expected<std::pair<KernelInfo, std::string>>
-tilefuse::deserializeCpuArtifact(llvm::StringRef artifact) {
+tilefuse::deserializeArtifact(llvm::StringRef artifact) {
   auto malformed = [] {
     return llvm::createStringError("malformed CPU kernel artifact");
   };
@@ -72,14 +77,22 @@ tilefuse::deserializeCpuArtifact(llvm::StringRef artifact) {
   llvm::SmallVector<llvm::StringRef> lines;
   artifact.substr(0, separator).split(lines, '\n');
   KernelInfo info;
-  info.tile.target = "cpu";
+  TileConfig &tile = info.tile;
   llvm::SmallVector<llvm::StringRef> fields;
   lines.front().split(fields, ' ');
-  if (fields.size() != 4 || fields[1].getAsInteger(10, info.n) ||
-      fields[2].getAsInteger(10, info.tile.rowsPerTask) ||
-      fields[3].getAsInteger(10, info.tile.vectorWidth))
+  unsigned onChip = 0;
+  if (fields.size() != 10 || fields[1].getAsInteger(10, info.n) ||
+      fields[3].getAsInteger(10, tile.threadsPerRow) ||
+      fields[4].getAsInteger(10, tile.rowsPerBlock) ||
+      fields[5].getAsInteger(10, tile.vectorWidth) ||
+      fields[6].getAsInteger(10, tile.chunks) ||
+      fields[7].getAsInteger(10, onChip) ||
+      fields[8].getAsInteger(10, tile.blocksPerSM) ||
+      fields[9].getAsInteger(10, tile.rowsPerTask))
     return malformed();
   info.name = fields[0].str();
+  tile.target = fields[2].str();
+  tile.rowOnChip = onChip;
   for (llvm::StringRef line : llvm::ArrayRef(lines).drop_front()) {
     fields.clear();
     line.split(fields, ' ');
@@ -151,61 +164,76 @@ struct DiagnosticCollector {
   mlir::ScopedDiagnosticHandler handler;
 };
 
-llvm::Expected<std::shared_ptr<const CpuKernel>>
-Runtime::getCpuKernel(mlir::ModuleOp module, const CompileOptions &options) {
-  if (options.target != "cpu")
-    return llvm::createStringError("getCpuKernel needs target cpu, got " +
-                                   options.target);
+CacheKey Runtime::keyFor(mlir::ModuleOp module, const CompileOptions &options) {
   CacheKey key;
   key.fingerprint = fingerprint(module);
   key.dtype = options.dtype;
   key.n = options.n;
   key.aligned = options.aligned;
-  key.target = "cpu-" + llvm::sys::getHostCPUName().str();
+  key.target = options.target == "cpu"
+                   ? "cpu-" + llvm::sys::getHostCPUName().str()
+                   : options.target;
   key.tileConfig = llvm::formatv("{0} {1} {2} {3}", options.threadsPerRow,
                                  options.rowsPerBlock, options.vectorWidth,
                                  options.rowOnChip)
                        .str();
   key.compilerVersion = compilerVersion();
+  return key;
+}
+
+llvm::Expected<std::pair<KernelInfo, std::string>>
+Runtime::artifactFor(mlir::ModuleOp module, const CompileOptions &options,
+                     const CacheKey &key) {
+  bool gpu = options.target != "cpu";
+  auto compileArtifact = [&]() -> llvm::Expected<std::string> {
+    DiagnosticCollector diagnostics(mlirContext);
+    auto start = std::chrono::steady_clock::now();
+    mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
+    mlir::FailureOr<CompileResult> result =
+        compile(*copy, options, gpu ? Stage::PTX : Stage::LLVM);
+    if (mlir::failed(result))
+      return diagnostics.error("compilation failed");
+    ++compiles;
+    if (logCompiles)
+      llvm::errs() << llvm::formatv(
+          "tilefuse: compiled {0} (dtype={1} n={2} aligned={3} target={4}) "
+          "key={5} in {6:F1} ms\n",
+          result->kernels.front().name, options.dtype, options.n,
+          options.aligned, options.target, key.digest().substr(0, 16),
+          std::chrono::duration<double, std::milli>(
+              std::chrono::steady_clock::now() - start)
+              .count());
+    return serializeArtifact(result->kernels.front(), result->text);
+  };
+  KernelCache::Artifact artifact;
+  if (alwaysCompile) {
+    llvm::Expected<std::string> text = compileArtifact();
+    if (!text)
+      return text.takeError();
+    artifact = std::make_shared<const std::string>(std::move(*text));
+  } else {
+    llvm::Expected<KernelCache::Artifact> cached =
+        kernelCache->getOrCompile(key, compileArtifact);
+    if (!cached)
+      return cached.takeError();
+    artifact = *cached;
+  }
+  return deserializeArtifact(*artifact);
+}
+
+llvm::Expected<std::shared_ptr<const CpuKernel>>
+Runtime::getCpuKernel(mlir::ModuleOp module, const CompileOptions &options) {
+  if (options.target != "cpu")
+    return llvm::createStringError("getCpuKernel needs target cpu, got " +
+                                   options.target);
+  CacheKey key = keyFor(module, options);
   std::string digest = key.digest();
   if (!alwaysCompile) {
     std::lock_guard<std::mutex> lock(loadedMutex);
     if (auto it = loaded.find(digest); it != loaded.end())
       return it->second;
   }
-
-  auto compileArtifact = [&]() -> llvm::Expected<std::string> {
-    DiagnosticCollector diagnostics(mlirContext);
-    auto start = std::chrono::steady_clock::now();
-    mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
-    mlir::FailureOr<CompileResult> result =
-        compile(*copy, options, Stage::LLVM);
-    if (mlir::failed(result))
-      return diagnostics.error("compilation failed");
-    ++compiles;
-    if (logCompiles)
-      llvm::errs() << llvm::formatv(
-          "tilefuse: compiled {0} (dtype={1} n={2} aligned={3} target=cpu) "
-          "key={4} in {5:F1} ms\n",
-          result->kernels.front().name, options.dtype, options.n,
-          options.aligned, digest.substr(0, 16),
-          std::chrono::duration<double, std::milli>(
-              std::chrono::steady_clock::now() - start)
-              .count());
-    return serializeCpuArtifact(result->kernels.front(), result->text);
-  };
-  auto compileUncached = [&]() -> llvm::Expected<KernelCache::Artifact> {
-    llvm::Expected<std::string> text = compileArtifact();
-    if (!text)
-      return text.takeError();
-    return std::make_shared<const std::string>(std::move(*text));
-  };
-  llvm::Expected<KernelCache::Artifact> artifact =
-      alwaysCompile ? compileUncached()
-                    : kernelCache->getOrCompile(key, compileArtifact);
-  if (!artifact)
-    return artifact.takeError();
-  auto parsed = deserializeCpuArtifact(**artifact);
+  auto parsed = artifactFor(module, options, key);
   if (!parsed)
     return parsed.takeError();
   DiagnosticCollector diagnostics(mlirContext);
@@ -218,4 +246,26 @@ Runtime::getCpuKernel(mlir::ModuleOp module, const CompileOptions &options) {
                                                   std::move(*engine));
   std::lock_guard<std::mutex> lock(loadedMutex);
   return loaded.try_emplace(digest, kernel).first->second;
+}
+
+llvm::Expected<std::shared_ptr<const GpuKernel>>
+Runtime::getGpuKernel(mlir::ModuleOp module, const CompileOptions &options) {
+  if (options.target == "cpu" || !isKnownTarget(options.target))
+    return llvm::createStringError("getGpuKernel needs a GPU target (sm_80, "
+                                   "sm_86, sm_89, sm_90), got " +
+                                   options.target);
+  CacheKey key = keyFor(module, options);
+  std::string digest = key.digest();
+  if (!alwaysCompile) {
+    std::lock_guard<std::mutex> lock(loadedMutex);
+    if (auto it = loadedGpu.find(digest); it != loadedGpu.end())
+      return it->second;
+  }
+  auto parsed = artifactFor(module, options, key);
+  if (!parsed)
+    return parsed.takeError();
+  auto kernel = std::make_shared<const GpuKernel>(
+      GpuKernel{std::move(parsed->first), std::move(parsed->second)});
+  std::lock_guard<std::mutex> lock(loadedMutex);
+  return loadedGpu.try_emplace(digest, kernel).first->second;
 }

@@ -51,8 +51,10 @@ def test_non_contiguous_input_is_copied():
                                torch.nn.functional.rms_norm(x, (16,), None, 1e-6))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a usable GPU")
 def test_gpu_tensor_without_driver():
-    with pytest.raises(RuntimeError, match=r"tilefuse.rms_norm: CUDA tensors are not supported yet"):
+    with pytest.raises(RuntimeError, match=r"tilefuse.rms_norm: CUDA tensors need the CUDA driver: "
+                                           r"(the CUDA driver \(libcuda.so.1\) was not found|cuInit failed)"):
         target_for(torch.device("cuda"), "rms_norm")
 
 

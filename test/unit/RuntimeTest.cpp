@@ -105,24 +105,70 @@ TEST(Runtime, ArtifactRoundTrips) {
   KernelInfo info;
   info.name = "k";
   info.n = 96;
+  info.tile.target = "sm_90";
+  info.tile.threadsPerRow = 128;
+  info.tile.rowsPerBlock = 2;
+  info.tile.rowOnChip = true;
+  info.tile.blocksPerSM = 4;
   info.tile.rowsPerTask = 12;
   info.tile.vectorWidth = 8;
   info.inputs = {{"x", PortInfo::Kind::Full, "bf16", ""},
                  {"eps", PortInfo::Kind::Scalar, "f32", ""}};
   info.outputs = {{"dw", PortInfo::Kind::Col, "bf16", "f32"}};
-  auto parsed = deserializeCpuArtifact(serializeCpuArtifact(info, "; IR\n"));
+  auto parsed = deserializeArtifact(serializeArtifact(info, "; IR\n"));
   ASSERT_TRUE(static_cast<bool>(parsed));
   EXPECT_EQ(parsed->first.name, "k");
   EXPECT_EQ(parsed->first.n, 96);
   EXPECT_EQ(parsed->first.tile.rowsPerTask, 12);
+  EXPECT_EQ(parsed->first.tile.target, "sm_90");
+  EXPECT_EQ(parsed->first.tile.threadsPerRow, 128);
+  EXPECT_EQ(parsed->first.tile.rowsPerBlock, 2);
+  EXPECT_TRUE(parsed->first.tile.rowOnChip);
+  EXPECT_EQ(parsed->first.tile.blocksPerSM, 4);
   ASSERT_EQ(parsed->first.inputs.size(), 2u);
   EXPECT_EQ(parsed->first.inputs[1].kind, PortInfo::Kind::Scalar);
   ASSERT_EQ(parsed->first.outputs.size(), 1u);
   EXPECT_EQ(parsed->first.outputs[0].accumulatorDtype, "f32");
   EXPECT_EQ(parsed->second, "; IR\n");
-  auto broken = deserializeCpuArtifact("k 96 12\n---\n");
+  auto broken = deserializeArtifact("k 96 12\n---\n");
   EXPECT_FALSE(static_cast<bool>(broken));
   llvm::consumeError(broken.takeError());
+}
+
+} // namespace
+
+namespace {
+
+TEST(Runtime, GpuKernelsCompileToPtxAndCacheOnDisk) {
+  TempDir temp;
+  CompileOptions options;
+  options.target = "sm_90";
+  options.dtype = "bf16";
+  options.n = 4096;
+  {
+    Runtime runtime(temp.dir);
+    auto module = kernels::buildBuiltin(runtime.context(), "rms_norm_bwd");
+    ASSERT_TRUE(mlir::succeeded(module));
+    auto kernel = runtime.getGpuKernel(**module, options);
+    ASSERT_TRUE(static_cast<bool>(kernel)) << llvm::toString(kernel.takeError());
+    EXPECT_NE((*kernel)->ptx.find(".visible .entry rms_norm_bwd("), std::string::npos);
+    EXPECT_NE((*kernel)->ptx.find(".visible .entry rms_norm_bwd_finalize("), std::string::npos);
+    EXPECT_EQ((*kernel)->info.tile.target, "sm_90");
+    EXPECT_EQ((*kernel)->info.tile.threadsPerRow, 128);
+    EXPECT_EQ((*kernel)->info.tile.blocksPerSM, 4);
+    EXPECT_EQ(runtime.compileCount(), 1);
+  }
+  Runtime runtime(temp.dir);
+  auto module = kernels::buildBuiltin(runtime.context(), "rms_norm_bwd");
+  ASSERT_TRUE(mlir::succeeded(module));
+  auto kernel = runtime.getGpuKernel(**module, options);
+  ASSERT_TRUE(static_cast<bool>(kernel));
+  EXPECT_EQ(runtime.compileCount(), 0);
+  EXPECT_EQ((*kernel)->info.tile.rowsPerBlock, 2);
+  options.target = "sm_75";
+  auto unknown = runtime.getGpuKernel(**module, options);
+  ASSERT_FALSE(static_cast<bool>(unknown));
+  EXPECT_NE(llvm::toString(unknown.takeError()).find("sm_75"), std::string::npos);
 }
 
 } // namespace

@@ -34,10 +34,18 @@ private:
   std::unique_ptr<mlir::ExecutionEngine> engine;
 };
 
-/// The on-disk form of a CPU kernel: its interface, then its LLVM IR.
-std::string serializeCpuArtifact(const KernelInfo &info, llvm::StringRef ir);
+/// A kernel compiled for a GPU: its interface and PTX. The CUDA driver
+/// loads and launches it (python/tilefuse/_cuda.py; KernelABI.h).
+struct GpuKernel {
+  KernelInfo info;
+  std::string ptx;
+};
+
+/// The on-disk form of a compiled kernel: its interface, then its code
+/// (LLVM IR for the CPU, PTX for a GPU).
+std::string serializeArtifact(const KernelInfo &info, llvm::StringRef code);
 llvm::Expected<std::pair<KernelInfo, std::string>>
-deserializeCpuArtifact(llvm::StringRef artifact);
+deserializeArtifact(llvm::StringRef artifact);
 
 class Runtime {
 public:
@@ -59,10 +67,20 @@ public:
   llvm::Expected<std::shared_ptr<const CpuKernel>>
   getCpuKernel(mlir::ModuleOp module, const CompileOptions &options);
 
+  /// The PTX of the fusion in `module` specialized by `options`
+  /// (options.target: sm_80, sm_86, sm_89 or sm_90), from the same caches.
+  llvm::Expected<std::shared_ptr<const GpuKernel>>
+  getGpuKernel(mlir::ModuleOp module, const CompileOptions &options);
+
   /// Compilations this runtime ran (not counting cache hits).
   int64_t compileCount() const { return compiles.load(); }
 
 private:
+  CacheKey keyFor(mlir::ModuleOp module, const CompileOptions &options);
+  llvm::Expected<std::pair<KernelInfo, std::string>>
+  artifactFor(mlir::ModuleOp module, const CompileOptions &options,
+              const CacheKey &key);
+
   mlir::MLIRContext mlirContext;
   CpuExecutor cpuExecutor;
   std::unique_ptr<KernelCache> kernelCache;
@@ -71,6 +89,7 @@ private:
   std::atomic<int64_t> compiles{0};
   std::mutex loadedMutex;
   llvm::StringMap<std::shared_ptr<const CpuKernel>> loaded;
+  llvm::StringMap<std::shared_ptr<const GpuKernel>> loadedGpu;
 };
 
 } // namespace tilefuse
