@@ -40,6 +40,25 @@ bool isChunked(ValueKind kind) {
   return kind == ValueKind::Full || kind == ValueKind::Col;
 }
 
+/// The pass after which each value is available: inputs at level 0, a row
+/// reduction's result one level above its input, anything else at the
+/// highest level of its operands.
+DenseMap<Value, int> rowLevels(KernelOp kernel) {
+  DenseMap<Value, int> levels;
+  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
+    levels[arg] = 0;
+  for (Operation &op : kernel.getEntryBlock().without_terminator()) {
+    int level = 0;
+    for (Value operand : op.getOperands())
+      level = std::max(level, levels.lookup(operand));
+    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
+      ++level;
+    for (Value result : op.getResults())
+      levels[result] = level;
+  }
+  return levels;
+}
+
 /// The column reduction an output stores, looking through the cast to the
 /// storage dtype that specialization adds; null if there is none.
 ReduceOp columnReductionOf(Value output) {
@@ -194,18 +213,9 @@ private:
 };
 
 void RowProgramEmitter::computeLevels() {
-  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
-    levels[arg] = 0;
-  for (Operation &op : kernel.getEntryBlock().without_terminator()) {
-    int level = 0;
-    for (Value operand : op.getOperands())
-      level = std::max(level, levels.lookup(operand));
-    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
-      ++level;
-    for (Value result : op.getResults())
-      levels[result] = level;
+  levels = rowLevels(kernel);
+  for (auto [value, level] : levels)
     maxLevel = std::max(maxLevel, level);
-  }
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
   for (Value value : yield.getValues())
     if (valueType(value).getKind() == ValueKind::Full)
@@ -937,19 +947,12 @@ private:
 
 /// The most row reductions any one pass combines (sizes workgroup memory).
 int64_t maxReductionsPerPass(KernelOp kernel) {
-  DenseMap<Value, int> levels;
+  DenseMap<Value, int> levels = rowLevels(kernel);
   DenseMap<int, int64_t> perLevel;
-  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
-    levels[arg] = 0;
-  for (Operation &op : kernel.getEntryBlock().without_terminator()) {
-    int level = 0;
-    for (Value operand : op.getOperands())
-      level = std::max(level, levels.lookup(operand));
-    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
-      ++perLevel[level++];
-    for (Value result : op.getResults())
-      levels[result] = level;
-  }
+  kernel.walk([&](ReduceOp reduce) {
+    if (reduce.isRowReduction())
+      ++perLevel[levels.lookup(reduce.getInput())];
+  });
   int64_t most = 1;
   for (auto [level, count] : perLevel)
     most = std::max(most, count);

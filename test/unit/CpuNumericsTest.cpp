@@ -640,6 +640,25 @@ std::string caseName(const Case &c) {
          (c.aligned ? "/aligned" : "/unaligned");
 }
 
+/// Runs `fusion` on random inputs and compares every output with
+/// `reference`, rounded to the output's storage type.
+void expectMatchesReference(CompiledFusion &fusion, const Reference &reference,
+                            int64_t rows, bool aligned, uint32_t seed,
+                            tilefuse::CpuExecutor &executor) {
+  int64_t n = fusion.info.n;
+  Values in = makeInputs(fusion, rows, seed);
+  Values expected;
+  reference(in, rows, n, expected);
+  Values actual = run(fusion, executor, in, rows, aligned);
+  for (const PortInfo &port : fusion.info.outputs) {
+    std::vector<double> want = expected.floats.at(port.name);
+    for (double &value : want)
+      value = roundTo(static_cast<float>(value), dtypeOf(port.dtype));
+    expectClose(port.name, actual.floats.at(port.name), want,
+                toleranceFor(port.dtype), columnScale(port, rows));
+  }
+}
+
 class CpuNumericsSweep : public CpuNumerics {};
 
 TEST_F(CpuNumericsSweep, ReferenceFusionsMatchScalarReference) {
@@ -653,19 +672,9 @@ TEST_F(CpuNumericsSweep, ReferenceFusionsMatchScalarReference) {
           std::unique_ptr<CompiledFusion> fusion = compile(name, dtype, n, aligned);
           ASSERT_TRUE(fusion) << name;
           for (int64_t rows : rowCounts) {
-            Case c{name, dtype, n, rows, aligned};
-            SCOPED_TRACE(caseName(c));
-            Values in = makeInputs(*fusion, rows, /*seed=*/n * 31 + rows);
-            Values expected;
-            reference(in, rows, n, expected);
-            Values actual = run(*fusion, *executor, in, rows, aligned);
-            for (const PortInfo &port : fusion->info.outputs) {
-              std::vector<double> want = expected.floats.at(port.name);
-              for (double &value : want)
-                value = roundTo(static_cast<float>(value), dtypeOf(port.dtype));
-              expectClose(port.name, actual.floats.at(port.name), want,
-                          toleranceFor(port.dtype), columnScale(port, rows));
-            }
+            SCOPED_TRACE(caseName({name, dtype, n, rows, aligned}));
+            expectMatchesReference(*fusion, reference, rows, aligned,
+                                   /*seed=*/n * 31 + rows, *executor);
             ++checked;
           }
         }
@@ -691,17 +700,8 @@ TEST_F(CpuNumerics, BuiltinsMatchScalarReference) {
         ASSERT_TRUE(fusion) << name;
         for (int64_t rows : {1, 7, 256}) {
           SCOPED_TRACE(caseName({name + " (builtin)", dtype, n, rows, true}));
-          Values in = makeInputs(*fusion, rows, /*seed=*/n + rows);
-          Values expected;
-          reference->second(in, rows, n, expected);
-          Values actual = run(*fusion, *executor, in, rows, true);
-          for (const PortInfo &port : fusion->info.outputs) {
-            std::vector<double> want = expected.floats.at(port.name);
-            for (double &value : want)
-              value = roundTo(static_cast<float>(value), dtypeOf(port.dtype));
-            expectClose(port.name, actual.floats.at(port.name), want,
-                        toleranceFor(port.dtype), columnScale(port, rows));
-          }
+          expectMatchesReference(*fusion, reference->second, rows,
+                                 /*aligned=*/true, /*seed=*/n + rows, *executor);
         }
       }
     }
