@@ -29,7 +29,6 @@ CASES = [("rms_norm_fwd", [4096, 8192]), ("rms_norm_bwd", [4096, 8192]),
 
 
 def prepare(out: str, chip: str) -> None:
-    import tilefuse  # noqa: F401  (loads _C)
     from tilefuse import _C
 
     os.makedirs(out, exist_ok=True)

@@ -1,16 +1,15 @@
 """Running a compiled fusion on torch tensors.
 
-Shared by DSL fusions and the built-ins: classify the arguments, check them,
-compile on first use for (storage dtype, n, alignment class), allocate the
-outputs and run the kernel. Nothing that changes per call (rows, scalars,
-pointers) selects a kernel.
+Shared by DSL fusions and the built-ins: compile on first use per (storage
+dtype, n, alignment class, target), allocate the outputs, and run the kernel
+on the CPU or launch it on the GPU. Nothing that changes per call (rows,
+scalars, pointers) selects a kernel.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 
 import torch
 
