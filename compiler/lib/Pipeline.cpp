@@ -30,6 +30,7 @@
 #include "llvm/TargetParser/Triple.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
@@ -139,7 +140,8 @@ FailureOr<NVPTXBackend *> getNVPTXBackend(Operation *anchor, StringRef chip,
 /// calls, optimizes it and generates PTX, timing the LLVM IR work and the
 /// NVPTX code generation separately.
 LogicalResult emitPTX(ModuleOp module, const CompileOptions &options,
-                      Stage stop, CompileResult &result) {
+                      Stage stop, CompileResult &result,
+                      std::string *optimizedIR) {
   auto gpuModule = *module.getOps<gpu::GPUModuleOp>().begin();
   auto start = Clock::now();
   FailureOr<NVPTXBackend *> backend =
@@ -194,10 +196,15 @@ LogicalResult emitPTX(ModuleOp module, const CompileOptions &options,
   result.times.push_back(
       {"llvm-ir",
        std::chrono::duration<double, std::milli>(optimized - start).count()});
-  if (stop == Stage::LLVM) {
-    llvm::raw_string_ostream os(result.text);
+  if (stop == Stage::LLVM || optimizedIR) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
     llvmModule->print(os, nullptr);
-    return success();
+    if (stop == Stage::LLVM) {
+      result.text = std::move(text);
+      return success();
+    }
+    *optimizedIR = std::move(text);
   }
 
   llvm::SmallString<0> ptx;
@@ -270,6 +277,38 @@ LogicalResult collectKernelInfo(ModuleOp module, CompileResult &result) {
   return success();
 }
 
+/// Writes each stage of one compilation to options.dumpDirectory, numbered.
+class StageDumper {
+public:
+  StageDumper(ModuleOp module, const CompileOptions &options) {
+    if (options.dumpDirectory.empty())
+      return;
+    std::string name = "fusion";
+    if (auto kernels = module.getOps<fuse::KernelOp>(); !kernels.empty())
+      name = (*kernels.begin()).getSymName().str();
+    prefix = options.dumpDirectory + "/" + name + "-" +
+             fingerprint(module).substr(0, 12) + "." + options.target + "." +
+             options.dtype + "." + std::to_string(options.n);
+    llvm::sys::fs::create_directories(options.dumpDirectory);
+  }
+  bool enabled() const { return !prefix.empty(); }
+  void operator()(StringRef stage, StringRef text, StringRef extension = "mlir") {
+    if (!enabled())
+      return;
+    std::string path =
+        llvm::formatv("{0}.{1:2}-{2}.{3}", prefix, index++, stage, extension)
+            .str();
+    std::error_code error;
+    llvm::raw_fd_ostream os(path, error);
+    if (!error)
+      os << text;
+  }
+
+private:
+  std::string prefix;
+  int index = 0;
+};
+
 } // namespace
 
 std::optional<Stage> tilefuse::parseStage(StringRef name) {
@@ -298,16 +337,20 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
     result.text = printed(module);
     return result;
   };
+  StageDumper dump(module, options);
+  dump("fuse", printed(module));
   if (stop == Stage::Fuse)
     return finish();
   if (failed(runPipeline(module, specializePipeline(options), "specialize",
                          result)))
     return failure();
+  dump("specialized", printed(module));
   if (stop == Stage::Specialized)
     return finish();
   if (failed(runPipeline(module, tilePipeline(options), "tile", result)) ||
       failed(collectKernelInfo(module, result)))
     return failure();
+  dump("tiled", printed(module));
   if (stop == Stage::Tiled)
     return finish();
   std::string lower = isCPU(options)
@@ -315,6 +358,7 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
                           : "fuse-lower-to-gpu, canonicalize, cse";
   if (failed(runPipeline(module, lower, "loops", result)))
     return failure();
+  dump("loops", printed(module));
   if (stop == Stage::Loops)
     return finish();
 
@@ -326,6 +370,7 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
             "reconcile-unrealized-casts, canonicalize, cse",
             "llvm-dialect", result)))
       return failure();
+    dump("llvm-dialect", printed(module));
     auto start = Clock::now();
     llvm::LLVMContext llvmContext;
     std::unique_ptr<llvm::Module> llvmModule =
@@ -335,6 +380,7 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
     result.times.push_back({"llvm-ir", millisecondsSince(start)});
     llvm::raw_string_ostream os(result.text);
     llvmModule->print(os, nullptr);
+    dump("llvm", result.text, "ll");
     return result;
   }
 
@@ -344,8 +390,17 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
                          "canonicalize, cse)",
                          "nvvm", result)))
     return failure();
-  if (failed(emitPTX(module, options, stop, result)))
+  dump("nvvm", printed(module));
+  std::string optimizedIR;
+  if (failed(emitPTX(module, options, stop, result,
+                     dump.enabled() ? &optimizedIR : nullptr)))
     return failure();
+  if (stop == Stage::PTX) {
+    dump("llvm", optimizedIR, "ll");
+    dump("ptx", result.text, "ptx");
+  } else {
+    dump("llvm", result.text, "ll");
+  }
   return result;
 }
 

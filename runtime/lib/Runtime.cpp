@@ -135,6 +135,8 @@ Runtime::Runtime(std::optional<std::string> cacheDirectory)
   mlirContext.loadAllAvailableDialects();
   const char *always = std::getenv("TILEFUSE_ALWAYS_COMPILE");
   alwaysCompile = always && llvm::StringRef(always) == "1";
+  if (const char *dump = std::getenv("TILEFUSE_DUMP"))
+    dumpDirectory = dump;
   const char *log = std::getenv("TILEFUSE_LOG");
   logCompiles = log && llvm::StringRef(log).contains("compile");
 }
@@ -189,8 +191,10 @@ Runtime::artifactFor(mlir::ModuleOp module, const CompileOptions &options,
     DiagnosticCollector diagnostics(mlirContext);
     auto start = std::chrono::steady_clock::now();
     mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
+    CompileOptions dumping = options;
+    dumping.dumpDirectory = dumpDirectory;
     mlir::FailureOr<CompileResult> result =
-        compile(*copy, options, gpu ? Stage::PTX : Stage::LLVM);
+        compile(*copy, dumping, gpu ? Stage::PTX : Stage::LLVM);
     if (mlir::failed(result))
       return diagnostics.error("compilation failed");
     ++compiles;

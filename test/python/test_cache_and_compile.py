@@ -58,3 +58,18 @@ def test_torch_compile_fullgraph_keeps_fused_ops(backend):
     eager = model(x, w)
     compiled = torch.compile(model, fullgraph=True, backend=backend)
     torch.testing.assert_close(compiled(x, w), eager)
+
+
+def test_dump_writes_every_stage(tmp_path):
+    script = ("import torch, tilefuse\n"
+              "tilefuse.functional.rms_norm(torch.randn(2, 24), (24,), None, 1e-6)\n")
+    env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path / "cache"),
+               TILEFUSE_DUMP=str(tmp_path / "dump"))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    files = sorted(os.listdir(tmp_path / "dump"))
+    stages = [name.split(".")[-2].split("-", 1)[1] for name in files]
+    assert stages == ["fuse", "specialized", "tiled", "loops", "llvm-dialect", "llvm"]
+    assert all(name.startswith("rms_norm_fwd-") for name in files)
+    with open(tmp_path / "dump" / files[-1]) as f:
+        assert "define void @rms_norm_fwd(" in f.read()

@@ -44,6 +44,9 @@ struct CompileOptions {
   std::string rowOnChip = "auto";
   /// The CUDA toolkit, for libdevice.
   std::string cudaPath = "/usr/local/cuda";
+  /// When set, every stage is written there as
+  /// <kernel>-<fingerprint>.<NN>-<stage>.{mlir,ll,ptx} (TILEFUSE_DUMP).
+  std::string dumpDirectory;
 };
 
 /// What the runtime needs to know about one compiled kernel's interface

@@ -55,7 +55,8 @@ public:
 
   /// The process's runtime: $TILEFUSE_CACHE_DIR (or ~/.cache/tilefuse);
   /// TILEFUSE_ALWAYS_COMPILE=1 bypasses every cache; TILEFUSE_LOG=compile
-  /// prints one line per compilation (kernel, key, time) to stderr.
+  /// prints one line per compilation (kernel, key, time) to stderr;
+  /// TILEFUSE_DUMP=<dir> writes every stage of every compilation there.
   static Runtime &global();
 
   mlir::MLIRContext &context() { return mlirContext; }
@@ -86,6 +87,7 @@ private:
   std::unique_ptr<KernelCache> kernelCache;
   bool alwaysCompile = false;
   bool logCompiles = false;
+  std::string dumpDirectory;
   std::atomic<int64_t> compiles{0};
   std::mutex loadedMutex;
   llvm::StringMap<std::shared_ptr<const CpuKernel>> loaded;
