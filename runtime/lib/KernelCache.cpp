@@ -1,6 +1,7 @@
 //===- KernelCache.cpp - compiled kernels in memory and on disk -----------===//
 
 #include "tilefuse/Runtime/KernelCache.h"
+#include "tilefuse/Runtime/SourceHash.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Config/llvm-config.h"
@@ -51,7 +52,8 @@ std::string CacheKey::digest() const { return sha256Hex(serialize()); }
 
 std::string tilefuse::compilerVersion() {
   return std::string("tilefuse-") + TILEFUSE_VERSION + "+llvm-" +
-         LLVM_VERSION_STRING;
+         LLVM_VERSION_STRING + "+src-" +
+         llvm::StringRef(TILEFUSE_SOURCE_HASH).take_front(12).str();
 }
 
 std::string KernelCache::defaultDirectory() {
@@ -206,6 +208,15 @@ KernelCache::getOrCompile(const CacheKey &key, const Compile &compile) {
   if (!result.artifact)
     return llvm::createStringError(result.error);
   return result.artifact;
+}
+
+void KernelCache::erase(const CacheKey &key) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    entries.erase(key.digest());
+  }
+  if (dir)
+    llvm::sys::fs::remove(entryPath(key));
 }
 
 CacheStats KernelCache::stats() const {

@@ -209,20 +209,26 @@ Runtime::artifactFor(mlir::ModuleOp module, const CompileOptions &options,
               .count());
     return serializeArtifact(result->kernels.front(), result->text);
   };
-  KernelCache::Artifact artifact;
   if (alwaysCompile) {
     llvm::Expected<std::string> text = compileArtifact();
     if (!text)
       return text.takeError();
-    artifact = std::make_shared<const std::string>(std::move(*text));
-  } else {
-    llvm::Expected<KernelCache::Artifact> cached =
-        kernelCache->getOrCompile(key, compileArtifact);
-    if (!cached)
-      return cached.takeError();
-    artifact = *cached;
+    return deserializeArtifact(*text);
   }
-  return deserializeArtifact(*artifact);
+  llvm::Expected<KernelCache::Artifact> cached =
+      kernelCache->getOrCompile(key, compileArtifact);
+  if (!cached)
+    return cached.takeError();
+  auto parsed = deserializeArtifact(**cached);
+  if (parsed)
+    return parsed;
+  // A whole entry this runtime cannot read: replace it.
+  llvm::consumeError(parsed.takeError());
+  kernelCache->erase(key);
+  cached = kernelCache->getOrCompile(key, compileArtifact);
+  if (!cached)
+    return cached.takeError();
+  return deserializeArtifact(**cached);
 }
 
 llvm::Expected<std::shared_ptr<const CpuKernel>>

@@ -4,6 +4,7 @@
 #include "tilefuse/Runtime/Runtime.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/TargetParser/Host.h"
 
 #include <gtest/gtest.h>
 
@@ -169,6 +170,40 @@ TEST(Runtime, GpuKernelsCompileToPtxAndCacheOnDisk) {
   auto unknown = runtime.getGpuKernel(**module, options);
   ASSERT_FALSE(static_cast<bool>(unknown));
   EXPECT_NE(llvm::toString(unknown.takeError()).find("sm_75"), std::string::npos);
+}
+
+} // namespace
+
+namespace {
+
+TEST(Runtime, UnreadableEntryIsReplaced) {
+  TempDir temp;
+  CompileOptions options = cpuOptions(64);
+  {
+    Runtime runtime(temp.dir);
+    auto module = kernels::buildBuiltin(runtime.context(), "rms_norm_fwd");
+    ASSERT_TRUE(mlir::succeeded(module));
+    // A whole, checksummed entry whose artifact this runtime cannot parse.
+    CacheKey key;
+    key.fingerprint = fingerprint(**module);
+    key.dtype = options.dtype;
+    key.n = options.n;
+    key.aligned = options.aligned;
+    key.target = "cpu-" + llvm::sys::getHostCPUName().str();
+    key.tileConfig = "0 0 0 auto";
+    key.compilerVersion = compilerVersion();
+    ASSERT_TRUE(static_cast<bool>(runtime.cache().getOrCompile(
+        key, []() -> llvm::Expected<std::string> { return std::string("old format"); })));
+  }
+  Runtime runtime(temp.dir);
+  auto module = kernels::buildBuiltin(runtime.context(), "rms_norm_fwd");
+  ASSERT_TRUE(mlir::succeeded(module));
+  auto kernel = runtime.getCpuKernel(**module, options);
+  ASSERT_TRUE(static_cast<bool>(kernel)) << llvm::toString(kernel.takeError());
+  // The unreadable entry was found on disk, then replaced by a compile.
+  EXPECT_EQ(runtime.cache().stats().diskHits, 1);
+  EXPECT_EQ(runtime.compileCount(), 1);
+  expectRmsNormWorks(**kernel, runtime, 2, 1e-5f);
 }
 
 } // namespace

@@ -43,7 +43,9 @@ struct CacheKey {
   std::string digest() const;
 };
 
-/// The version string every key carries: tilefuse's and LLVM's.
+/// The version string every key carries: tilefuse's, LLVM's, and a hash of
+/// the compiler's sources, so that no change to the compiler is ever served
+/// a kernel an older one compiled.
 std::string compilerVersion();
 
 struct CacheStats {
@@ -70,6 +72,10 @@ public:
   /// (called at most once per key at a time, across threads).
   llvm::Expected<Artifact> getOrCompile(const CacheKey &key,
                                         const Compile &compile);
+
+  /// Forgets `key`'s entry, in memory and on disk (an entry that is whole
+  /// but that its reader rejects).
+  void erase(const CacheKey &key);
 
   CacheStats stats() const;
   bool writesToDisk() const { return diskWritable.load(); }
