@@ -63,9 +63,10 @@ class CompiledFusion:
         self._kernels: dict[tuple, object] = {}
 
     def kernel(self, op: str, storage: str, n: int, aligned: bool, target: str):
+        """(kernel, its outputs' (name, kind, dtype)) for a specialization."""
         key = (storage, n, aligned, target)
-        kernel = self._kernels.get(key)
-        if kernel is None:
+        entry = self._kernels.get(key)
+        if entry is None:
             try:
                 if target == "cpu":
                     kernel = self.fusion.compile_cpu(storage, n, aligned)
@@ -73,8 +74,8 @@ class CompiledFusion:
                     kernel = self.fusion.compile_gpu(storage, n, aligned, target)
             except RuntimeError as error:
                 raise RuntimeError(f"tilefuse.{op}: {error}") from None
-            self._kernels[key] = kernel
-        return kernel
+            entry = self._kernels[key] = (kernel, tuple(kernel.outputs))
+        return entry
 
 
 def _aligned(tensors: list[torch.Tensor], n: int, storage: torch.dtype) -> bool:
@@ -92,9 +93,10 @@ def run(op: str, compiled: CompiledFusion, args: list, *, n: int,
     target = target_for(device, op)
     out = out or {}
     tensors = [a for a in args if isinstance(a, torch.Tensor)] + list(out.values())
-    kernel = compiled.kernel(op, DTYPE_NAMES[storage], n, _aligned(tensors, n, storage), target)
+    kernel, kernel_outputs = compiled.kernel(op, DTYPE_NAMES[storage], n,
+                                             _aligned(tensors, n, storage), target)
     outputs = []
-    for name, kind, dtype in kernel.outputs:
+    for name, kind, dtype in kernel_outputs:
         given = out.get(name)
         if given is None:
             shape = {"full": (*lead, n), "row": tuple(lead), "col": (n,)}[kind]
@@ -108,7 +110,7 @@ def run(op: str, compiled: CompiledFusion, args: list, *, n: int,
     # Column reductions leave f32 partials, one row per row group.
     row_groups = _cuda.row_blocks(kernel, rows) * kernel.rows_per_block
     workspaces = {i: torch.empty((max(row_groups, 1), n), dtype=torch.float32, device=device)
-                  for i, (_, kind, _) in enumerate(kernel.outputs) if kind == "col"}
+                  for i, (_, kind, _) in enumerate(kernel_outputs) if kind == "col"}
     try:
         _cuda.launch(kernel, arguments, [o.data_ptr() for o in outputs], rows,
                      torch.cuda.current_stream(device).cuda_stream,

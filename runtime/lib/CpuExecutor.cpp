@@ -3,7 +3,6 @@
 #include "tilefuse/Runtime/CpuExecutor.h"
 #include "tilefuse/Compiler/KernelABI.h"
 
-#include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "llvm/ADT/StringSwitch.h"
 
 using namespace tilefuse;
@@ -20,8 +19,8 @@ static size_t dtypeBytes(llvm::StringRef dtype) {
       .Default(1);
 }
 
-llvm::Error CpuExecutor::run(mlir::ExecutionEngine &engine,
-                             const KernelInfo &info,
+llvm::Error CpuExecutor::run(const KernelInfo &info, PackedFunction kernel,
+                             PackedFunction finalize,
                              llvm::ArrayRef<void *> arguments, int64_t rows) {
   size_t expected = info.inputs.size() + info.outputs.size();
   if (arguments.size() != expected)
@@ -32,10 +31,6 @@ llvm::Error CpuExecutor::run(mlir::ExecutionEngine &engine,
     return llvm::createStringError("%s: rows must be >= 0, got %lld",
                                    info.name.c_str(),
                                    static_cast<long long>(rows));
-  auto kernel = engine.lookupPacked(info.name);
-  if (!kernel)
-    return kernel.takeError();
-
   int64_t rowsPerTask = std::max<int64_t>(1, info.tile.rowsPerTask);
   int64_t tasks = std::max<int64_t>(1, (rows + rowsPerTask - 1) / rowsPerTask);
 
@@ -68,7 +63,7 @@ llvm::Error CpuExecutor::run(mlir::ExecutionEngine &engine,
       packed.push_back(&pointers[info.inputs.size() + o]);
     for (int64_t *value : {&rowsArg, &begin, &end, &group})
       packed.push_back(value);
-    (*kernel)(packed.data());
+    kernel(packed.data());
   };
   // A task per row range; the calling thread waits for them. One task runs
   // right here: handing it to a worker costs more than small rows take.
@@ -83,9 +78,6 @@ llvm::Error CpuExecutor::run(mlir::ExecutionEngine &engine,
 
   if (!info.hasColumnReduction())
     return llvm::Error::success();
-  auto finalize = engine.lookupPacked(info.name + kFinalizeSuffix);
-  if (!finalize)
-    return finalize.takeError();
   std::vector<void *> pairs;
   for (size_t o = 0; o < info.outputs.size(); ++o)
     if (info.outputs[o].kind == PortInfo::Kind::Col) {
@@ -98,6 +90,6 @@ llvm::Error CpuExecutor::run(mlir::ExecutionEngine &engine,
     packed.push_back(&pointer);
   packed.push_back(&rowGroups);
   packed.push_back(&rowsArg);
-  (*finalize)(packed.data());
+  finalize(packed.data());
   return llvm::Error::success();
 }

@@ -1,6 +1,7 @@
 //===- Runtime.cpp - compile on first use, cached, then run ---------------===//
 
 #include "tilefuse/Runtime/Runtime.h"
+#include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Compiler/Registration.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
@@ -21,10 +22,29 @@ CpuKernel::CpuKernel(KernelInfo info,
 
 CpuKernel::~CpuKernel() = default;
 
+llvm::Expected<std::shared_ptr<const CpuKernel>>
+CpuKernel::create(KernelInfo info,
+                  std::unique_ptr<mlir::ExecutionEngine> engine) {
+  std::shared_ptr<CpuKernel> kernel(
+      new CpuKernel(std::move(info), std::move(engine)));
+  auto main = kernel->engine->lookupPacked(kernel->kernelInfo.name);
+  if (!main)
+    return main.takeError();
+  kernel->kernel = *main;
+  if (kernel->kernelInfo.hasColumnReduction()) {
+    auto finalize =
+        kernel->engine->lookupPacked(kernel->kernelInfo.name + kFinalizeSuffix);
+    if (!finalize)
+      return finalize.takeError();
+    kernel->finalize = *finalize;
+  }
+  return kernel;
+}
+
 llvm::Error CpuKernel::run(CpuExecutor &executor,
                            llvm::ArrayRef<void *> arguments,
                            int64_t rows) const {
-  return executor.run(*engine, kernelInfo, arguments, rows);
+  return executor.run(kernelInfo, kernel, finalize, arguments, rows);
 }
 
 //===----------------------------------------------------------------------===//
@@ -252,10 +272,11 @@ Runtime::getCpuKernel(mlir::ModuleOp module, const CompileOptions &options) {
   auto engine = jitCompileLLVMIR(*anchor, parsed->second);
   if (mlir::failed(engine))
     return diagnostics.error("loading the kernel failed");
-  auto kernel = std::make_shared<const CpuKernel>(std::move(parsed->first),
-                                                  std::move(*engine));
+  auto kernel = CpuKernel::create(std::move(parsed->first), std::move(*engine));
+  if (!kernel)
+    return kernel.takeError();
   std::lock_guard<std::mutex> lock(loadedMutex);
-  return loaded.try_emplace(digest, kernel).first->second;
+  return loaded.try_emplace(digest, *kernel).first->second;
 }
 
 llvm::Expected<std::shared_ptr<const GpuKernel>>

@@ -16,7 +16,7 @@
 #include "tilefuse/Compiler/Pipeline.h"
 #include "tilefuse/Compiler/Registration.h"
 #include "tilefuse/Kernels/Builtins.h"
-#include "tilefuse/Runtime/CpuExecutor.h"
+#include "tilefuse/Runtime/Runtime.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/IR/Diagnostics.h"
@@ -314,7 +314,7 @@ using Kind = PortInfo::Kind;
 
 struct CompiledFusion {
   KernelInfo info;
-  std::unique_ptr<ExecutionEngine> engine;
+  std::shared_ptr<const tilefuse::CpuKernel> kernel;
 };
 
 std::string fusionPath(const std::string &name) {
@@ -384,9 +384,16 @@ protected:
     EXPECT_TRUE(succeeded(engine)) << diagnostics;
     if (failed(engine))
       return nullptr;
+    auto kernel = tilefuse::CpuKernel::create(lowered->kernels.front(),
+                                              std::move(*engine));
+    EXPECT_TRUE(static_cast<bool>(kernel));
+    if (!kernel) {
+      llvm::consumeError(kernel.takeError());
+      return nullptr;
+    }
     auto result = std::make_unique<CompiledFusion>();
     result->info = lowered->kernels.front();
-    result->engine = std::move(*engine);
+    result->kernel = std::move(*kernel);
     return result;
   }
 
@@ -496,7 +503,7 @@ Values run(CompiledFusion &fusion, tilefuse::CpuExecutor &executor,
         makeBuffer(count * dtypeBytes(dtypeOf(port.dtype)), misalignment));
     arguments.push_back(buffers.back().data());
   }
-  llvm::Error error = executor.run(*fusion.engine, info, arguments, rows);
+  llvm::Error error = fusion.kernel->run(executor, arguments, rows);
   EXPECT_FALSE(static_cast<bool>(error)) << llvm::toString(std::move(error));
 
   Values out;

@@ -16,10 +16,6 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/ThreadPool.h"
 
-namespace mlir {
-class ExecutionEngine;
-} // namespace mlir
-
 namespace tilefuse {
 
 class CpuExecutor {
@@ -27,12 +23,17 @@ public:
   /// `threads` workers; 0 means one per hardware thread.
   explicit CpuExecutor(unsigned threads = 0);
 
-  /// Runs `info`'s kernel from `engine` over `rows` rows. `arguments` holds
-  /// one entry per input then per output, in declaration order: the address
-  /// of the tensor's data, or for a scalar input the address of its value
-  /// (float for f32, double for f64, int64_t for i64).
-  llvm::Error run(mlir::ExecutionEngine &engine, const KernelInfo &info,
-                  llvm::ArrayRef<void *> arguments, int64_t rows);
+  /// A JIT-compiled function in the ExecutionEngine's packed form.
+  using PackedFunction = void (*)(void **);
+
+  /// Runs `info`'s `kernel` (and `finalize`, for column reductions) over
+  /// `rows` rows. `arguments` holds one entry per input then per output, in
+  /// declaration order: the address of the tensor's data, or for a scalar
+  /// input the address of its value (float for f32, double for f64,
+  /// int64_t for i64).
+  llvm::Error run(const KernelInfo &info, PackedFunction kernel,
+                  PackedFunction finalize, llvm::ArrayRef<void *> arguments,
+                  int64_t rows);
 
 private:
   llvm::StdThreadPool pool;

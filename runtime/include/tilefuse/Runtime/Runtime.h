@@ -19,10 +19,12 @@
 
 namespace tilefuse {
 
-/// A kernel ready to run on the CPU.
+/// A kernel ready to run on the CPU, its entry points resolved once.
 class CpuKernel {
 public:
-  CpuKernel(KernelInfo info, std::unique_ptr<mlir::ExecutionEngine> engine);
+  /// Fails if `engine` lacks the kernel's (or its finalize) function.
+  static llvm::Expected<std::shared_ptr<const CpuKernel>>
+  create(KernelInfo info, std::unique_ptr<mlir::ExecutionEngine> engine);
   ~CpuKernel();
   const KernelInfo &info() const { return kernelInfo; }
   /// Runs over `rows` rows (see CpuExecutor::run for `arguments`).
@@ -30,8 +32,12 @@ public:
                   int64_t rows) const;
 
 private:
+  CpuKernel(KernelInfo info, std::unique_ptr<mlir::ExecutionEngine> engine);
+
   KernelInfo kernelInfo;
   std::unique_ptr<mlir::ExecutionEngine> engine;
+  CpuExecutor::PackedFunction kernel = nullptr;
+  CpuExecutor::PackedFunction finalize = nullptr;
 };
 
 /// A kernel compiled for a GPU: its interface and PTX. The CUDA driver
