@@ -461,10 +461,19 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
         if (elementType == to)
           return input;
         auto toFloat = dyn_cast<FloatType>(to);
-        if (isFloat && toFloat)
-          return toFloat.getWidth() > cast<FloatType>(elementType).getWidth()
-                     ? arith::ExtFOp::create(b, loc, resultType, input).getResult()
-                     : arith::TruncFOp::create(b, loc, resultType, input).getResult();
+        if (isFloat && toFloat) {
+          unsigned from = cast<FloatType>(elementType).getWidth();
+          if (toFloat.getWidth() > from)
+            return arith::ExtFOp::create(b, loc, resultType, input);
+          if (toFloat.getWidth() == from) {
+            // bf16 <-> f16: exactly through f32, then one rounding.
+            Type f32 = b.getF32Type();
+            if (auto vector = dyn_cast<VectorType>(resultType))
+              f32 = vector.clone(f32);
+            input = arith::ExtFOp::create(b, loc, f32, input);
+          }
+          return arith::TruncFOp::create(b, loc, resultType, input);
+        }
         if (isFloat)
           return arith::FPToSIOp::create(b, loc, resultType, input);
         bool fromMask = elementType.isInteger(1);
