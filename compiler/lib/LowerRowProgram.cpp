@@ -931,22 +931,17 @@ public:
   }
 
 private:
-  // Workgroup memory holds f32: checkSupported rejects integer reductions
-  // that would cross warps.
+  // Workgroup memory holds f32; checkSupported rejects integer reductions
+  // that would cross warps, so only float widths change here.
   static Value toF32(OpBuilder &b, Location loc, Value value) {
-    Type type = value.getType();
-    if (type.isF32())
+    if (value.getType().isF32())
       return value;
-    if (isa<FloatType>(type))
-      return arith::ExtFOp::create(b, loc, b.getF32Type(), value);
-    return arith::SIToFPOp::create(b, loc, b.getF32Type(), value);
+    return arith::ExtFOp::create(b, loc, b.getF32Type(), value);
   }
   static Value fromF32(OpBuilder &b, Location loc, Value value, Type type) {
     if (type.isF32())
       return value;
-    if (isa<FloatType>(type))
-      return arith::TruncFOp::create(b, loc, type, value);
-    return arith::FPToSIOp::create(b, loc, type, value);
+    return arith::TruncFOp::create(b, loc, type, value);
   }
 
   const TileConfig &config;

@@ -311,6 +311,16 @@ private:
 
 } // namespace
 
+StringRef PortInfo::kindName(Kind kind) {
+  switch (kind) {
+  case Kind::Full: return "full";
+  case Kind::Row: return "row";
+  case Kind::Col: return "col";
+  case Kind::Scalar: return "scalar";
+  }
+  llvm_unreachable("unknown port kind");
+}
+
 std::optional<Stage> tilefuse::parseStage(StringRef name) {
   return llvm::StringSwitch<std::optional<Stage>>(name)
       .Case("fuse", Stage::Fuse)

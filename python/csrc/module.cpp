@@ -114,12 +114,8 @@ public:
 
   std::shared_ptr<CpuKernel> compileCpu(const std::string &dtype, int64_t n,
                                         bool aligned) {
-    CompileOptions options;
-    options.target = "cpu";
-    options.dtype = dtype;
-    options.n = n;
-    options.aligned = aligned;
-    auto kernel = Runtime::global().getCpuKernel(*module, options);
+    auto kernel = Runtime::global().getCpuKernel(
+        *module, specialization("cpu", dtype, n, aligned));
     if (!kernel)
       throw std::runtime_error(takeMessage(kernel.takeError()));
     // Kernels are immutable; pybind11 holders are not const-qualified.
@@ -128,18 +124,25 @@ public:
 
   std::shared_ptr<GpuKernel> compileGpu(const std::string &dtype, int64_t n,
                                         bool aligned, const std::string &chip) {
-    CompileOptions options;
-    options.target = chip;
-    options.dtype = dtype;
-    options.n = n;
-    options.aligned = aligned;
-    auto kernel = Runtime::global().getGpuKernel(*module, options);
+    auto kernel = Runtime::global().getGpuKernel(
+        *module, specialization(chip, dtype, n, aligned));
     if (!kernel)
       throw std::runtime_error(takeMessage(kernel.takeError()));
     return std::const_pointer_cast<GpuKernel>(*kernel);
   }
 
 private:
+  static CompileOptions specialization(const std::string &target,
+                                       const std::string &dtype, int64_t n,
+                                       bool aligned) {
+    CompileOptions options;
+    options.target = target;
+    options.dtype = dtype;
+    options.n = n;
+    options.aligned = aligned;
+    return options;
+  }
+
   mlir::OwningOpRef<mlir::ModuleOp> module;
 };
 
@@ -185,11 +188,8 @@ private:
 py::list portList(const std::vector<PortInfo> &ports) {
   py::list list;
   for (const PortInfo &port : ports) {
-    const char *kind = port.kind == PortInfo::Kind::Full  ? "full"
-                       : port.kind == PortInfo::Kind::Row ? "row"
-                       : port.kind == PortInfo::Kind::Col ? "col"
-                                                          : "scalar";
-    list.append(py::make_tuple(port.name, kind, port.dtype));
+    list.append(py::make_tuple(port.name, PortInfo::kindName(port.kind).str(),
+                               port.dtype));
   }
   return list;
 }

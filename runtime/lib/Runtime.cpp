@@ -54,16 +54,6 @@ llvm::Error CpuKernel::run(CpuExecutor &executor,
 // the PTX (GPU).
 //===----------------------------------------------------------------------===//
 
-static const char *kindName(PortInfo::Kind kind) {
-  switch (kind) {
-  case PortInfo::Kind::Full: return "full";
-  case PortInfo::Kind::Row: return "row";
-  case PortInfo::Kind::Col: return "col";
-  case PortInfo::Kind::Scalar: return "scalar";
-  }
-  return "?";
-}
-
 std::string tilefuse::serializeArtifact(const KernelInfo &info,
                                         llvm::StringRef code) {
   std::string text;
@@ -75,7 +65,7 @@ std::string tilefuse::serializeArtifact(const KernelInfo &info,
      << tile.blocksPerSM << " " << tile.rowsPerTask << "\n";
   auto ports = [&](const char *direction, const std::vector<PortInfo> &list) {
     for (const PortInfo &port : list)
-      os << direction << " " << port.name << " " << kindName(port.kind) << " "
+      os << direction << " " << port.name << " " << PortInfo::kindName(port.kind) << " "
          << port.dtype << " "
          << (port.accumulatorDtype.empty() ? "-" : port.accumulatorDtype)
          << "\n";

@@ -53,6 +53,8 @@ struct CompileOptions {
 /// (KernelABI.h), without touching MLIR.
 struct PortInfo {
   enum class Kind { Full, Row, Col, Scalar };
+  /// "full", "row", "col" or "scalar", as the fuse types spell them.
+  static llvm::StringRef kindName(Kind kind);
   std::string name;
   Kind kind;
   /// Storage type: f32, f16, bf16, f64, i1, i32 or i64.
