@@ -229,20 +229,6 @@ std::string dtypeName(Type type) {
   return text;
 }
 
-PortInfo portInfo(StringRef name, Type type) {
-  auto value = cast<fuse::ValueType>(type);
-  PortInfo port;
-  port.name = name.str();
-  switch (value.getKind()) {
-  case fuse::ValueKind::Full: port.kind = PortInfo::Kind::Full; break;
-  case fuse::ValueKind::Row: port.kind = PortInfo::Kind::Row; break;
-  case fuse::ValueKind::Col: port.kind = PortInfo::Kind::Col; break;
-  case fuse::ValueKind::Scalar: port.kind = PortInfo::Kind::Scalar; break;
-  }
-  port.dtype = dtypeName(value.getElementType());
-  return port;
-}
-
 /// The interfaces of the tiled kernels in `module`.
 LogicalResult collectKernelInfo(ModuleOp module, CompileResult &result) {
   for (auto kernel : module.getOps<fuse::KernelOp>()) {
@@ -310,6 +296,20 @@ private:
 };
 
 } // namespace
+
+PortInfo tilefuse::portInfo(StringRef name, Type type) {
+  auto value = cast<fuse::ValueType>(type);
+  PortInfo port;
+  port.name = name.str();
+  switch (value.getKind()) {
+  case fuse::ValueKind::Full: port.kind = PortInfo::Kind::Full; break;
+  case fuse::ValueKind::Row: port.kind = PortInfo::Kind::Row; break;
+  case fuse::ValueKind::Col: port.kind = PortInfo::Kind::Col; break;
+  case fuse::ValueKind::Scalar: port.kind = PortInfo::Kind::Scalar; break;
+  }
+  port.dtype = dtypeName(value.getElementType());
+  return port;
+}
 
 StringRef PortInfo::kindName(Kind kind) {
   switch (kind) {

@@ -63,6 +63,9 @@ struct PortInfo {
   std::string accumulatorDtype;
 };
 
+/// The port `name` of type `type` (a !fuse value type).
+PortInfo portInfo(llvm::StringRef name, mlir::Type type);
+
 struct KernelInfo {
   std::string name;
   std::vector<PortInfo> inputs, outputs;

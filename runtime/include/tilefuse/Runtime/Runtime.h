@@ -79,6 +79,9 @@ public:
   llvm::Expected<std::shared_ptr<const GpuKernel>>
   getGpuKernel(mlir::ModuleOp module, const CompileOptions &options);
 
+  /// TILEFUSE_ALWAYS_COMPILE=1: no cache, in memory or on disk, is used.
+  bool alwaysCompiles() const { return alwaysCompile; }
+
   /// Compilations this runtime ran (not counting cache hits).
   int64_t compileCount() const { return compiles.load(); }
 

@@ -1,0 +1,69 @@
+//===- CudaDriver.h - the CUDA driver API, loaded with dlopen ---*- C++ -*-===//
+//
+// libcuda.so.1 is opened on first GPU use, so a process with no GPU or no
+// driver never needs one. Kernels (PTX, KernelABI.h) are loaded once per
+// CUDA context (the driver JIT-compiles PTX for the device) and launched on
+// the caller's stream. Every failure is an error naming the driver call
+// and the kernel.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TILEFUSE_RUNTIME_CUDADRIVER_H
+#define TILEFUSE_RUNTIME_CUDADRIVER_H
+
+#include "tilefuse/Runtime/Runtime.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <mutex>
+
+namespace tilefuse {
+
+class CudaDriver {
+public:
+  /// Opens `library` and initializes the driver (cuInit).
+  static llvm::Expected<std::unique_ptr<CudaDriver>>
+  load(const std::string &library);
+  /// The process's driver: libcuda.so.1, opened on the first call; the
+  /// error, if it could not be, on every call.
+  static llvm::Expected<CudaDriver &> global();
+  ~CudaDriver();
+
+  /// The compile target of the current context's device: sm_80, sm_86,
+  /// sm_89 or sm_90 (any 9.x); other devices are an error.
+  llvm::Expected<std::string> currentTarget();
+
+  /// Row groups `kernel` runs as for `rows` rows on the current device: the
+  /// rows of the f32 partials each column-reduction output needs.
+  llvm::Expected<int64_t> rowGroups(const GpuKernel &kernel, int64_t rows);
+
+  /// Launches `kernel` over `rows` rows on `stream` in the current context,
+  /// then its finalize kernel when it has column reductions.
+  /// `arguments` as CpuExecutor::run takes them (per input then output: the
+  /// device pointer, or a scalar's address); `workspaces` holds one f32
+  /// [rowGroups, n] buffer per column-reduction output, in output order.
+  llvm::Error launch(const GpuKernel &kernel, llvm::ArrayRef<void *> arguments,
+                     llvm::ArrayRef<void *> workspaces, int64_t rows,
+                     void *stream);
+
+private:
+  struct Api;
+  struct Loaded {
+    void *module = nullptr, *main = nullptr, *finalize = nullptr;
+  };
+  explicit CudaDriver(std::unique_ptr<Api> api);
+  llvm::Error check(int result, llvm::StringRef call,
+                    llvm::StringRef kernel = {}) const;
+  llvm::Expected<int> currentDevice() const;
+  llvm::Expected<int> attribute(int device, int which);
+  llvm::Expected<Loaded> functions(const GpuKernel &kernel);
+
+  std::unique_ptr<Api> api;
+  std::mutex mutex;
+  llvm::DenseMap<std::pair<void *, const GpuKernel *>, Loaded> modules;
+  llvm::DenseMap<std::pair<int, int>, int> attributes;
+};
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_RUNTIME_CUDADRIVER_H

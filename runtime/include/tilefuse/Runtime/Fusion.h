@@ -1,0 +1,58 @@
+//===- Fusion.h - a fusion and its kernels, one per specialization -*- C++ -*-===//
+//
+// What the bindings hold: a module with one fuse.kernel (from the builder or
+// a built-in), its interface, and the kernels compiled from it so far,
+// looked up per (storage dtype, n, alignment, target) without printing or
+// hashing the IR again. Compilation and caching go through the Runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TILEFUSE_RUNTIME_FUSION_H
+#define TILEFUSE_RUNTIME_FUSION_H
+
+#include "tilefuse/Runtime/Runtime.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace tilefuse {
+
+class Fusion {
+public:
+  explicit Fusion(mlir::OwningOpRef<mlir::ModuleOp> module);
+  ~Fusion();
+
+  const std::string &name() const { return kernelName; }
+  /// The unspecialized interface: storage dtypes as the fusion declares them.
+  const std::vector<PortInfo> &inputs() const { return inputPorts; }
+  const std::vector<PortInfo> &outputs() const { return outputPorts; }
+  std::string ir() const;
+  const std::string &fingerprint() const { return hash; }
+
+  /// The kernel for storage `dtype`, row length `n`, 16-byte alignment
+  /// `aligned` and `target` ("cpu" for cpuKernel, sm_XX for gpuKernel).
+  llvm::Expected<std::shared_ptr<const CpuKernel>>
+  cpuKernel(llvm::StringRef dtype, int64_t n, bool aligned);
+  llvm::Expected<std::shared_ptr<const GpuKernel>>
+  gpuKernel(llvm::StringRef dtype, int64_t n, bool aligned,
+            llvm::StringRef target);
+
+private:
+  using Specialization = std::tuple<std::string, int64_t, bool, std::string>;
+  template <typename Kernel, typename Compile>
+  llvm::Expected<std::shared_ptr<const Kernel>>
+  lookup(std::map<Specialization, std::shared_ptr<const Kernel>> &kernels,
+         Specialization specialization, Compile compile);
+
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  std::string kernelName, hash;
+  std::vector<PortInfo> inputPorts, outputPorts;
+  std::mutex mutex;
+  std::map<Specialization, std::shared_ptr<const CpuKernel>> cpuKernels;
+  std::map<Specialization, std::shared_ptr<const GpuKernel>> gpuKernels;
+};
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_RUNTIME_FUSION_H

@@ -1,0 +1,69 @@
+//===- Fusion.cpp - a fusion and its kernels, one per specialization ------===//
+
+#include "tilefuse/Runtime/Fusion.h"
+
+#include "tilefuse/Dialect/Fuse/IR/Fuse.h"
+
+using namespace tilefuse;
+
+Fusion::Fusion(mlir::OwningOpRef<mlir::ModuleOp> owned)
+    : module(std::move(owned)) {
+  auto kernel = *module->getOps<fuse::KernelOp>().begin();
+  kernelName = kernel.getSymName().str();
+  for (auto [name, type] :
+       llvm::zip(kernel.getInputNames().getAsValueRange<mlir::StringAttr>(),
+                 kernel.getInputTypes()))
+    inputPorts.push_back(portInfo(name, type));
+  for (auto [name, type] :
+       llvm::zip(kernel.getOutputNames().getAsValueRange<mlir::StringAttr>(),
+                 kernel.getOutputTypes()))
+    outputPorts.push_back(portInfo(name, type));
+  hash = tilefuse::fingerprint(*module);
+}
+
+Fusion::~Fusion() = default;
+
+std::string Fusion::ir() const {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  mlir::ModuleOp(module.get()).print(os);
+  return text;
+}
+
+template <typename Kernel, typename Compile>
+llvm::Expected<std::shared_ptr<const Kernel>> Fusion::lookup(
+    std::map<Specialization, std::shared_ptr<const Kernel>> &kernels,
+    Specialization specialization, Compile compile) {
+  Runtime &runtime = Runtime::global();
+  if (!runtime.alwaysCompiles()) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = kernels.find(specialization); it != kernels.end())
+      return it->second;
+  }
+  CompileOptions options;
+  std::tie(options.dtype, options.n, options.aligned, options.target) =
+      specialization;
+  // The runtime serializes compilations of one key; the module is only read.
+  auto kernel = compile(runtime, options);
+  if (!kernel || runtime.alwaysCompiles())
+    return kernel;
+  std::lock_guard<std::mutex> lock(mutex);
+  return kernels.try_emplace(std::move(specialization), *kernel).first->second;
+}
+
+llvm::Expected<std::shared_ptr<const CpuKernel>>
+Fusion::cpuKernel(llvm::StringRef dtype, int64_t n, bool aligned) {
+  return lookup(cpuKernels, {dtype.str(), n, aligned, "cpu"},
+                [&](Runtime &runtime, const CompileOptions &options) {
+                  return runtime.getCpuKernel(*module, options);
+                });
+}
+
+llvm::Expected<std::shared_ptr<const GpuKernel>>
+Fusion::gpuKernel(llvm::StringRef dtype, int64_t n, bool aligned,
+                  llvm::StringRef target) {
+  return lookup(gpuKernels, {dtype.str(), n, aligned, target.str()},
+                [&](Runtime &runtime, const CompileOptions &options) {
+                  return runtime.getGpuKernel(*module, options);
+                });
+}

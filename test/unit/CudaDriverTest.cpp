@@ -1,0 +1,171 @@
+//===- CudaDriverTest.cpp - the CUDA launch path against a fake driver ----===//
+//
+// Loads the fake libcuda (FakeCudaDriver.cpp) the way the real one is
+// loaded and checks what CudaDriver asks of it: per-context module loads,
+// grid and block, every parameter of KernelABI.h in order, the finalize
+// launch of column reductions, and errors that name the call and kernel.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FakeCudaDriver.h"
+
+#include "tilefuse/Kernels/Builtins.h"
+#include "tilefuse/Runtime/CudaDriver.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+using namespace tilefuse;
+
+namespace {
+
+class CudaDriverTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    fakeCudaState() = FakeCudaState();
+    auto loaded = CudaDriver::load(TILEFUSE_FAKE_CUDA_DRIVER);
+    ASSERT_TRUE(static_cast<bool>(loaded)) << llvm::toString(loaded.takeError());
+    driver = std::move(*loaded);
+  }
+
+  std::shared_ptr<const GpuKernel> kernel(llvm::StringRef name,
+                                          llvm::StringRef dtype, int64_t n) {
+    auto module = kernels::buildBuiltin(runtime.context(), name);
+    EXPECT_TRUE(mlir::succeeded(module));
+    CompileOptions options;
+    options.dtype = dtype.str();
+    options.n = n;
+    options.target = "sm_90";
+    auto compiled = runtime.getGpuKernel(**module, options);
+    EXPECT_TRUE(static_cast<bool>(compiled))
+        << llvm::toString(compiled.takeError());
+    return *compiled;
+  }
+
+  static uint64_t bits(float value) {
+    uint64_t slot = 0;
+    std::memcpy(&slot, &value, sizeof(value));
+    return slot;
+  }
+
+  Runtime runtime{std::nullopt};
+  std::unique_ptr<CudaDriver> driver;
+};
+
+TEST_F(CudaDriverTest, MissingLibraryIsAnError) {
+  auto loaded = CudaDriver::load("/nonexistent/libcuda.so.1");
+  ASSERT_FALSE(static_cast<bool>(loaded));
+  EXPECT_NE(llvm::toString(loaded.takeError())
+                .find("the CUDA driver (/nonexistent/libcuda.so.1) was not found"),
+            std::string::npos);
+}
+
+TEST_F(CudaDriverTest, TargetFromComputeCapability) {
+  auto target = driver->currentTarget();
+  ASSERT_TRUE(static_cast<bool>(target));
+  EXPECT_EQ(*target, "sm_90");
+
+  fakeCudaState().major = 7;
+  fakeCudaState().minor = 5;
+  auto turing = CudaDriver::load(TILEFUSE_FAKE_CUDA_DRIVER);
+  ASSERT_TRUE(static_cast<bool>(turing));
+  auto unsupported = (*turing)->currentTarget();
+  ASSERT_FALSE(static_cast<bool>(unsupported));
+  EXPECT_NE(llvm::toString(unsupported.takeError())
+                .find("compute capability 7.5 is not supported"),
+            std::string::npos);
+}
+
+TEST_F(CudaDriverTest, RowProgramParametersInABIOrder) {
+  auto rmsNorm = kernel("rms_norm_fwd", "bf16", 4096);
+  const TileConfig &tile = rmsNorm->info.tile;
+  fakeCudaState().paramsPerLaunch = {6};
+  float epsilon = 1e-6f;
+  uint64_t epsSlot = bits(epsilon);
+  std::vector<void *> arguments = {
+      reinterpret_cast<void *>(0x1000), reinterpret_cast<void *>(0x2000),
+      &epsSlot, reinterpret_cast<void *>(0x3000),
+      reinterpret_cast<void *>(0x4000)};
+  void *stream = reinterpret_cast<void *>(77);
+  ASSERT_FALSE(static_cast<bool>(driver->launch(*rmsNorm, arguments, {}, 5, stream)));
+
+  ASSERT_EQ(fakeCudaState().launches.size(), 1u);
+  const FakeCudaState::Launch &launch = fakeCudaState().launches[0];
+  EXPECT_EQ(launch.function, "rms_norm_fwd");
+  EXPECT_EQ(launch.stream, stream);
+  EXPECT_EQ(launch.grid, (5 + tile.rowsPerBlock - 1) / tile.rowsPerBlock);
+  EXPECT_EQ(launch.block, tile.threadsPerRow * tile.rowsPerBlock);
+  EXPECT_EQ(launch.params, (std::vector<uint64_t>{0x1000, 0x2000, bits(epsilon),
+                                                  0x3000, 0x4000, 5}));
+  EXPECT_STREQ(fakeCudaState().lastImage, rmsNorm->ptx.c_str());
+}
+
+TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
+  auto backward = kernel("rms_norm_bwd", "f32", 8192);
+  const TileConfig &tile = backward->info.tile;
+  ASSERT_GT(tile.blocksPerSM, 0) << "column reductions use a persistent grid";
+  int64_t rows = 100000;
+  auto groups = driver->rowGroups(*backward, rows);
+  ASSERT_TRUE(static_cast<bool>(groups));
+  int64_t blocks = std::min<int64_t>((rows + tile.rowsPerBlock - 1) / tile.rowsPerBlock,
+                                     tile.blocksPerSM * 132);
+  EXPECT_EQ(*groups, blocks * tile.rowsPerBlock);
+
+  fakeCudaState().paramsPerLaunch = {7, 4};
+  std::vector<void *> arguments;
+  for (uint64_t pointer : {0x10, 0x20, 0x30, 0x40, 0x50, 0x60})
+    arguments.push_back(reinterpret_cast<void *>(pointer));
+  std::vector<void *> workspaces = {reinterpret_cast<void *>(0x70)};
+  ASSERT_FALSE(static_cast<bool>(
+      driver->launch(*backward, arguments, workspaces, rows, nullptr)));
+
+  ASSERT_EQ(fakeCudaState().launches.size(), 2u);
+  const FakeCudaState::Launch &main = fakeCudaState().launches[0];
+  EXPECT_EQ(main.function, "rms_norm_bwd");
+  EXPECT_EQ(main.grid, blocks);
+  // dweight's slot holds the partials workspace.
+  EXPECT_EQ(main.params, (std::vector<uint64_t>{0x10, 0x20, 0x30, 0x40, 0x50,
+                                                0x70, uint64_t(rows)}));
+  const FakeCudaState::Launch &finalize = fakeCudaState().launches[1];
+  EXPECT_EQ(finalize.function, "rms_norm_bwd_finalize");
+  EXPECT_EQ(finalize.grid, 8192u / 256u);
+  EXPECT_EQ(finalize.block, 256u);
+  EXPECT_EQ(finalize.params, (std::vector<uint64_t>{0x70, 0x60, uint64_t(*groups),
+                                                    uint64_t(rows)}));
+}
+
+TEST_F(CudaDriverTest, ModulesLoadOncePerContext) {
+  auto swiglu = kernel("swiglu_fwd", "f32", 1024);
+  fakeCudaState().paramsPerLaunch = {4, 4, 4};
+  std::vector<void *> arguments(3, reinterpret_cast<void *>(0x100));
+  for (int i = 0; i < 2; ++i)
+    ASSERT_FALSE(static_cast<bool>(driver->launch(*swiglu, arguments, {}, 1, nullptr)));
+  EXPECT_EQ(fakeCudaState().modulesLoaded, 1);
+  fakeCudaState().context = reinterpret_cast<void *>(0x2);
+  ASSERT_FALSE(static_cast<bool>(driver->launch(*swiglu, arguments, {}, 1, nullptr)));
+  EXPECT_EQ(fakeCudaState().modulesLoaded, 2);
+}
+
+TEST_F(CudaDriverTest, ErrorsNameTheCallAndKernel) {
+  auto swiglu = kernel("swiglu_fwd", "f32", 1024);
+  fakeCudaState().paramsPerLaunch = {4};
+  fakeCudaState().launchResult = 1;
+  std::vector<void *> arguments(3, reinterpret_cast<void *>(0x100));
+  llvm::Error error = driver->launch(*swiglu, arguments, {}, 1, nullptr);
+  EXPECT_EQ(llvm::toString(std::move(error)),
+            "cuLaunchKernel failed for kernel swiglu_fwd: "
+            "CUDA_ERROR_INVALID_VALUE (invalid argument)");
+
+  fakeCudaState().context = nullptr;
+  error = driver->launch(*swiglu, arguments, {}, 1, nullptr);
+  EXPECT_NE(llvm::toString(std::move(error)).find("no current CUDA context"),
+            std::string::npos);
+
+  std::vector<void *> tooFew(2, nullptr);
+  error = driver->launch(*swiglu, tooFew, {}, 1, nullptr);
+  EXPECT_NE(llvm::toString(std::move(error)).find("expected 3 arguments"),
+            std::string::npos);
+}
+
+} // namespace

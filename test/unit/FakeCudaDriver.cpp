@@ -1,0 +1,76 @@
+//===- FakeCudaDriver.cpp - a libcuda stand-in that records launches ------===//
+//
+// Exports the driver calls CudaDriver resolves, so its loading, per-context
+// modules, KernelABI parameter packing and error reporting are tested on a
+// machine with no GPU. The test reads what was launched through
+// fakeCudaState().
+//
+//===----------------------------------------------------------------------===//
+
+#include "FakeCudaDriver.h"
+
+#include <cstring>
+
+namespace {
+FakeCudaState state;
+const char *const kErrorNames[] = {"CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE"};
+} // namespace
+
+FakeCudaState &fakeCudaState() { return state; }
+
+extern "C" {
+int cuInit(unsigned) { return 0; }
+int cuGetErrorName(int result, const char **name) {
+  *name = result == 1 ? kErrorNames[1] : nullptr;
+  return 0;
+}
+int cuGetErrorString(int result, const char **text) {
+  *text = result == 1 ? "invalid argument" : nullptr;
+  return 0;
+}
+int cuCtxGetCurrent(void **context) {
+  *context = state.context;
+  return 0;
+}
+int cuCtxGetDevice(int *device) {
+  *device = 0;
+  return 0;
+}
+int cuDeviceGetAttribute(int *value, int attribute, int) {
+  switch (attribute) {
+  case 16: *value = state.multiprocessors; return 0;
+  case 75: *value = state.major; return 0;
+  case 76: *value = state.minor; return 0;
+  default: return 1;
+  }
+}
+int cuModuleLoadData(void **module, const void *image) {
+  ++state.modulesLoaded;
+  state.lastImage = static_cast<const char *>(image);
+  *module = &state;
+  return 0;
+}
+int cuModuleGetFunction(void **function, void *, const char *name) {
+  state.functions.emplace_back(name);
+  // The function handle is its index + 1.
+  *function = reinterpret_cast<void *>(state.functions.size());
+  return 0;
+}
+int cuModuleUnload(void *) { return 0; }
+int cuLaunchKernel(void *function, unsigned gridX, unsigned, unsigned,
+                   unsigned blockX, unsigned, unsigned, unsigned, void *stream,
+                   void **params, void **) {
+  FakeCudaState::Launch launch;
+  launch.function = state.functions[reinterpret_cast<size_t>(function) - 1];
+  launch.grid = gridX;
+  launch.block = blockX;
+  launch.stream = stream;
+  for (int i = 0; i < state.paramsPerLaunch[state.launches.size()]; ++i) {
+    uint64_t value = 0;
+    std::memcpy(&value, params[i], sizeof(value));
+    launch.params.push_back(value);
+  }
+  state.launches.push_back(launch);
+  return state.launchResult;
+}
+}

@@ -1,0 +1,32 @@
+//===- FakeCudaDriver.h - what the fake libcuda recorded --------*- C++ -*-===//
+
+#ifndef TILEFUSE_TEST_FAKECUDADRIVER_H
+#define TILEFUSE_TEST_FAKECUDADRIVER_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct FakeCudaState {
+  struct Launch {
+    std::string function;
+    unsigned grid = 0, block = 0;
+    void *stream = nullptr;
+    /// Each parameter's first 8 bytes (pass scalars in 8-byte slots).
+    std::vector<uint64_t> params;
+  };
+  void *context = reinterpret_cast<void *>(0x1);
+  int multiprocessors = 132, major = 9, minor = 0;
+  /// cuLaunchKernel's result (1: CUDA_ERROR_INVALID_VALUE).
+  int launchResult = 0;
+  /// How many parameters the next launches pass (the fake cannot know).
+  std::vector<int> paramsPerLaunch;
+  int modulesLoaded = 0;
+  const char *lastImage = nullptr;
+  std::vector<std::string> functions;
+  std::vector<Launch> launches;
+};
+
+FakeCudaState &fakeCudaState();
+
+#endif // TILEFUSE_TEST_FAKECUDADRIVER_H
