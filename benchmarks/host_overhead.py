@@ -1,8 +1,9 @@
 """Host overhead of a cached call on a tiny input (1 x 8), CPU target.
 
-Each op and its PyTorch eager equivalent run side by side in one process;
-the table gives the median over many calls and the difference, which is the
-overhead tilefuse adds on top of PyTorch's own dispatch. Goal: within 5 us.
+Each op and its PyTorch eager equivalent run side by side in one process,
+their calls interleaved so that both see the same machine; the table gives
+the median over many calls and the difference, which is the overhead
+tilefuse adds on top of PyTorch's own dispatch. Goal: within 5 us.
 
     .venv/bin/python benchmarks/host_overhead.py [--calls N] [--json FILE]
 """
@@ -25,15 +26,19 @@ def softmax(x):
     return e / tilefuse.sum(e)
 
 
-def median_us(fn, calls: int) -> float:
+def median_us(fused, reference, calls: int) -> tuple[float, float]:
+    """Medians of `fused` and `reference`, called alternately."""
     for _ in range(100):
-        fn()
-    samples = []
+        fused()
+        reference()
+    samples = ([], [])
+    clock = time.perf_counter_ns
     for _ in range(calls):
-        start = time.perf_counter_ns()
-        fn()
-        samples.append(time.perf_counter_ns() - start)
-    return statistics.median(samples) / 1e3
+        for fn, times in ((fused, samples[0]), (reference, samples[1])):
+            start = clock()
+            fn()
+            times.append(clock() - start)
+    return statistics.median(samples[0]) / 1e3, statistics.median(samples[1]) / 1e3
 
 
 def main() -> None:
@@ -54,7 +59,7 @@ def main() -> None:
     rows = []
     print(f"{'op (1x8, CPU)':<16} {'tilefuse us':>12} {'torch us':>9} {'overhead us':>12}")
     for name, fused, reference in cases:
-        fused_us, torch_us = median_us(fused, args.calls), median_us(reference, args.calls)
+        fused_us, torch_us = median_us(fused, reference, args.calls)
         rows.append({"op": name, "tilefuse_us": fused_us, "torch_us": torch_us,
                      "overhead_us": fused_us - torch_us})
         print(f"{name:<16} {fused_us:>12.1f} {torch_us:>9.1f} {fused_us - torch_us:>12.1f}")

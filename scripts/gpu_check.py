@@ -3,7 +3,7 @@
 The device machine has PyTorch but no LLVM/MLIR, so tilefuse._C cannot be
 imported there. `prepare` (here) compiles the kernels to PTX with their
 interfaces into a folder; `run` (on the device, with only torch) loads them
-with tilefuse/_cuda.py, launches them on CUDA tensors, compares them with
+with scripts/cuda_launcher.py, launches them on CUDA tensors, compares them with
 PyTorch and times them side by side:
 
     .venv/bin/python scripts/gpu_check.py prepare --out .gpu-check
@@ -52,7 +52,7 @@ def prepare(out: str, chip: str) -> None:
 
 def _load_cuda_module():
     spec = importlib.util.spec_from_file_location(
-        "tilefuse_cuda", os.path.join(ROOT, "python", "tilefuse", "_cuda.py"))
+        "tilefuse_cuda", os.path.join(ROOT, "scripts", "cuda_launcher.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -146,3 +146,24 @@ tilefuse::kernels::buildBuiltin(mlir::MLIRContext &context,
   return mlir::emitError(mlir::UnknownLoc::get(&context), "unknown built-in fusion '")
          << name << "'";
 }
+
+llvm::Expected<std::shared_ptr<tilefuse::Fusion>>
+tilefuse::kernels::builtinFusion(llvm::StringRef name) {
+  static std::mutex mutex;
+  static llvm::StringMap<std::shared_ptr<tilefuse::Fusion>> *built =
+      new llvm::StringMap<std::shared_ptr<tilefuse::Fusion>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = built->find(name); it != built->end())
+    return it->second;
+  mlir::MLIRContext &context = Runtime::global().context();
+  std::string messages;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+    messages += (messages.empty() ? "" : "\n") + d.str();
+    return mlir::success();
+  });
+  auto module = buildBuiltin(context, name);
+  if (mlir::failed(module))
+    return llvm::createStringError(messages);
+  return built->try_emplace(name, std::make_shared<tilefuse::Fusion>(std::move(*module)))
+      .first->second;
+}

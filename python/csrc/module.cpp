@@ -1,16 +1,21 @@
 //===- module.cpp - tilefuse._C: the DSL builder, built-ins, runtime ------===//
 //
-// The Python package talks to the compiler and runtime only through this
-// module. Values cross as plain data (names, dtype strings, data pointers);
-// torch integration lives in Python. Diagnostics and runtime errors become
-// Python exceptions carrying their messages.
+// The Python package reaches the compiler and runtime through this module
+// (the DSL builder, fusions and their kernels' interfaces) and through the
+// tilefuse:: torch ops (TorchOps.cpp), which run kernels on tensors.
+// Diagnostics and runtime errors become Python exceptions carrying their
+// messages.
 //
 //===----------------------------------------------------------------------===//
 
 #include "tilefuse/Compiler/Builder.h"
 #include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Kernels/Builtins.h"
+#include "tilefuse/Runtime/CudaDriver.h"
+#include "tilefuse/Runtime/Fusion.h"
 #include "tilefuse/Runtime/Runtime.h"
+
+#include "TorchRunner.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -80,42 +85,29 @@ std::string typeString(mlir::Type type) {
   return text;
 }
 
-/// A fusion the builder finished or a built-in: a module with one kernel.
-class Fusion {
-public:
-  explicit Fusion(mlir::OwningOpRef<mlir::ModuleOp> module)
-      : module(std::move(module)) {}
-
-  std::string ir() {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    module->print(os);
-    return text;
+py::list portList(const std::vector<PortInfo> &ports) {
+  py::list list;
+  for (const PortInfo &port : ports) {
+    list.append(py::make_tuple(port.name, PortInfo::kindName(port.kind).str(),
+                               port.dtype));
   }
-  std::string fingerprint() { return tilefuse::fingerprint(*module); }
+  return list;
+}
+
+/// A fusion the builder finished or a built-in, with the handle the
+/// tilefuse::launch_fusion op knows it by.
+struct PyFusion {
+  explicit PyFusion(std::shared_ptr<Fusion> fusion)
+      : fusion(fusion), handle(torch_ops::registerFusion(fusion)) {}
 
   /// (name, kind, dtype) of the kernel's inputs or outputs.
-  py::list ports(bool outputs) {
-    auto kernel = *module->getOps<fuse::KernelOp>().begin();
-    py::list list;
-    mlir::ArrayAttr names =
-        outputs ? kernel.getOutputNames() : kernel.getInputNames();
-    llvm::ArrayRef<mlir::Type> types =
-        outputs ? kernel.getOutputTypes() : kernel.getInputTypes();
-    for (auto [name, type] :
-         llvm::zip(names.getAsValueRange<mlir::StringAttr>(), types)) {
-      auto value = llvm::cast<fuse::ValueType>(type);
-      list.append(py::make_tuple(name.str(),
-                                 stringifyValueKind(value.getKind()).str(),
-                                 typeString(value.getElementType())));
-    }
-    return list;
+  py::list ports(bool outputs) const {
+    return portList(outputs ? fusion->outputs() : fusion->inputs());
   }
 
   std::shared_ptr<CpuKernel> compileCpu(const std::string &dtype, int64_t n,
                                         bool aligned) {
-    auto kernel = Runtime::global().getCpuKernel(
-        *module, specialization("cpu", dtype, n, aligned));
+    auto kernel = fusion->cpuKernel(dtype, n, aligned);
     if (!kernel)
       throw std::runtime_error(takeMessage(kernel.takeError()));
     // Kernels are immutable; pybind11 holders are not const-qualified.
@@ -124,26 +116,14 @@ public:
 
   std::shared_ptr<GpuKernel> compileGpu(const std::string &dtype, int64_t n,
                                         bool aligned, const std::string &chip) {
-    auto kernel = Runtime::global().getGpuKernel(
-        *module, specialization(chip, dtype, n, aligned));
+    auto kernel = fusion->gpuKernel(dtype, n, aligned, chip);
     if (!kernel)
       throw std::runtime_error(takeMessage(kernel.takeError()));
     return std::const_pointer_cast<GpuKernel>(*kernel);
   }
 
-private:
-  static CompileOptions specialization(const std::string &target,
-                                       const std::string &dtype, int64_t n,
-                                       bool aligned) {
-    CompileOptions options;
-    options.target = target;
-    options.dtype = dtype;
-    options.n = n;
-    options.aligned = aligned;
-    return options;
-  }
-
-  mlir::OwningOpRef<mlir::ModuleOp> module;
+  std::shared_ptr<Fusion> fusion;
+  int64_t handle;
 };
 
 class Builder;
@@ -172,71 +152,20 @@ public:
     return *builder;
   }
 
-  std::unique_ptr<Fusion> finish() {
+  std::unique_ptr<PyFusion> finish() {
     Diagnostics diagnostics;
     auto module = get().finish();
     builder.reset();
     if (mlir::failed(module))
       throw py::value_error(diagnostics.str());
-    return std::make_unique<Fusion>(std::move(*module));
+    return std::make_unique<PyFusion>(
+        std::make_shared<Fusion>(std::move(*module)));
   }
 
 private:
   std::unique_ptr<dsl::FusionBuilder> builder;
 };
 
-py::list portList(const std::vector<PortInfo> &ports) {
-  py::list list;
-  for (const PortInfo &port : ports) {
-    list.append(py::make_tuple(port.name, PortInfo::kindName(port.kind).str(),
-                               port.dtype));
-  }
-  return list;
-}
-
-/// Runs a CPU kernel: `arguments` holds, per input then output, the data
-/// pointer of a tensor or the value of a scalar.
-void runCpu(const CpuKernel &kernel, const py::list &arguments, int64_t rows) {
-  const KernelInfo &info = kernel.info();
-  size_t expected = info.inputs.size() + info.outputs.size();
-  if (arguments.size() != expected)
-    throw py::value_error(info.name + ": expected " + std::to_string(expected) +
-                          " arguments, got " +
-                          std::to_string(arguments.size()));
-  // Scalars by value, 8 bytes each, typed as the kernel reads them.
-  std::vector<int64_t> scalars(expected);
-  std::vector<void *> pointers(expected);
-  for (size_t i = 0; i < expected; ++i) {
-    const PortInfo &port = i < info.inputs.size()
-                               ? info.inputs[i]
-                               : info.outputs[i - info.inputs.size()];
-    py::handle argument = arguments[i];
-    if (port.kind != PortInfo::Kind::Scalar) {
-      pointers[i] = reinterpret_cast<void *>(argument.cast<uintptr_t>());
-      continue;
-    }
-    void *slot = &scalars[i];
-    if (port.dtype == "f32")
-      *static_cast<float *>(slot) = argument.cast<float>();
-    else if (port.dtype == "f64")
-      *static_cast<double *>(slot) = argument.cast<double>();
-    else if (port.dtype == "i32")
-      *static_cast<int32_t *>(slot) = argument.cast<int32_t>();
-    else if (port.dtype == "i64")
-      *static_cast<int64_t *>(slot) = argument.cast<int64_t>();
-    else
-      throw py::value_error(info.name + ": scalar '" + port.name +
-                            "' has unsupported dtype " + port.dtype);
-    pointers[i] = slot;
-  }
-  llvm::Error error = llvm::Error::success();
-  {
-    py::gil_scoped_release release;
-    error = kernel.run(Runtime::global().executor(), pointers, rows);
-  }
-  if (error)
-    throw std::runtime_error(takeMessage(std::move(error)));
-}
 
 } // namespace
 
@@ -247,14 +176,15 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("kind", &PyValue::kind)
       .def_property_readonly("dtype", &PyValue::dtype);
 
-  py::class_<Fusion>(m, "Fusion")
-      .def_property_readonly("ir", &Fusion::ir)
-      .def_property_readonly("fingerprint", &Fusion::fingerprint)
-      .def_property_readonly("inputs", [](Fusion &f) { return f.ports(false); })
-      .def_property_readonly("outputs", [](Fusion &f) { return f.ports(true); })
-      .def("compile_cpu", &Fusion::compileCpu, py::arg("dtype"), py::arg("n"),
+  py::class_<PyFusion>(m, "Fusion")
+      .def_property_readonly("ir", [](const PyFusion &f) { return f.fusion->ir(); })
+      .def_property_readonly("fingerprint", [](const PyFusion &f) { return f.fusion->fingerprint(); })
+      .def_property_readonly("handle", [](const PyFusion &f) { return f.handle; })
+      .def_property_readonly("inputs", [](const PyFusion &f) { return f.ports(false); })
+      .def_property_readonly("outputs", [](const PyFusion &f) { return f.ports(true); })
+      .def("compile_cpu", &PyFusion::compileCpu, py::arg("dtype"), py::arg("n"),
            py::arg("aligned"))
-      .def("compile_gpu", &Fusion::compileGpu, py::arg("dtype"), py::arg("n"),
+      .def("compile_gpu", &PyFusion::compileGpu, py::arg("dtype"), py::arg("n"),
            py::arg("aligned"), py::arg("chip"));
 
   py::class_<GpuKernel, std::shared_ptr<GpuKernel>>(m, "GpuKernel")
@@ -275,8 +205,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("name", [](const CpuKernel &k) { return k.info().name; })
       .def_property_readonly("n", [](const CpuKernel &k) { return k.info().n; })
       .def_property_readonly("inputs", [](const CpuKernel &k) { return portList(k.info().inputs); })
-      .def_property_readonly("outputs", [](const CpuKernel &k) { return portList(k.info().outputs); })
-      .def("run", &runCpu, py::arg("arguments"), py::arg("rows"));
+      .def_property_readonly("outputs", [](const CpuKernel &k) { return portList(k.info().outputs); });
 
   auto wrap = [](dsl::Value value) { return PyValue{value}; };
   py::class_<Builder>(m, "Builder")
@@ -340,11 +269,10 @@ PYBIND11_MODULE(_C, m) {
       .def("finish", &Builder::finish);
 
   m.def("builtin", [](const std::string &name) {
-    Diagnostics diagnostics;
-    auto module = kernels::buildBuiltin(Runtime::global().context(), name);
-    if (mlir::failed(module))
-      throw py::value_error(diagnostics.str());
-    return std::make_unique<Fusion>(std::move(*module));
+    auto fusion = kernels::builtinFusion(name);
+    if (!fusion)
+      throw py::value_error(takeMessage(fusion.takeError()));
+    return std::make_unique<PyFusion>(*fusion);
   });
   m.def("builtin_names", [] {
     std::vector<std::string> names;
@@ -356,4 +284,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("cache_directory", [] { return Runtime::global().cache().directory(); });
   m.def("cache_writes_to_disk", [] { return Runtime::global().cache().writesToDisk(); });
   m.def("compiler_version", [] { return compilerVersion(); });
+  m.def("cuda_driver_error", []() -> std::string {
+    llvm::Expected<CudaDriver &> driver = CudaDriver::global();
+    return driver ? "" : takeMessage(driver.takeError());
+  }, "Why the CUDA driver cannot be used, or '' when it can (loads it).");
 }

@@ -27,12 +27,8 @@ def info() -> int:
     directory = _cache_dir()
     entries = _cache_entries(directory)
     size = sum(os.path.getsize(e) for e in entries)
-    from . import _cuda
-    try:
-        _cuda.driver()
-        driver = "loaded"
-    except RuntimeError as error:
-        driver = f"not usable: {error}"
+    error = _C.cuda_driver_error()
+    driver = f"not usable: {error}" if error else "loaded"
     print(f"tilefuse {__version__} ({_C.compiler_version()})")
     print("targets: cpu (ORC JIT); sm_80, sm_86, sm_89, sm_90 (PTX through the CUDA driver)")
     print(f"CUDA driver: {driver}; torch {torch.__version__}, "

@@ -19,8 +19,19 @@ import threading
 
 import torch
 
-from . import _C
-from ._launch import DTYPE_NAMES, FLOAT_STORAGE, TORCH_DTYPES, CompiledFusion, run
+from . import _C  # also registers the tilefuse:: ops
+
+DTYPE_NAMES = {
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float64: "f64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.bool: "i1",
+}
+TORCH_DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
+FLOAT_STORAGE = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _tracing = threading.local()
@@ -276,18 +287,23 @@ def _classify(name: str, args: tuple, parameters: list[str]):
 
 
 _REGISTRY: list["Fusion"] = []
+_launch_fusion = torch.ops.tilefuse.launch_fusion.default
 
 
 class Fusion:
-    """A traced fusion: call it like the decorated function. Calls go through
-    the `tilefuse::run_fusion` custom op, so torch.compile keeps them in its
-    graph (the fake implementation traces on metadata alone)."""
+    """A traced fusion: call it like the decorated function. Eager calls run
+    the kernel through the C++ op `tilefuse::launch_fusion`; under
+    torch.compile calls go through the `tilefuse::run_fusion` custom op, so
+    they stay in the graph (its fake implementation traces on metadata
+    alone)."""
 
     def __init__(self, fn, name: str | None = None):
         self._fn = fn
         self._name = name or fn.__name__
         self._parameters = list(inspect.signature(fn).parameters)
         self._traces: dict[tuple, tuple] = {}
+        # Argument metadata -> how to launch (skips classifying again).
+        self._plans: dict[tuple, tuple] = {}
         self._structure: tuple[list[str], str] | None = None
         self._id = len(_REGISTRY)
         _REGISTRY.append(self)
@@ -323,41 +339,65 @@ class Fusion:
         except ValueError as error:
             raise ValueError(f"tilefuse.fusion {self._name}: {error}") from None
         self._structure = (names, shape)
-        return CompiledFusion(fusion)
+        return fusion
 
     def _execute(self, args: list, fake: bool = False) -> list[torch.Tensor]:
         """Traces (once per signature), then runs, or under fake tensors only
         allocates, the outputs."""
+        key = _plan_key(args)
+        plan = self._plans.get(key)
+        if plan is not None and not fake:
+            return _run(plan, args)
         specs, n, lead, storage, device = _classify(self._name, tuple(args), self._parameters)
         signature = tuple((kind, dtype) for kind, dtype, _ in specs)
-        compiled = self._traces.get(signature)
-        if compiled is None:
-            compiled = self._traces[signature] = self._trace(specs, storage)
-        # Floats come back in the storage dtype (per-row results too, as
-        # torch's would); integers and masks as declared.
-        dtypes = [storage if dtype in ("f32", "f64") else TORCH_DTYPES[dtype]
-                  for _, _, dtype in compiled.outputs]
-        shapes = [{"full": (*lead, n), "row": lead, "col": (n,)}[kind]
-                  for _, kind, _ in compiled.outputs]
+        trace = self._traces.get(signature)
+        if trace is None:
+            compiled = self._trace(specs, storage)
+            # Floats come back in the storage dtype (per-row results too, as
+            # torch's would); integers and masks as declared.
+            dtypes = [storage if dtype in ("f32", "f64") else TORCH_DTYPES[dtype]
+                      for _, _, dtype in compiled.outputs]
+            trace = self._traces[signature] = (compiled, dtypes)
+        compiled, dtypes = trace
         if fake:
+            shapes = [{"full": (*lead, n), "row": lead, "col": (n,)}[kind]
+                      for _, kind, _ in compiled.outputs]
             return [torch.empty(shape, dtype=dtype, device=device)
                     for shape, dtype in zip(shapes, dtypes)]
-        arguments = []
-        for kind, dtype, arg in specs:
-            if isinstance(arg, torch.Tensor):
-                if dtype in ("f16", "bf16", "f64") and kind == "row":
-                    arg = arg.float()
-                arguments.append(arg.contiguous())
+        # What each argument becomes: a tensor, a per-row float tensor in
+        # f32, a number, or a 0-d tensor's number.
+        actions = []
+        for (kind, dtype, _), arg in zip(specs, args):
+            if not isinstance(arg, torch.Tensor):
+                actions.append("number")
+            elif arg.dim() == 0:
+                actions.append("item")
+            elif kind == "row" and dtype in ("f16", "bf16", "f64"):
+                actions.append("f32")
             else:
-                arguments.append(arg)
-        outputs = run(self._name, compiled, arguments, n=n, lead=lead,
-                      storage=storage, device=device)
-        return [o if o.dtype == dtype else o.to(dtype) for o, dtype in zip(outputs, dtypes)]
+                actions.append("tensor")
+        plan = self._plans[key] = (compiled.handle, actions, storage, n, list(lead), dtypes)
+        return _run(plan, args)
 
     def __call__(self, *args):
         if len(args) != len(self._parameters):
             raise TypeError(f"tilefuse.{self._name}: expected {len(self._parameters)} "
                             f"arguments, got {len(args)}")
+        if torch.compiler.is_compiling():
+            outputs = self._compiled_call(args)
+        else:
+            # Eager: straight to the kernel (tilefuse::launch_fusion).
+            outputs = self._execute(list(args))
+        names, shape = self._structure
+        if shape == "dict":
+            return dict(zip(names, outputs))
+        if shape == "tuple":
+            return tuple(outputs)
+        return outputs[0]
+
+    def _compiled_call(self, args) -> list[torch.Tensor]:
+        """Through the tilefuse::run_fusion custom op, which torch.compile
+        keeps in its graph (its fake implementation needs only metadata)."""
         tensors, floats, ints, layout = [], [], [], []
         for parameter, arg in zip(self._parameters, args):
             if isinstance(arg, torch.Tensor):
@@ -372,18 +412,34 @@ class Fusion:
             else:
                 raise TypeError(f"tilefuse.{self._name}: argument '{parameter}' must be a "
                                 f"tensor or a number, got {type(arg).__name__}")
-        outputs = torch.ops.tilefuse.run_fusion(self._id, "".join(layout), tensors, floats, ints)
-        names, shape = self._structure
-        if shape == "dict":
-            return dict(zip(names, outputs))
-        if shape == "tuple":
-            return tuple(outputs)
-        return outputs[0]
+        return torch.ops.tilefuse.run_fusion(self._id, "".join(layout), tensors, floats, ints)
 
     @property
     def ir(self) -> list[str]:
         """The fuse IR of every trace so far."""
-        return [compiled.fusion.ir for compiled in self._traces.values()]
+        return [compiled.ir for compiled, _ in self._traces.values()]
+
+
+def _plan_key(args) -> tuple:
+    """What classifying `args` depends on."""
+    return tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a)
+                 for a in args)
+
+
+def _run(plan: tuple, args) -> list[torch.Tensor]:
+    handle, actions, storage, n, lead, dtypes = plan
+    tensors, scalars = [], []
+    for action, arg in zip(actions, args):
+        if action == "tensor":
+            tensors.append(arg.contiguous())
+        elif action == "number":
+            scalars.append(arg)
+        elif action == "item":
+            scalars.append(arg.item())
+        else:
+            tensors.append(arg.float().contiguous())
+    outputs = _launch_fusion(handle, tensors, scalars, storage, n, lead)
+    return [o if o.dtype == dtype else o.to(dtype) for o, dtype in zip(outputs, dtypes)]
 
 
 def _arguments(layout: str, tensors, floats, ints) -> list:

@@ -10,6 +10,8 @@
 #ifndef TILEFUSE_KERNELS_BUILTINS_H
 #define TILEFUSE_KERNELS_BUILTINS_H
 
+#include "tilefuse/Runtime/Fusion.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
@@ -22,6 +24,11 @@ llvm::ArrayRef<llvm::StringRef> builtinNames();
 /// through the context's diagnostics.
 mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
 buildBuiltin(mlir::MLIRContext &context, llvm::StringRef name);
+
+/// The built-in fusion `name` in the global runtime, built on first use and
+/// shared afterwards (its kernels are compiled on first use per
+/// specialization).
+llvm::Expected<std::shared_ptr<Fusion>> builtinFusion(llvm::StringRef name);
 
 } // namespace tilefuse::kernels
 

@@ -1,10 +1,10 @@
-"""The CUDA driver, loaded with ctypes (dlopen) on first GPU use.
+"""A ctypes launcher of tilefuse's PTX, for scripts/gpu_check.py only.
 
-Importing tilefuse needs no GPU and no driver. Kernels are PTX (compiled
-by tilefuse._C, cached on disk), loaded once per CUDA context with
-cuModuleLoadData (the driver JIT-compiles PTX for the device), and launched
-on the caller's stream with the parameters of compiler/.../KernelABI.h.
-Every driver error becomes a RuntimeError naming the call and the kernel.
+tilefuse launches kernels from C++ (runtime/lib/CudaDriver.cpp). The GPU
+machine lent for checks has PyTorch but no LLVM/MLIR, so tilefuse._C cannot
+be loaded there; this launcher packs the same KernelABI.h parameters with
+ctypes so that PTX compiled here can be run and checked there. Keep it in
+step with CudaDriver.cpp.
 """
 
 from __future__ import annotations

@@ -1,0 +1,727 @@
+//===- TorchOps.cpp - the tilefuse:: ops in PyTorch's dispatcher ----------===//
+//
+// The built-ins as LibTorch ops, so a call costs one dispatch and no Python:
+//   - public ops with the signatures of torch.nn.functional (rms_norm,
+//     layer_norm, swiglu, cross_entropy), CompositeImplicitAutograd: they
+//     check their arguments, fill in defaults and call
+//   - *_fwd / *_bwd ops: CPU and CUDA kernels (TorchRunner), Meta kernels
+//     (torch.compile traces with them), and for *_fwd an Autograd kernel
+//     whose backward is the fused *_bwd kernel;
+//   - adamw_step_, in place;
+//   - launch_fusion, which runs a fusion the Python DSL traced.
+// Errors are TypeError / ValueError / IndexError naming the op and argument.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TorchRunner.h"
+
+#include "tilefuse/Runtime/Fusion.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/library.h>
+
+#include <limits>
+#include <variant>
+
+using at::Tensor;
+using tilefuse::torch_ops::builtin;
+using tilefuse::torch_ops::runFusion;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+using TensorPair = std::tuple<Tensor, Tensor>;
+using TensorTriple = std::tuple<Tensor, Tensor, Tensor>;
+
+//===----------------------------------------------------------------------===//
+// Argument checks of the public ops
+//===----------------------------------------------------------------------===//
+
+bool isFloatStorage(at::ScalarType type) {
+  return type == at::kFloat || type == at::kHalf || type == at::kBFloat16 ||
+         type == at::kDouble;
+}
+
+void checkFloat(const char *op, const char *name, const Tensor &tensor) {
+  TORCH_CHECK_TYPE(isFloatStorage(tensor.scalar_type()), "tilefuse.", op,
+                   ": argument '", name,
+                   "' must be a float32, float16, bfloat16 or float64 "
+                   "tensor, got ",
+                   tensor.scalar_type());
+}
+
+void checkSameDevice(const char *op, const char *name, const Tensor &tensor,
+                     const char *referenceName, const Tensor &reference) {
+  TORCH_CHECK_VALUE(tensor.device() == reference.device(), "tilefuse.", op,
+                    ": argument '", name, "' is on ", tensor.device(),
+                    ", but '", referenceName, "' is on ", reference.device());
+}
+
+/// A per-column parameter (weight, bias) of an op normalizing `input`.
+Tensor checkColumn(const char *op, const char *name, const Tensor &tensor,
+                   const Tensor &input, const c10::SymInt &n) {
+  checkFloat(op, name, tensor);
+  TORCH_CHECK_VALUE(tensor.dim() == 1 && tensor.sym_size(0) == n, "tilefuse.",
+                    op, ": argument '", name, "' must have shape [", n,
+                    "] ([n]), got ", tensor.sym_sizes());
+  checkSameDevice(op, name, tensor, "input", input);
+  return tensor.to(input.scalar_type());
+}
+
+/// n, after checking that `normalizedShape` is the last dimension.
+c10::SymInt normalizedN(const char *op, const Tensor &input,
+                        at::IntArrayRef normalizedShape) {
+  checkFloat(op, "input", input);
+  c10::SymInt n = input.dim() ? input.sym_size(-1) : c10::SymInt(0);
+  TORCH_CHECK_VALUE(normalizedShape.size() == 1 && n == normalizedShape[0] &&
+                        n != 0,
+                    "tilefuse.", op,
+                    ": normalized_shape must be the last dimension [", n,
+                    "] of 'input', got ", normalizedShape);
+  return n;
+}
+
+at::IntArrayRef leadingDims(const Tensor &x) {
+  return x.sizes().slice(0, x.dim() - 1);
+}
+
+c10::SymIntArrayRef leadingSymDims(const Tensor &x) {
+  return x.sym_sizes().slice(0, x.dim() - 1);
+}
+
+Tensor emptyRows(const Tensor &x) {
+  return at::empty_symint(leadingSymDims(x), x.options().dtype(at::kFloat));
+}
+
+Tensor emptyLike(const Tensor &x) {
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> findOp(const char *name) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow(name, "")
+      .typed<Signature>();
+}
+
+/// The typed handles the public ops and autograd kernels call through.
+using RmsNormFwdOp = TensorPair(const Tensor &, const Tensor &, double);
+using LayerNormFwdOp = TensorTriple(const Tensor &, const Tensor &,
+                                    const Tensor &, double);
+using SwigluFwdOp = Tensor(const Tensor &, const Tensor &);
+using CrossEntropyFwdOp = TensorPair(const Tensor &, const Tensor &, int64_t,
+                                     double, int64_t);
+
+const c10::TypedOperatorHandle<RmsNormFwdOp> &rmsNormFwdOp() {
+  static auto op = findOp<RmsNormFwdOp>("tilefuse::rms_norm_fwd");
+  return op;
+}
+const c10::TypedOperatorHandle<LayerNormFwdOp> &layerNormFwdOp() {
+  static auto op = findOp<LayerNormFwdOp>("tilefuse::layer_norm_fwd");
+  return op;
+}
+const c10::TypedOperatorHandle<SwigluFwdOp> &swigluFwdOp() {
+  static auto op = findOp<SwigluFwdOp>("tilefuse::swiglu_fwd");
+  return op;
+}
+const c10::TypedOperatorHandle<CrossEntropyFwdOp> &crossEntropyFwdOp() {
+  static auto op = findOp<CrossEntropyFwdOp>("tilefuse::cross_entropy_fwd");
+  return op;
+}
+
+//===----------------------------------------------------------------------===//
+// RMSNorm
+//===----------------------------------------------------------------------===//
+
+TensorPair rmsNormFwd(const Tensor &x, const Tensor &weight, double eps) {
+  static tilefuse::Fusion &fusion = builtin("rms_norm_fwd");
+  auto out = runFusion("rms_norm", fusion, {x.contiguous(), weight.contiguous()},
+                       {eps}, x.scalar_type(), x.size(-1), leadingDims(x));
+  return {out[0], out[1]};
+}
+
+TensorPair rmsNormFwdMeta(const Tensor &x, const Tensor &, double) {
+  return {emptyLike(x), emptyRows(x)};
+}
+
+TensorPair rmsNormBwd(const Tensor &dy, const Tensor &x, const Tensor &weight,
+                      const Tensor &rstd) {
+  static tilefuse::Fusion &fusion = builtin("rms_norm_bwd");
+  auto out = runFusion("rms_norm", fusion,
+                       {dy.contiguous(), x.contiguous(), weight.contiguous(),
+                        rstd.contiguous()},
+                       {}, x.scalar_type(), x.size(-1), leadingDims(x));
+  return {out[0], out[1]};
+}
+
+TensorPair rmsNormBwdMeta(const Tensor &, const Tensor &x, const Tensor &weight,
+                          const Tensor &) {
+  return {emptyLike(x), emptyLike(weight)};
+}
+
+struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static variable_list forward(AutogradContext *ctx, const Tensor &x,
+                               const Tensor &weight, double eps) {
+    const auto &op = rmsNormFwdOp();
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [y, rstd] = op.call(x, weight, eps);
+    ctx->save_for_backward({x, weight, rstd});
+    ctx->mark_non_differentiable({rstd});
+    return {y, rstd};
+  }
+  static variable_list backward(AutogradContext *ctx, variable_list grads) {
+    static auto op = findOp<TensorPair(const Tensor &, const Tensor &,
+                                       const Tensor &, const Tensor &)>(
+        "tilefuse::rms_norm_bwd");
+    variable_list saved = ctx->get_saved_variables();
+    if (!grads[0].defined())
+      return {Tensor(), Tensor(), Tensor()};
+    auto [dx, dweight] =
+        op.call(grads[0].to(saved[0].scalar_type()), saved[0], saved[1], saved[2]);
+    return {dx, dweight, Tensor()};
+  }
+};
+
+Tensor rmsNorm(const Tensor &input, at::IntArrayRef normalizedShape,
+               const std::optional<Tensor> &weight, std::optional<double> eps) {
+  const auto &op = rmsNormFwdOp();
+  c10::SymInt n = normalizedN("rms_norm", input, normalizedShape);
+  Tensor w = weight ? checkColumn("rms_norm", "weight", *weight, input, n)
+                    : at::ones_symint({n}, input.options());
+  // torch.nn.functional.rms_norm's default: torch.finfo(input.dtype).eps.
+  double epsilon = std::numeric_limits<double>::epsilon();
+  switch (input.scalar_type()) {
+  case at::kHalf: epsilon = std::numeric_limits<c10::Half>::epsilon(); break;
+  case at::kBFloat16: epsilon = std::numeric_limits<c10::BFloat16>::epsilon(); break;
+  case at::kFloat: epsilon = std::numeric_limits<float>::epsilon(); break;
+  default: break;
+  }
+  if (eps)
+    epsilon = *eps;
+  return std::get<0>(op.call(input, w, epsilon));
+}
+
+//===----------------------------------------------------------------------===//
+// LayerNorm
+//===----------------------------------------------------------------------===//
+
+TensorTriple layerNormFwd(const Tensor &x, const Tensor &weight,
+                          const Tensor &bias, double eps) {
+  static tilefuse::Fusion &fusion = builtin("layer_norm_fwd");
+  auto out = runFusion("layer_norm", fusion,
+                       {x.contiguous(), weight.contiguous(), bias.contiguous()},
+                       {eps}, x.scalar_type(), x.size(-1), leadingDims(x));
+  return {out[0], out[1], out[2]};
+}
+
+TensorTriple layerNormFwdMeta(const Tensor &x, const Tensor &, const Tensor &,
+                              double) {
+  return {emptyLike(x), emptyRows(x), emptyRows(x)};
+}
+
+TensorTriple layerNormBwd(const Tensor &dy, const Tensor &x,
+                          const Tensor &weight, const Tensor &mean,
+                          const Tensor &rstd) {
+  static tilefuse::Fusion &fusion = builtin("layer_norm_bwd");
+  auto out = runFusion("layer_norm", fusion,
+                       {dy.contiguous(), x.contiguous(), weight.contiguous(),
+                        mean.contiguous(), rstd.contiguous()},
+                       {}, x.scalar_type(), x.size(-1), leadingDims(x));
+  return {out[0], out[1], out[2]};
+}
+
+TensorTriple layerNormBwdMeta(const Tensor &, const Tensor &x,
+                              const Tensor &weight, const Tensor &,
+                              const Tensor &) {
+  return {emptyLike(x), emptyLike(weight), emptyLike(weight)};
+}
+
+struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
+  static variable_list forward(AutogradContext *ctx, const Tensor &x,
+                               const Tensor &weight, const Tensor &bias,
+                               double eps) {
+    const auto &op = layerNormFwdOp();
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [y, mean, rstd] = op.call(x, weight, bias, eps);
+    ctx->save_for_backward({x, weight, mean, rstd});
+    ctx->mark_non_differentiable({mean, rstd});
+    return {y, mean, rstd};
+  }
+  static variable_list backward(AutogradContext *ctx, variable_list grads) {
+    static auto op = findOp<TensorTriple(const Tensor &, const Tensor &,
+                                         const Tensor &, const Tensor &,
+                                         const Tensor &)>(
+        "tilefuse::layer_norm_bwd");
+    variable_list saved = ctx->get_saved_variables();
+    if (!grads[0].defined())
+      return {Tensor(), Tensor(), Tensor(), Tensor()};
+    auto [dx, dweight, dbias] = op.call(grads[0].to(saved[0].scalar_type()),
+                                        saved[0], saved[1], saved[2], saved[3]);
+    return {dx, dweight, dbias, Tensor()};
+  }
+};
+
+Tensor layerNorm(const Tensor &input, at::IntArrayRef normalizedShape,
+                 const std::optional<Tensor> &weight,
+                 const std::optional<Tensor> &bias, double eps) {
+  const auto &op = layerNormFwdOp();
+  c10::SymInt n = normalizedN("layer_norm", input, normalizedShape);
+  Tensor w = weight ? checkColumn("layer_norm", "weight", *weight, input, n)
+                    : at::ones_symint({n}, input.options());
+  Tensor b = bias ? checkColumn("layer_norm", "bias", *bias, input, n)
+                  : at::zeros_symint({n}, input.options());
+  return std::get<0>(op.call(input, w, b, eps));
+}
+
+//===----------------------------------------------------------------------===//
+// SwiGLU
+//===----------------------------------------------------------------------===//
+
+Tensor swigluFwd(const Tensor &a, const Tensor &b) {
+  static tilefuse::Fusion &fusion = builtin("swiglu_fwd");
+  return runFusion("swiglu", fusion, {a.contiguous(), b.contiguous()}, {},
+                   a.scalar_type(), a.size(-1), leadingDims(a))[0];
+}
+
+Tensor swigluFwdMeta(const Tensor &a, const Tensor &) { return emptyLike(a); }
+
+TensorPair swigluBwd(const Tensor &dc, const Tensor &a, const Tensor &b) {
+  static tilefuse::Fusion &fusion = builtin("swiglu_bwd");
+  auto out = runFusion("swiglu", fusion,
+                       {dc.contiguous(), a.contiguous(), b.contiguous()}, {},
+                       a.scalar_type(), a.size(-1), leadingDims(a));
+  return {out[0], out[1]};
+}
+
+TensorPair swigluBwdMeta(const Tensor &, const Tensor &a, const Tensor &b) {
+  return {emptyLike(a), emptyLike(b)};
+}
+
+struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
+  static Tensor forward(AutogradContext *ctx, const Tensor &a, const Tensor &b) {
+    const auto &op = swigluFwdOp();
+    at::AutoDispatchBelowADInplaceOrView below;
+    ctx->save_for_backward({a, b});
+    return op.call(a, b);
+  }
+  static variable_list backward(AutogradContext *ctx, variable_list grads) {
+    static auto op =
+        findOp<TensorPair(const Tensor &, const Tensor &, const Tensor &)>(
+            "tilefuse::swiglu_bwd");
+    variable_list saved = ctx->get_saved_variables();
+    if (!grads[0].defined())
+      return {Tensor(), Tensor()};
+    auto [da, db] = op.call(grads[0].to(saved[0].scalar_type()), saved[0], saved[1]);
+    return {da, db};
+  }
+};
+
+Tensor swiglu(const Tensor &a, const Tensor &b) {
+  const auto &op = swigluFwdOp();
+  checkFloat("swiglu", "a", a);
+  checkFloat("swiglu", "b", b);
+  TORCH_CHECK_VALUE(a.sym_sizes() == b.sym_sizes(),
+                    "tilefuse.swiglu: 'a' and 'b' must have the same shape, "
+                    "got ",
+                    a.sym_sizes(), " and ", b.sym_sizes());
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), "tilefuse.swiglu: 'a' is ",
+                   a.scalar_type(), " but 'b' is ", b.scalar_type());
+  TORCH_CHECK_VALUE(a.dim() > 0,
+                    "tilefuse.swiglu: 'a' must have at least one dimension");
+  checkSameDevice("swiglu", "b", b, "a", a);
+  return op.call(a, b);
+}
+
+//===----------------------------------------------------------------------===//
+// Cross-entropy
+//===----------------------------------------------------------------------===//
+
+/// How cross_entropy_fwd reduces the per-row losses (at::Reduction's values).
+enum Reduction : int64_t { None = 0, Mean = 1, Sum = 2 };
+
+/// Checks that every target is a class index or ignore_index (on a GPU this
+/// waits for the targets) and returns how many are not ignored (on a GPU, as
+/// a tensor, on the CPU as a number).
+std::variant<int64_t, Tensor> countTargets(const Tensor &target,
+                                           int64_t classes,
+                                           int64_t ignoreIndex) {
+  auto outOfRange = [&](int64_t index) {
+    TORCH_CHECK_INDEX(false, "tilefuse.cross_entropy: target ", index,
+                      " is out of bounds for ", classes, " classes");
+  };
+  if (target.is_cpu()) {
+    Tensor contiguous = target.contiguous();
+    const int64_t *data = contiguous.const_data_ptr<int64_t>();
+    int64_t counted = 0;
+    for (int64_t i = 0, e = contiguous.numel(); i < e; ++i) {
+      if (data[i] == ignoreIndex)
+        continue;
+      if (data[i] < 0 || data[i] >= classes)
+        outOfRange(data[i]);
+      ++counted;
+    }
+    return counted;
+  }
+  Tensor valid = target.ne(ignoreIndex);
+  Tensor bad = target.lt(0).logical_or(target.ge(classes)).logical_and(valid);
+  if (bad.any().item<bool>())
+    outOfRange(target.masked_select(bad)[0].item<int64_t>());
+  return valid.sum();
+}
+
+/// The per-row losses, or their sum or mean over the targets not ignored.
+TensorPair crossEntropyFwd(const Tensor &logits, const Tensor &target,
+                           int64_t ignoreIndex, double labelSmoothing,
+                           int64_t reduction) {
+  static tilefuse::Fusion &fusion = builtin("cross_entropy_fwd");
+  auto counted = countTargets(target, logits.size(-1), ignoreIndex);
+  auto out = runFusion("cross_entropy", fusion,
+                       {logits.contiguous(), target.contiguous()},
+                       {ignoreIndex, labelSmoothing}, logits.scalar_type(),
+                       logits.size(-1), leadingDims(logits));
+  Tensor loss = out[0];
+  if (reduction == None)
+    return {loss, out[1]};
+  if (loss.is_cpu()) {
+    // Reduced here rather than by three more dispatches.
+    double total = 0;
+    const float *rows = loss.const_data_ptr<float>();
+    for (int64_t i = 0, e = loss.numel(); i < e; ++i)
+      total += rows[i];
+    if (reduction == Mean)
+      total /= static_cast<double>(std::get<int64_t>(counted));
+    return {at::scalar_tensor(total, loss.options()), out[1]};
+  }
+  Tensor total = loss.sum();
+  return {reduction == Mean ? total.div(std::get<Tensor>(counted)) : total,
+          out[1]};
+}
+
+TensorPair crossEntropyFwdMeta(const Tensor &logits, const Tensor &, int64_t,
+                               double, int64_t reduction) {
+  Tensor loss = reduction == None ? emptyRows(logits)
+                                  : at::empty({}, logits.options().dtype(at::kFloat));
+  return {loss, emptyRows(logits)};
+}
+
+Tensor crossEntropyBwd(const Tensor &logits, const Tensor &target,
+                       const Tensor &lse, const Tensor &dloss,
+                       int64_t ignoreIndex, double labelSmoothing) {
+  static tilefuse::Fusion &fusion = builtin("cross_entropy_bwd");
+  return runFusion("cross_entropy", fusion,
+                   {logits.contiguous(), target.contiguous(), lse.contiguous(),
+                    dloss.to(at::kFloat).contiguous()},
+                   {ignoreIndex, labelSmoothing}, logits.scalar_type(),
+                   logits.size(-1), leadingDims(logits))[0];
+}
+
+Tensor crossEntropyBwdMeta(const Tensor &logits, const Tensor &, const Tensor &,
+                           const Tensor &, int64_t, double) {
+  return emptyLike(logits);
+}
+
+struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
+  static variable_list forward(AutogradContext *ctx, const Tensor &logits,
+                               const Tensor &target, int64_t ignoreIndex,
+                               double labelSmoothing, int64_t reduction) {
+    const auto &op = crossEntropyFwdOp();
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [loss, lse] =
+        op.call(logits, target, ignoreIndex, labelSmoothing, reduction);
+    ctx->save_for_backward({logits, target, lse});
+    ctx->saved_data["ignore_index"] = ignoreIndex;
+    ctx->saved_data["label_smoothing"] = labelSmoothing;
+    ctx->saved_data["reduction"] = reduction;
+    ctx->mark_non_differentiable({lse});
+    return {loss, lse};
+  }
+  static variable_list backward(AutogradContext *ctx, variable_list grads) {
+    static auto op = findOp<Tensor(const Tensor &, const Tensor &,
+                                   const Tensor &, const Tensor &, int64_t,
+                                   double)>("tilefuse::cross_entropy_bwd");
+    variable_list saved = ctx->get_saved_variables();
+    if (!grads[0].defined())
+      return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    const Tensor &target = saved[1];
+    int64_t ignoreIndex = ctx->saved_data["ignore_index"].toInt();
+    // The upstream gradient of each row's loss.
+    Tensor dloss = grads[0];
+    switch (ctx->saved_data["reduction"].toInt()) {
+    case Mean:
+      dloss = dloss.expand(target.sizes()).div(target.ne(ignoreIndex).sum());
+      break;
+    case Sum: dloss = dloss.expand(target.sizes()); break;
+    default: break;
+    }
+    Tensor dlogits = op.call(saved[0], target, saved[2], dloss, ignoreIndex,
+                             ctx->saved_data["label_smoothing"].toDouble());
+    return {dlogits, Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+Tensor crossEntropy(const Tensor &input, const Tensor &target,
+                    const std::optional<Tensor> &weight, int64_t ignoreIndex,
+                    c10::string_view reduction, double labelSmoothing) {
+  const auto &op = crossEntropyFwdOp();
+  const char *name = "cross_entropy";
+  checkFloat(name, "input", input);
+  TORCH_CHECK_VALUE(!weight, "tilefuse.cross_entropy: class weights ('weight') "
+                             "are not supported");
+  TORCH_CHECK_VALUE(reduction == "none" || reduction == "mean" ||
+                        reduction == "sum",
+                    "tilefuse.cross_entropy: reduction must be 'none', 'mean' "
+                    "or 'sum', got '",
+                    reduction, "'");
+  TORCH_CHECK_VALUE(labelSmoothing >= 0.0 && labelSmoothing <= 1.0,
+                    "tilefuse.cross_entropy: label_smoothing must be in [0, "
+                    "1], got ",
+                    labelSmoothing);
+  TORCH_CHECK_VALUE(input.dim() == 2,
+                    "tilefuse.cross_entropy: 'input' must be [N, C] logits, "
+                    "got shape ",
+                    input.sym_sizes());
+  TORCH_CHECK_TYPE(target.scalar_type() == at::kLong,
+                   "tilefuse.cross_entropy: 'target' must hold int64 class "
+                   "indices, got ",
+                   target.scalar_type());
+  TORCH_CHECK_VALUE(target.dim() == 1 && target.sym_size(0) == input.sym_size(0),
+                    "tilefuse.cross_entropy: 'target' must have shape [",
+                    input.sym_size(0), "], got ", target.sym_sizes());
+  checkSameDevice(name, "target", target, "input", input);
+  Reduction mode = reduction == "none" ? None : reduction == "sum" ? Sum : Mean;
+  return std::get<0>(op.call(input, target, ignoreIndex, labelSmoothing, mode))
+      .to(input.scalar_type());
+}
+
+//===----------------------------------------------------------------------===//
+// AdamW
+//===----------------------------------------------------------------------===//
+
+void checkAdamW(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
+                const Tensor &expAvgSq, int64_t step) {
+  const char *op = "adamw_step_";
+  std::pair<const char *, const Tensor *> tensors[] = {
+      {"param", &param}, {"grad", &grad}, {"exp_avg", &expAvg},
+      {"exp_avg_sq", &expAvgSq}};
+  for (auto [name, tensor] : tensors) {
+    checkFloat(op, name, *tensor);
+    TORCH_CHECK_VALUE(tensor->sym_sizes() == param.sym_sizes(), "tilefuse.",
+                      op, ": '", name, "' has shape ", tensor->sym_sizes(),
+                      ", 'param' has ", param.sym_sizes());
+    TORCH_CHECK_TYPE(tensor->scalar_type() == param.scalar_type(), "tilefuse.",
+                     op, ": '", name, "' is ", tensor->scalar_type(),
+                     ", 'param' is ", param.scalar_type());
+    checkSameDevice(op, name, *tensor, "param", param);
+  }
+  for (auto [name, tensor] : {tensors[0], tensors[2], tensors[3]})
+    TORCH_CHECK_VALUE(tensor->is_contiguous(), "tilefuse.", op, ": '", name,
+                      "' is updated in place and must be contiguous (a copy "
+                      "would not be updated)");
+  TORCH_CHECK_VALUE(step >= 1, "tilefuse.", op, ": step must be >= 1, got ",
+                    step);
+}
+
+void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
+               const Tensor &expAvgSq, double lr, double beta1, double beta2,
+               double eps, double weightDecay, int64_t step) {
+  static tilefuse::Fusion &fusion = builtin("adamw_step");
+  checkAdamW(param, grad, expAvg, expAvgSq, step);
+  if (param.numel() == 0)
+    return;
+  // Rows of the last dimension (one row for a 0-d parameter).
+  auto rows = [](const Tensor &t) {
+    return t.dim() ? t.view({-1, t.size(-1)}) : t.view({1, 1});
+  };
+  Tensor flatParam = rows(param);
+  runFusion("adamw_step_", fusion,
+            {flatParam, rows(grad.contiguous()), rows(expAvg), rows(expAvgSq)},
+            {lr, beta1, beta2, eps, weightDecay, static_cast<double>(step)},
+            param.scalar_type(), flatParam.size(1), {flatParam.size(0)},
+            {flatParam, rows(expAvg), rows(expAvgSq)});
+}
+
+void adamwStepMeta(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
+                   const Tensor &expAvgSq, double, double, double, double,
+                   double, int64_t step) {
+  checkAdamW(param, grad, expAvg, expAvgSq, step);
+}
+
+/// Below autograd: the step runs in no_grad (as torch.optim's does); it
+/// bumps the version of what it updates, as in-place ops do.
+void adamwStepAutograd(const Tensor &param, const Tensor &grad,
+                       const Tensor &expAvg, const Tensor &expAvgSq, double lr,
+                       double beta1, double beta2, double eps,
+                       double weightDecay, int64_t step) {
+  static auto op =
+      findOp<void(const Tensor &, const Tensor &, const Tensor &,
+                  const Tensor &, double, double, double, double, double,
+                  int64_t)>("tilefuse::adamw_step_");
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    op.call(param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps, weightDecay,
+            step);
+  }
+  for (const Tensor *tensor : {&param, &expAvg, &expAvgSq})
+    torch::autograd::increment_version(*tensor);
+}
+
+//===----------------------------------------------------------------------===//
+// DSL fusions
+//===----------------------------------------------------------------------===//
+
+std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
+                                 c10::ArrayRef<c10::Scalar> scalars,
+                                 at::ScalarType storage, int64_t n,
+                                 at::IntArrayRef lead) {
+  tilefuse::Fusion &fusion =
+      tilefuse::torch_ops::registeredFusion("launch_fusion", handle);
+  return runFusion(fusion.name(), fusion, tensors, scalars, storage, n, lead);
+}
+
+/// DSL fusions have no backward yet: outputs of inputs that need a gradient
+/// get a grad_fn that raises when differentiated.
+std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
+                                         c10::ArrayRef<c10::Scalar> scalars,
+                                         at::ScalarType storage, int64_t n,
+                                         at::IntArrayRef lead) {
+  static auto op = findOp<std::vector<Tensor>(
+      int64_t, at::TensorList, c10::ArrayRef<c10::Scalar>, at::ScalarType,
+      int64_t, at::IntArrayRef)>("tilefuse::launch_fusion");
+  std::vector<Tensor> outputs;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    outputs = op.call(handle, tensors, scalars, storage, n, lead);
+  }
+  if (torch::autograd::compute_requires_grad(tensors)) {
+    auto node = std::make_shared<torch::autograd::NotImplemented>(
+        "tilefuse::launch_fusion (" +
+        tilefuse::torch_ops::registeredFusion("launch_fusion", handle).name() +
+        ")");
+    node->set_next_edges(torch::autograd::collect_next_edges(tensors));
+    for (Tensor &output : outputs)
+      if (at::isFloatingType(output.scalar_type()))
+        torch::autograd::set_history(output, node);
+  }
+  return outputs;
+}
+
+} // namespace
+
+TORCH_LIBRARY(tilefuse, m) {
+  m.def("rms_norm(Tensor input, int[1] normalized_shape, Tensor? weight=None, "
+        "float? eps=None) -> Tensor");
+  m.def("rms_norm_fwd(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");
+  m.def("rms_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor rstd) -> "
+        "(Tensor, Tensor)");
+  m.def("layer_norm(Tensor input, int[1] normalized_shape, Tensor? weight=None, "
+        "Tensor? bias=None, float eps=1e-05) -> Tensor");
+  m.def("layer_norm_fwd(Tensor x, Tensor weight, Tensor bias, float eps) -> "
+        "(Tensor, Tensor, Tensor)");
+  m.def("layer_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor mean, "
+        "Tensor rstd) -> (Tensor, Tensor, Tensor)");
+  m.def("swiglu(Tensor a, Tensor b) -> Tensor");
+  m.def("swiglu_fwd(Tensor a, Tensor b) -> Tensor");
+  m.def("swiglu_bwd(Tensor dc, Tensor a, Tensor b) -> (Tensor, Tensor)");
+  m.def("cross_entropy(Tensor input, Tensor target, Tensor? weight=None, "
+        "int ignore_index=-100, str reduction='mean', "
+        "float label_smoothing=0.0) -> Tensor");
+  // reduction: 0 none, 1 mean, 2 sum (at::Reduction).
+  m.def("cross_entropy_fwd(Tensor logits, Tensor target, int ignore_index, "
+        "float label_smoothing, int reduction) -> (Tensor, Tensor)");
+  m.def("cross_entropy_bwd(Tensor logits, Tensor target, Tensor lse, "
+        "Tensor dloss, int ignore_index, float label_smoothing) -> Tensor");
+  m.def("adamw_step_(Tensor(a!) param, Tensor grad, Tensor(b!) exp_avg, "
+        "Tensor(c!) exp_avg_sq, *, float lr, float beta1=0.9, "
+        "float beta2=0.999, float eps=1e-08, float weight_decay=0.01, "
+        "int step) -> ()");
+  m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars, "
+        "ScalarType storage, int n, int[] lead) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {
+  m.impl("rms_norm", rmsNorm);
+  m.impl("layer_norm", layerNorm);
+  m.impl("swiglu", swiglu);
+  m.impl("cross_entropy", crossEntropy);
+}
+
+// One implementation serves both devices: TorchRunner picks the target.
+#define TILEFUSE_DEVICE_KERNELS(key)                                           \
+  TORCH_LIBRARY_IMPL(tilefuse, key, m) {                                       \
+    m.impl("rms_norm_fwd", rmsNormFwd);                                        \
+    m.impl("rms_norm_bwd", rmsNormBwd);                                        \
+    m.impl("layer_norm_fwd", layerNormFwd);                                    \
+    m.impl("layer_norm_bwd", layerNormBwd);                                    \
+    m.impl("swiglu_fwd", swigluFwd);                                           \
+    m.impl("swiglu_bwd", swigluBwd);                                           \
+    m.impl("cross_entropy_fwd", crossEntropyFwd);                              \
+    m.impl("cross_entropy_bwd", crossEntropyBwd);                              \
+    m.impl("adamw_step_", adamwStep);                                          \
+    m.impl("launch_fusion", launchFusion);                                     \
+  }
+TILEFUSE_DEVICE_KERNELS(CPU)
+TILEFUSE_DEVICE_KERNELS(CUDA)
+
+TORCH_LIBRARY_IMPL(tilefuse, Meta, m) {
+  m.impl("rms_norm_fwd", rmsNormFwdMeta);
+  m.impl("rms_norm_bwd", rmsNormBwdMeta);
+  m.impl("layer_norm_fwd", layerNormFwdMeta);
+  m.impl("layer_norm_bwd", layerNormBwdMeta);
+  m.impl("swiglu_fwd", swigluFwdMeta);
+  m.impl("swiglu_bwd", swigluBwdMeta);
+  m.impl("cross_entropy_fwd", crossEntropyFwdMeta);
+  m.impl("cross_entropy_bwd", crossEntropyBwdMeta);
+  m.impl("adamw_step_", adamwStepMeta);
+}
+
+TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
+  // Function::apply only when a gradient is needed: the rest go straight
+  // below autograd.
+  m.impl("rms_norm_fwd", [](const Tensor &x, const Tensor &weight, double eps) {
+    if (!torch::autograd::compute_requires_grad(x, weight)) {
+      at::AutoDispatchBelowADInplaceOrView below;
+      return rmsNormFwdOp().call(x, weight, eps);
+    }
+    variable_list out = RmsNormFunction::apply(x, weight, eps);
+    return TensorPair(out[0], out[1]);
+  });
+  m.impl("layer_norm_fwd", [](const Tensor &x, const Tensor &weight,
+                              const Tensor &bias, double eps) {
+    if (!torch::autograd::compute_requires_grad(x, weight, bias)) {
+      at::AutoDispatchBelowADInplaceOrView below;
+      return layerNormFwdOp().call(x, weight, bias, eps);
+    }
+    variable_list out = LayerNormFunction::apply(x, weight, bias, eps);
+    return TensorTriple(out[0], out[1], out[2]);
+  });
+  m.impl("swiglu_fwd", [](const Tensor &a, const Tensor &b) {
+    if (!torch::autograd::compute_requires_grad(a, b)) {
+      at::AutoDispatchBelowADInplaceOrView below;
+      return swigluFwdOp().call(a, b);
+    }
+    return SwigluFunction::apply(a, b);
+  });
+  m.impl("cross_entropy_fwd", [](const Tensor &logits, const Tensor &target,
+                                 int64_t ignoreIndex, double labelSmoothing,
+                                 int64_t reduction) {
+    if (!torch::autograd::compute_requires_grad(logits)) {
+      at::AutoDispatchBelowADInplaceOrView below;
+      return crossEntropyFwdOp().call(logits, target, ignoreIndex,
+                                      labelSmoothing, reduction);
+    }
+    variable_list out = CrossEntropyFunction::apply(
+        logits, target, ignoreIndex, labelSmoothing, reduction);
+    return TensorPair(out[0], out[1]);
+  });
+  m.impl("adamw_step_", adamwStepAutograd);
+  m.impl("launch_fusion", launchFusionAutograd);
+}

@@ -1,0 +1,261 @@
+//===- TorchRunner.cpp - run a fusion on PyTorch tensors ------------------===//
+
+#include "TorchRunner.h"
+
+#include "tilefuse/Kernels/Builtins.h"
+#include "tilefuse/Runtime/CudaDriver.h"
+#include "tilefuse/Runtime/Fusion.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/irange.h>
+
+#include <cstdlib>
+#include <mutex>
+
+using namespace tilefuse;
+
+namespace {
+
+const char *dtypeName(at::ScalarType type) {
+  switch (type) {
+  case at::kFloat: return "f32";
+  case at::kHalf: return "f16";
+  case at::kBFloat16: return "bf16";
+  case at::kDouble: return "f64";
+  case at::kLong: return "i64";
+  case at::kInt: return "i32";
+  case at::kBool: return "i1";
+  default: return nullptr;
+  }
+}
+
+at::ScalarType scalarType(const std::string &dtype) {
+  static const std::pair<const char *, at::ScalarType> types[] = {
+      {"f32", at::kFloat}, {"f16", at::kHalf},  {"bf16", at::kBFloat16},
+      {"f64", at::kDouble}, {"i64", at::kLong}, {"i32", at::kInt},
+      {"i1", at::kBool}};
+  for (auto [name, type] : types)
+    if (dtype == name)
+      return type;
+  TORCH_INTERNAL_ASSERT(false, "no torch dtype for ", dtype);
+}
+
+std::vector<int64_t> shapeOf(PortInfo::Kind kind, int64_t n,
+                             at::IntArrayRef lead) {
+  std::vector<int64_t> shape;
+  if (kind == PortInfo::Kind::Col)
+    return {n};
+  shape.assign(lead.begin(), lead.end());
+  if (kind == PortInfo::Kind::Full)
+    shape.push_back(n);
+  return shape;
+}
+
+bool forcesCpu() {
+  static const bool forced = [] {
+    const char *target = std::getenv("TILEFUSE_TARGET");
+    return target && std::string_view(target) == "cpu";
+  }();
+  return forced;
+}
+
+/// The driver, with the compile target of `device` made current.
+std::pair<CudaDriver *, std::string> cudaTarget(std::string_view op,
+                                                const at::Device &device) {
+  TORCH_CHECK(!forcesCpu(), "tilefuse.", op,
+              ": TILEFUSE_TARGET=cpu needs CPU tensors, got ", device);
+  llvm::Expected<CudaDriver &> driver = CudaDriver::global();
+  TORCH_CHECK(static_cast<bool>(driver), "tilefuse.", op,
+              ": CUDA tensors need the CUDA driver: ",
+              llvm::toString(driver.takeError()));
+  llvm::Expected<std::string> target = driver->currentTarget();
+  TORCH_CHECK(static_cast<bool>(target), "tilefuse.", op, ": ",
+              llvm::toString(target.takeError()));
+  return {&*driver, *target};
+}
+
+/// Checks `tensor` against `port` of a kernel specialized for (n, lead).
+void checkTensor(std::string_view op, const char *role, const PortInfo &port,
+                 const at::Tensor &tensor, const at::Device &device,
+                 int64_t n, at::IntArrayRef lead) {
+  TORCH_CHECK_VALUE(tensor.defined(), "tilefuse.", op, ": ", role, " '",
+                    port.name, "' is missing");
+  TORCH_CHECK_VALUE(tensor.device() == device, "tilefuse.", op, ": ", role,
+                    " '", port.name, "' is on ", tensor.device(),
+                    " but the other tensors are on ", device);
+  at::ScalarType expected = scalarType(port.dtype);
+  TORCH_CHECK_TYPE(tensor.scalar_type() == expected, "tilefuse.", op, ": ",
+                   role, " '", port.name, "' must be ", expected, ", got ",
+                   tensor.scalar_type());
+  std::vector<int64_t> shape = shapeOf(port.kind, n, lead);
+  TORCH_CHECK_VALUE(tensor.sizes() == at::IntArrayRef(shape), "tilefuse.", op,
+                    ": ", role, " '", port.name, "' must have shape ", at::IntArrayRef(shape),
+                    " (", PortInfo::kindName(port.kind).str(), "), got ",
+                    tensor.sizes());
+  TORCH_CHECK_VALUE(tensor.is_contiguous(), "tilefuse.", op, ": ", role, " '",
+                    port.name, "' must be contiguous");
+}
+
+/// `scalar` in an 8-byte slot, typed as `port` declares it.
+int64_t scalarSlot(std::string_view op, const PortInfo &port,
+                   const c10::Scalar &scalar) {
+  int64_t slot = 0;
+  if (port.dtype == "f32")
+    *reinterpret_cast<float *>(&slot) = scalar.to<float>();
+  else if (port.dtype == "f64")
+    *reinterpret_cast<double *>(&slot) = scalar.to<double>();
+  else if (port.dtype == "i32")
+    *reinterpret_cast<int32_t *>(&slot) = scalar.to<int32_t>();
+  else if (port.dtype == "i64")
+    slot = scalar.to<int64_t>();
+  else
+    TORCH_CHECK_TYPE(false, "tilefuse.", op, ": scalar '", port.name,
+                     "' has unsupported dtype ", port.dtype);
+  return slot;
+}
+
+} // namespace
+
+std::vector<at::Tensor> torch_ops::runFusion(
+    std::string_view op, Fusion &fusion, at::TensorList tensors,
+    c10::ArrayRef<c10::Scalar> scalars, at::ScalarType storage, int64_t n,
+    at::IntArrayRef lead, at::TensorList out) {
+  const std::vector<PortInfo> &declared = fusion.inputs();
+  size_t scalarPorts = llvm::count_if(declared, [](const PortInfo &port) {
+    return port.kind == PortInfo::Kind::Scalar;
+  });
+  TORCH_CHECK(tensors.size() == declared.size() - scalarPorts &&
+                  scalars.size() == scalarPorts && !tensors.empty(),
+              "tilefuse.", op, ": ", fusion.name(), " takes ",
+              declared.size() - scalarPorts, " tensors and ", scalarPorts,
+              " scalars, got ", tensors.size(), " and ", scalars.size());
+  TORCH_CHECK(out.empty() || out.size() == fusion.outputs().size(),
+              "tilefuse.", op, ": expected ", fusion.outputs().size(),
+              " output slots, got ", out.size());
+  const char *storageName = dtypeName(storage);
+  TORCH_CHECK_TYPE(storageName && at::isFloatingType(storage), "tilefuse.", op,
+                   ": unsupported storage dtype ", storage);
+  at::Device device = tensors.front().device();
+
+  // The specialization: 16-byte vectors need n and every pointer aligned.
+  int64_t vector = 16 / c10::elementSize(storage);
+  bool aligned = n % vector == 0;
+  for (const at::Tensor &tensor : tensors)
+    aligned = aligned && reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0;
+  for (const at::Tensor &tensor : out)
+    aligned = aligned && (!tensor.defined() ||
+                          reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0);
+
+  CudaDriver *driver = nullptr;
+  std::shared_ptr<const CpuKernel> cpuKernel;
+  std::shared_ptr<const GpuKernel> gpuKernel;
+  std::optional<c10::DeviceGuard> guard;
+  if (device.is_cpu()) {
+    auto kernel = fusion.cpuKernel(storageName, n, aligned);
+    TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
+                llvm::toString(kernel.takeError()));
+    cpuKernel = *kernel;
+  } else {
+    TORCH_CHECK(device.is_cuda(), "tilefuse.", op, ": unsupported device ",
+                device);
+    guard.emplace(device);
+    auto [cuda, target] = cudaTarget(op, device);
+    driver = cuda;
+    auto kernel = fusion.gpuKernel(storageName, n, aligned, target);
+    TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
+                llvm::toString(kernel.takeError()));
+    gpuKernel = *kernel;
+  }
+  const KernelInfo &info = cpuKernel ? cpuKernel->info() : gpuKernel->info;
+
+  std::vector<int64_t> slots(info.inputs.size());
+  std::vector<void *> arguments;
+  arguments.reserve(info.inputs.size() + info.outputs.size());
+  const at::Tensor *tensor = tensors.begin();
+  const c10::Scalar *scalar = scalars.begin();
+  for (auto i : c10::irange(info.inputs.size())) {
+    const PortInfo &port = info.inputs[i];
+    if (port.kind == PortInfo::Kind::Scalar) {
+      slots[i] = scalarSlot(op, port, *scalar++);
+      arguments.push_back(&slots[i]);
+      continue;
+    }
+    checkTensor(op, "input", port, *tensor, device, n, lead);
+    arguments.push_back(tensor++->data_ptr());
+  }
+  std::vector<at::Tensor> outputs;
+  for (auto i : c10::irange(info.outputs.size())) {
+    const PortInfo &port = info.outputs[i];
+    if (!out.empty() && out[i].defined()) {
+      checkTensor(op, "output", port, out[i], device, n, lead);
+      outputs.push_back(out[i]);
+    } else {
+      outputs.push_back(at::empty(shapeOf(port.kind, n, lead),
+                                  at::TensorOptions()
+                                      .dtype(scalarType(port.dtype))
+                                      .device(device)));
+    }
+    arguments.push_back(outputs.back().data_ptr());
+  }
+  int64_t rows = c10::multiply_integers(lead);
+
+  if (cpuKernel) {
+    llvm::Error error =
+        cpuKernel->run(Runtime::global().executor(), arguments, rows);
+    TORCH_CHECK(!error, "tilefuse.", op, ": ", llvm::toString(std::move(error)));
+    return outputs;
+  }
+  // Column reductions leave f32 partials, one row per row group.
+  std::vector<at::Tensor> workspaces;
+  std::vector<void *> workspacePointers;
+  if (info.hasColumnReduction()) {
+    llvm::Expected<int64_t> groups = driver->rowGroups(*gpuKernel, rows);
+    TORCH_CHECK(static_cast<bool>(groups), "tilefuse.", op, ": ",
+                llvm::toString(groups.takeError()));
+    for (const PortInfo &port : info.outputs) {
+      if (port.kind != PortInfo::Kind::Col)
+        continue;
+      workspaces.push_back(at::empty({std::max<int64_t>(*groups, 1), n},
+                                     at::TensorOptions()
+                                         .dtype(at::kFloat)
+                                         .device(device)));
+      workspacePointers.push_back(workspaces.back().data_ptr());
+    }
+  }
+  c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+  void *stream = cuda.getStream(device).native_handle();
+  llvm::Error error =
+      driver->launch(*gpuKernel, arguments, workspacePointers, rows, stream);
+  TORCH_CHECK(!error, "tilefuse.", op, ": ", llvm::toString(std::move(error)));
+  return outputs;
+}
+
+Fusion &torch_ops::builtin(const char *name) {
+  auto fusion = kernels::builtinFusion(name);
+  TORCH_INTERNAL_ASSERT(static_cast<bool>(fusion), "built-in fusion ", name,
+                        ": ", llvm::toString(fusion.takeError()));
+  return **fusion;
+}
+
+namespace {
+std::mutex registryMutex;
+std::vector<std::shared_ptr<Fusion>> &registry() {
+  static auto *fusions = new std::vector<std::shared_ptr<Fusion>>();
+  return *fusions;
+}
+} // namespace
+
+int64_t torch_ops::registerFusion(std::shared_ptr<Fusion> fusion) {
+  std::lock_guard<std::mutex> lock(registryMutex);
+  registry().push_back(std::move(fusion));
+  return registry().size() - 1;
+}
+
+Fusion &torch_ops::registeredFusion(std::string_view op, int64_t handle) {
+  std::lock_guard<std::mutex> lock(registryMutex);
+  TORCH_CHECK_INDEX(handle >= 0 && handle < int64_t(registry().size()),
+                    "tilefuse.", op, ": no fusion has handle ", handle);
+  return *registry()[handle];
+}

@@ -1,0 +1,46 @@
+//===- TorchRunner.h - run a fusion on PyTorch tensors ----------*- C++ -*-===//
+//
+// The one place that turns tensors into kernel arguments: picks the target
+// from the tensors' device (TILEFUSE_TARGET=cpu forces the CPU), the
+// specialization from (storage dtype, n, 16-byte alignment), checks every
+// tensor against the kernel's interface, allocates the outputs, and runs
+// the kernel on the CPU or launches it on the caller's CUDA stream.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TILEFUSE_PYTHON_TORCHRUNNER_H
+#define TILEFUSE_PYTHON_TORCHRUNNER_H
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string_view>
+
+namespace tilefuse {
+class Fusion;
+
+namespace torch_ops {
+
+/// Runs `fusion` over rows = prod(lead) rows of length `n`. `tensors` are
+/// its full, per-row and per-column inputs and `scalars` its scalar inputs,
+/// each in declaration order; `storage` is the dtype of its full and
+/// per-column float tensors. `out` may give outputs to write in place (by
+/// output index; an undefined tensor is allocated). Errors name `op`.
+std::vector<at::Tensor> runFusion(std::string_view op, Fusion &fusion,
+                                  at::TensorList tensors,
+                                  c10::ArrayRef<c10::Scalar> scalars,
+                                  at::ScalarType storage, int64_t n,
+                                  at::IntArrayRef lead,
+                                  at::TensorList out = {});
+
+/// The built-in fusion `name` (kernels_dsl).
+Fusion &builtin(const char *name);
+
+/// Fusions the DSL traced, by the handle registerFusion gave them.
+int64_t registerFusion(std::shared_ptr<Fusion> fusion);
+Fusion &registeredFusion(std::string_view op, int64_t handle);
+
+} // namespace torch_ops
+} // namespace tilefuse
+
+#endif // TILEFUSE_PYTHON_TORCHRUNNER_H
