@@ -118,7 +118,7 @@ llvm::Error CudaDriver::check(int result, llvm::StringRef call,
       text ? text : ""));
 }
 
-llvm::Expected<int> CudaDriver::currentDevice() const {
+llvm::Expected<void *> CudaDriver::currentContext() const {
   CUcontext context = nullptr;
   if (llvm::Error error =
           check(api->ctxGetCurrent(&context), "cuCtxGetCurrent"))
@@ -126,6 +126,12 @@ llvm::Expected<int> CudaDriver::currentDevice() const {
   if (!context)
     return llvm::createStringError(
         "no current CUDA context (allocate a CUDA tensor first)");
+  return context;
+}
+
+llvm::Expected<int> CudaDriver::currentDevice() const {
+  if (llvm::Expected<void *> context = currentContext(); !context)
+    return context.takeError();
   CUdevice device = 0;
   if (llvm::Error error = check(api->ctxGetDevice(&device), "cuCtxGetDevice"))
     return std::move(error);
@@ -184,15 +190,11 @@ llvm::Expected<int64_t> CudaDriver::rowGroups(const GpuKernel &kernel,
 
 llvm::Expected<CudaDriver::Loaded>
 CudaDriver::functions(const GpuKernel &kernel) {
-  CUcontext context = nullptr;
-  if (llvm::Error error =
-          check(api->ctxGetCurrent(&context), "cuCtxGetCurrent"))
-    return std::move(error);
+  llvm::Expected<void *> context = currentContext();
   if (!context)
-    return llvm::createStringError(
-        "no current CUDA context (allocate a CUDA tensor first)");
+    return context.takeError();
   std::lock_guard<std::mutex> lock(mutex);
-  auto [it, inserted] = modules.try_emplace({context, &kernel});
+  auto [it, inserted] = modules.try_emplace({*context, &kernel});
   if (!inserted)
     return it->second;
   Loaded loaded;

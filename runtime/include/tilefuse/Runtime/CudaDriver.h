@@ -54,6 +54,8 @@ private:
   explicit CudaDriver(std::unique_ptr<Api> api);
   llvm::Error check(int result, llvm::StringRef call,
                     llvm::StringRef kernel = {}) const;
+  /// The calling thread's current context; none is an error.
+  llvm::Expected<void *> currentContext() const;
   llvm::Expected<int> currentDevice() const;
   llvm::Expected<int> attribute(int device, int which);
   llvm::Expected<Loaded> functions(const GpuKernel &kernel);
