@@ -359,7 +359,7 @@ class Fusion:
                       for _, _, dtype in compiled.outputs]
             trace = self._traces[signature] = (compiled, dtypes)
         compiled, dtypes = trace
-        if fake:
+        if fake or device.type == "meta":
             shapes = [{"full": (*lead, n), "row": lead, "col": (n,)}[kind]
                       for _, kind, _ in compiled.outputs]
             return [torch.empty(shape, dtype=dtype, device=device)

@@ -125,3 +125,8 @@ def test_runner_checks_tensors_against_the_kernel():
         fused(torch.ones(2, 8), torch.ones(2, 9))
     with pytest.raises(TypeError, match=r"tilefuse.swiglu: input 'b' must be Float"):
         fused(torch.ones(2, 8), torch.ones(2, 8, dtype=torch.float64))
+
+
+def test_dsl_on_meta_tensors_allocates_only():
+    y = scaled(torch.empty(3, 5, device="meta", dtype=torch.float16), 2.0)
+    assert (y.shape, y.dtype, y.device.type) == ((3, 5), torch.float16, "meta")
