@@ -23,6 +23,7 @@
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -90,10 +91,6 @@ c10::SymInt normalizedN(const char *op, const Tensor &input,
   return n;
 }
 
-at::IntArrayRef leadingDims(const Tensor &x) {
-  return x.sizes().slice(0, x.dim() - 1);
-}
-
 c10::SymIntArrayRef leadingSymDims(const Tensor &x) {
   return x.sym_sizes().slice(0, x.dim() - 1);
 }
@@ -104,6 +101,16 @@ Tensor emptyRows(const Tensor &x) {
 
 Tensor emptyLike(const Tensor &x) {
   return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+/// Whether a call must record an autograd graph; forward-mode AD (dual
+/// tensors) is refused rather than silently dropped.
+template <typename... Tensors>
+bool needsGraph(const char *op, const Tensors &...tensors) {
+  bool dual = (false || ... || tensors._fw_grad(/*level=*/0).defined());
+  TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.", op,
+                              ": forward-mode AD is not supported");
+  return torch::autograd::compute_requires_grad(tensors...);
 }
 
 template <typename Signature>
@@ -145,7 +152,7 @@ const c10::TypedOperatorHandle<CrossEntropyFwdOp> &crossEntropyFwdOp() {
 TensorPair rmsNormFwd(const Tensor &x, const Tensor &weight, double eps) {
   static tilefuse::Fusion &fusion = builtin("rms_norm_fwd");
   auto out = runFusion("rms_norm", fusion, {x.contiguous(), weight.contiguous()},
-                       {eps}, x.scalar_type(), x.size(-1), leadingDims(x));
+                       {eps}, x.scalar_type(), x.sizes());
   return {out[0], out[1]};
 }
 
@@ -159,7 +166,7 @@ TensorPair rmsNormBwd(const Tensor &dy, const Tensor &x, const Tensor &weight,
   auto out = runFusion("rms_norm", fusion,
                        {dy.contiguous(), x.contiguous(), weight.contiguous(),
                         rstd.contiguous()},
-                       {}, x.scalar_type(), x.size(-1), leadingDims(x));
+                       {}, x.scalar_type(), x.sizes());
   return {out[0], out[1]};
 }
 
@@ -219,7 +226,7 @@ TensorTriple layerNormFwd(const Tensor &x, const Tensor &weight,
   static tilefuse::Fusion &fusion = builtin("layer_norm_fwd");
   auto out = runFusion("layer_norm", fusion,
                        {x.contiguous(), weight.contiguous(), bias.contiguous()},
-                       {eps}, x.scalar_type(), x.size(-1), leadingDims(x));
+                       {eps}, x.scalar_type(), x.sizes());
   return {out[0], out[1], out[2]};
 }
 
@@ -235,7 +242,7 @@ TensorTriple layerNormBwd(const Tensor &dy, const Tensor &x,
   auto out = runFusion("layer_norm", fusion,
                        {dy.contiguous(), x.contiguous(), weight.contiguous(),
                         mean.contiguous(), rstd.contiguous()},
-                       {}, x.scalar_type(), x.size(-1), leadingDims(x));
+                       {}, x.scalar_type(), x.sizes());
   return {out[0], out[1], out[2]};
 }
 
@@ -289,7 +296,7 @@ Tensor layerNorm(const Tensor &input, at::IntArrayRef normalizedShape,
 Tensor swigluFwd(const Tensor &a, const Tensor &b) {
   static tilefuse::Fusion &fusion = builtin("swiglu_fwd");
   return runFusion("swiglu", fusion, {a.contiguous(), b.contiguous()}, {},
-                   a.scalar_type(), a.size(-1), leadingDims(a))[0];
+                   a.scalar_type(), a.sizes())[0];
 }
 
 Tensor swigluFwdMeta(const Tensor &a, const Tensor &) { return emptyLike(a); }
@@ -298,7 +305,7 @@ TensorPair swigluBwd(const Tensor &dc, const Tensor &a, const Tensor &b) {
   static tilefuse::Fusion &fusion = builtin("swiglu_bwd");
   auto out = runFusion("swiglu", fusion,
                        {dc.contiguous(), a.contiguous(), b.contiguous()}, {},
-                       a.scalar_type(), a.size(-1), leadingDims(a));
+                       a.scalar_type(), a.sizes());
   return {out[0], out[1]};
 }
 
@@ -383,11 +390,19 @@ TensorPair crossEntropyFwd(const Tensor &logits, const Tensor &target,
                            int64_t ignoreIndex, double labelSmoothing,
                            int64_t reduction) {
   static tilefuse::Fusion &fusion = builtin("cross_entropy_fwd");
+  TORCH_CHECK_VALUE(logits.dim() == 2, "tilefuse.cross_entropy: 'logits' must "
+                    "be [N, C], got shape ", logits.sizes());
+  TORCH_CHECK_TYPE(target.scalar_type() == at::kLong,
+                   "tilefuse.cross_entropy: 'target' must hold int64 class "
+                   "indices, got ", target.scalar_type());
+  TORCH_CHECK_VALUE(reduction == None || reduction == Mean || reduction == Sum,
+                    "tilefuse.cross_entropy: reduction must be 0 (none), 1 "
+                    "(mean) or 2 (sum), got ", reduction);
   auto counted = countTargets(target, logits.size(-1), ignoreIndex);
   auto out = runFusion("cross_entropy", fusion,
                        {logits.contiguous(), target.contiguous()},
                        {ignoreIndex, labelSmoothing}, logits.scalar_type(),
-                       logits.size(-1), leadingDims(logits));
+                       logits.sizes());
   Tensor loss = out[0];
   if (reduction == None)
     return {loss, out[1]};
@@ -421,7 +436,7 @@ Tensor crossEntropyBwd(const Tensor &logits, const Tensor &target,
                    {logits.contiguous(), target.contiguous(), lse.contiguous(),
                     dloss.to(at::kFloat).contiguous()},
                    {ignoreIndex, labelSmoothing}, logits.scalar_type(),
-                   logits.size(-1), leadingDims(logits))[0];
+                   logits.sizes())[0];
 }
 
 Tensor crossEntropyBwdMeta(const Tensor &logits, const Tensor &, const Tensor &,
@@ -545,7 +560,7 @@ void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
   runFusion("adamw_step_", fusion,
             {flatParam, rows(grad.contiguous()), rows(expAvg), rows(expAvgSq)},
             {lr, beta1, beta2, eps, weightDecay, static_cast<double>(step)},
-            param.scalar_type(), flatParam.size(1), {flatParam.size(0)},
+            param.scalar_type(), flatParam.sizes(),
             {flatParam, rows(expAvg), rows(expAvgSq)});
 }
 
@@ -555,23 +570,40 @@ void adamwStepMeta(const Tensor &param, const Tensor &grad, const Tensor &expAvg
   checkAdamW(param, grad, expAvg, expAvgSq, step);
 }
 
-/// Below autograd: the step runs in no_grad (as torch.optim's does); it
-/// bumps the version of what it updates, as in-place ops do.
-void adamwStepAutograd(const Tensor &param, const Tensor &grad,
-                       const Tensor &expAvg, const Tensor &expAvgSq, double lr,
-                       double beta1, double beta2, double eps,
-                       double weightDecay, int64_t step) {
+const c10::TypedOperatorHandle<void(const Tensor &, const Tensor &,
+                                    const Tensor &, const Tensor &, double,
+                                    double, double, double, double, int64_t)> &
+adamwStepOp() {
   static auto op =
       findOp<void(const Tensor &, const Tensor &, const Tensor &,
                   const Tensor &, double, double, double, double, double,
                   int64_t)>("tilefuse::adamw_step_");
+  return op;
+}
+
+/// The step updates tensors autograd may have saved: it bumps their
+/// versions, as in-place ops do (inference mode included).
+void adamwStepInPlace(const Tensor &param, const Tensor &grad,
+                      const Tensor &expAvg, const Tensor &expAvgSq, double lr,
+                      double beta1, double beta2, double eps,
+                      double weightDecay, int64_t step) {
   {
     at::AutoDispatchBelowADInplaceOrView below;
-    op.call(param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps, weightDecay,
-            step);
+    adamwStepOp().call(param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps,
+                       weightDecay, step);
   }
   for (const Tensor *tensor : {&param, &expAvg, &expAvgSq})
     torch::autograd::increment_version(*tensor);
+}
+
+/// Not differentiable: like torch.optim's, the step runs in no_grad.
+void adamwStepAutograd(const Tensor &param, const Tensor &grad,
+                       const Tensor &expAvg, const Tensor &expAvgSq, double lr,
+                       double beta1, double beta2, double eps,
+                       double weightDecay, int64_t step) {
+  at::AutoDispatchBelowAutograd below;
+  adamwStepOp().call(param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps,
+                     weightDecay, step);
 }
 
 //===----------------------------------------------------------------------===//
@@ -584,7 +616,9 @@ std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
                                  at::IntArrayRef lead) {
   tilefuse::Fusion &fusion =
       tilefuse::torch_ops::registeredFusion("launch_fusion", handle);
-  return runFusion(fusion.name(), fusion, tensors, scalars, storage, n, lead);
+  std::vector<int64_t> shape(lead.begin(), lead.end());
+  shape.push_back(n);
+  return runFusion(fusion.name(), fusion, tensors, scalars, storage, shape);
 }
 
 /// DSL fusions have no backward yet: outputs of inputs that need a gradient
@@ -601,6 +635,11 @@ std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
     at::AutoDispatchBelowADInplaceOrView below;
     outputs = op.call(handle, tensors, scalars, storage, n, lead);
   }
+  bool dual = llvm::any_of(tensors, [](const Tensor &tensor) {
+    return tensor._fw_grad(/*level=*/0).defined();
+  });
+  TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.launch_fusion: forward-mode AD "
+                                     "is not supported");
   if (torch::autograd::compute_requires_grad(tensors)) {
     auto node = std::make_shared<torch::autograd::NotImplemented>(
         "tilefuse::launch_fusion (" +
@@ -687,7 +726,7 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
   // Function::apply only when a gradient is needed: the rest go straight
   // below autograd.
   m.impl("rms_norm_fwd", [](const Tensor &x, const Tensor &weight, double eps) {
-    if (!torch::autograd::compute_requires_grad(x, weight)) {
+    if (!needsGraph("rms_norm", x, weight)) {
       at::AutoDispatchBelowADInplaceOrView below;
       return rmsNormFwdOp().call(x, weight, eps);
     }
@@ -696,7 +735,7 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
   });
   m.impl("layer_norm_fwd", [](const Tensor &x, const Tensor &weight,
                               const Tensor &bias, double eps) {
-    if (!torch::autograd::compute_requires_grad(x, weight, bias)) {
+    if (!needsGraph("layer_norm", x, weight, bias)) {
       at::AutoDispatchBelowADInplaceOrView below;
       return layerNormFwdOp().call(x, weight, bias, eps);
     }
@@ -704,7 +743,7 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
     return TensorTriple(out[0], out[1], out[2]);
   });
   m.impl("swiglu_fwd", [](const Tensor &a, const Tensor &b) {
-    if (!torch::autograd::compute_requires_grad(a, b)) {
+    if (!needsGraph("swiglu", a, b)) {
       at::AutoDispatchBelowADInplaceOrView below;
       return swigluFwdOp().call(a, b);
     }
@@ -713,7 +752,7 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
   m.impl("cross_entropy_fwd", [](const Tensor &logits, const Tensor &target,
                                  int64_t ignoreIndex, double labelSmoothing,
                                  int64_t reduction) {
-    if (!torch::autograd::compute_requires_grad(logits)) {
+    if (!needsGraph("cross_entropy", logits)) {
       at::AutoDispatchBelowADInplaceOrView below;
       return crossEntropyFwdOp().call(logits, target, ignoreIndex,
                                       labelSmoothing, reduction);
@@ -724,4 +763,12 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
   });
   m.impl("adamw_step_", adamwStepAutograd);
   m.impl("launch_fusion", launchFusionAutograd);
+  // Backward kernels have no backward: differentiating them raises.
+  for (const char *op : {"rms_norm_bwd", "layer_norm_bwd", "swiglu_bwd",
+                         "cross_entropy_bwd"})
+    m.impl(op, torch::autograd::autogradNotImplementedFallback());
+}
+
+TORCH_LIBRARY_IMPL(tilefuse, ADInplaceOrView, m) {
+  m.impl("adamw_step_", adamwStepInPlace);
 }

@@ -61,7 +61,7 @@ bool forcesCpu() {
   return forced;
 }
 
-/// The driver, with the compile target of `device` made current.
+/// The driver and the compile target of `device`.
 std::pair<CudaDriver *, std::string> cudaTarget(std::string_view op,
                                                 const at::Device &device) {
   TORCH_CHECK(!forcesCpu(), "tilefuse.", op,
@@ -70,7 +70,7 @@ std::pair<CudaDriver *, std::string> cudaTarget(std::string_view op,
   TORCH_CHECK(static_cast<bool>(driver), "tilefuse.", op,
               ": CUDA tensors need the CUDA driver: ",
               llvm::toString(driver.takeError()));
-  llvm::Expected<std::string> target = driver->currentTarget();
+  llvm::Expected<std::string> target = driver->target(device.index());
   TORCH_CHECK(static_cast<bool>(target), "tilefuse.", op, ": ",
               llvm::toString(target.takeError()));
   return {&*driver, *target};
@@ -120,8 +120,14 @@ int64_t scalarSlot(std::string_view op, const PortInfo &port,
 
 std::vector<at::Tensor> torch_ops::runFusion(
     std::string_view op, Fusion &fusion, at::TensorList tensors,
-    c10::ArrayRef<c10::Scalar> scalars, at::ScalarType storage, int64_t n,
-    at::IntArrayRef lead, at::TensorList out) {
+    c10::ArrayRef<c10::Scalar> scalars, at::ScalarType storage,
+    at::IntArrayRef shape, at::TensorList out) {
+  TORCH_CHECK_VALUE(!shape.empty() && shape.back() > 0, "tilefuse.", op,
+                    ": the input must have a last dimension of at least 1, "
+                    "got shape ",
+                    shape);
+  int64_t n = shape.back();
+  at::IntArrayRef lead = shape.slice(0, shape.size() - 1);
   const std::vector<PortInfo> &declared = fusion.inputs();
   size_t scalarPorts = llvm::count_if(declared, [](const PortInfo &port) {
     return port.kind == PortInfo::Kind::Scalar;
@@ -211,7 +217,8 @@ std::vector<at::Tensor> torch_ops::runFusion(
   std::vector<at::Tensor> workspaces;
   std::vector<void *> workspacePointers;
   if (info.hasColumnReduction()) {
-    llvm::Expected<int64_t> groups = driver->rowGroups(*gpuKernel, rows);
+    llvm::Expected<int64_t> groups =
+        driver->rowGroups(*gpuKernel, rows, device.index());
     TORCH_CHECK(static_cast<bool>(groups), "tilefuse.", op, ": ",
                 llvm::toString(groups.takeError()));
     for (const PortInfo &port : info.outputs) {
@@ -227,7 +234,8 @@ std::vector<at::Tensor> torch_ops::runFusion(
   c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
   void *stream = cuda.getStream(device).native_handle();
   llvm::Error error =
-      driver->launch(*gpuKernel, arguments, workspacePointers, rows, stream);
+      driver->launch(gpuKernel, arguments, workspacePointers, rows,
+                     device.index(), stream);
   TORCH_CHECK(!error, "tilefuse.", op, ": ", llvm::toString(std::move(error)));
   return outputs;
 }

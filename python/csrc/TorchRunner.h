@@ -21,16 +21,16 @@ class Fusion;
 
 namespace torch_ops {
 
-/// Runs `fusion` over rows = prod(lead) rows of length `n`. `tensors` are
-/// its full, per-row and per-column inputs and `scalars` its scalar inputs,
-/// each in declaration order; `storage` is the dtype of its full and
-/// per-column float tensors. `out` may give outputs to write in place (by
-/// output index; an undefined tensor is allocated). Errors name `op`.
+/// Runs `fusion` over a [..., n] iteration space of shape `shape` (rows =
+/// the product of the leading dimensions). `tensors` are its full, per-row
+/// and per-column inputs and `scalars` its scalar inputs, each in
+/// declaration order; `storage` is the dtype of its full and per-column
+/// float tensors. `out` may give outputs to write in place (by output
+/// index; an undefined tensor is allocated). Errors name `op`.
 std::vector<at::Tensor> runFusion(std::string_view op, Fusion &fusion,
                                   at::TensorList tensors,
                                   c10::ArrayRef<c10::Scalar> scalars,
-                                  at::ScalarType storage, int64_t n,
-                                  at::IntArrayRef lead,
+                                  at::ScalarType storage, at::IntArrayRef shape,
                                   at::TensorList out = {});
 
 /// The built-in fusion `name` (kernels_dsl).

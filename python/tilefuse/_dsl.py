@@ -288,6 +288,7 @@ def _classify(name: str, args: tuple, parameters: list[str]):
 
 _REGISTRY: list["Fusion"] = []
 _launch_fusion = torch.ops.tilefuse.launch_fusion.default
+_MAX_PLANS = 1024
 
 
 class Fusion:
@@ -338,6 +339,11 @@ class Fusion:
             fusion = builder.finish()
         except ValueError as error:
             raise ValueError(f"tilefuse.fusion {self._name}: {error}") from None
+        if self._structure not in (None, (names, shape)):
+            raise TypeError(f"tilefuse.fusion {self._name}: returns {shape} {names} for "
+                            f"these arguments but {self._structure[1]} "
+                            f"{self._structure[0]} for earlier ones; a fusion's outputs "
+                            "must not depend on its arguments' kinds")
         self._structure = (names, shape)
         return fusion
 
@@ -376,6 +382,8 @@ class Fusion:
                 actions.append("f32")
             else:
                 actions.append("tensor")
+        if len(self._plans) >= _MAX_PLANS:  # many distinct batch shapes
+            self._plans.clear()
         plan = self._plans[key] = (compiled.handle, actions, storage, n, list(lead), dtypes)
         return _run(plan, args)
 

@@ -29,7 +29,8 @@ struct CudaDriver::Api {
   CUresult (*getErrorName)(CUresult, const char **);
   CUresult (*getErrorString)(CUresult, const char **);
   CUresult (*ctxGetCurrent)(CUcontext *);
-  CUresult (*ctxGetDevice)(CUdevice *);
+  CUresult (*ctxSetCurrent)(CUcontext);
+  CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
   CUresult (*deviceGetAttribute)(int *, int, CUdevice);
   CUresult (*moduleLoadData)(CUmodule *, const void *);
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
@@ -62,7 +63,8 @@ CudaDriver::load(const std::string &library) {
   resolve(api->getErrorName, "cuGetErrorName");
   resolve(api->getErrorString, "cuGetErrorString");
   resolve(api->ctxGetCurrent, "cuCtxGetCurrent");
-  resolve(api->ctxGetDevice, "cuCtxGetDevice");
+  resolve(api->ctxSetCurrent, "cuCtxSetCurrent");
+  resolve(api->primaryCtxRetain, "cuDevicePrimaryCtxRetain");
   resolve(api->deviceGetAttribute, "cuDeviceGetAttribute");
   resolve(api->moduleLoadData, "cuModuleLoadData");
   resolve(api->moduleGetFunction, "cuModuleGetFunction");
@@ -118,24 +120,22 @@ llvm::Error CudaDriver::check(int result, llvm::StringRef call,
       text ? text : ""));
 }
 
-llvm::Expected<void *> CudaDriver::currentContext() const {
+llvm::Expected<void *> CudaDriver::context(int device) {
   CUcontext context = nullptr;
   if (llvm::Error error =
           check(api->ctxGetCurrent(&context), "cuCtxGetCurrent"))
     return std::move(error);
-  if (!context)
-    return llvm::createStringError(
-        "no current CUDA context (allocate a CUDA tensor first)");
-  return context;
-}
-
-llvm::Expected<int> CudaDriver::currentDevice() const {
-  if (llvm::Expected<void *> context = currentContext(); !context)
-    return context.takeError();
-  CUdevice device = 0;
-  if (llvm::Error error = check(api->ctxGetDevice(&device), "cuCtxGetDevice"))
+  if (context)
+    return context;
+  // A thread the CUDA runtime never bound (PyTorch skips cudaSetDevice when
+  // the device index already matches): bind the primary context, retained
+  // once per such thread.
+  if (llvm::Error error = check(api->primaryCtxRetain(&context, device),
+                                "cuDevicePrimaryCtxRetain"))
     return std::move(error);
-  return device;
+  if (llvm::Error error = check(api->ctxSetCurrent(context), "cuCtxSetCurrent"))
+    return std::move(error);
+  return context;
 }
 
 llvm::Expected<int> CudaDriver::attribute(int device, int which) {
@@ -152,14 +152,11 @@ llvm::Expected<int> CudaDriver::attribute(int device, int which) {
   return it->second;
 }
 
-llvm::Expected<std::string> CudaDriver::currentTarget() {
-  llvm::Expected<int> device = currentDevice();
-  if (!device)
-    return device.takeError();
-  llvm::Expected<int> major = attribute(*device, kComputeCapabilityMajor);
+llvm::Expected<std::string> CudaDriver::target(int device) {
+  llvm::Expected<int> major = attribute(device, kComputeCapabilityMajor);
   if (!major)
     return major.takeError();
-  llvm::Expected<int> minor = attribute(*device, kComputeCapabilityMinor);
+  llvm::Expected<int> minor = attribute(device, kComputeCapabilityMinor);
   if (!minor)
     return minor.takeError();
   if (*major == 9)
@@ -173,14 +170,11 @@ llvm::Expected<std::string> CudaDriver::currentTarget() {
 }
 
 llvm::Expected<int64_t> CudaDriver::rowGroups(const GpuKernel &kernel,
-                                              int64_t rows) {
+                                              int64_t rows, int device) {
   const TileConfig &tile = kernel.info.tile;
   int64_t blocks = (rows + tile.rowsPerBlock - 1) / tile.rowsPerBlock;
   if (tile.blocksPerSM > 0) {
-    llvm::Expected<int> device = currentDevice();
-    if (!device)
-      return device.takeError();
-    llvm::Expected<int> sms = attribute(*device, kMultiprocessorCount);
+    llvm::Expected<int> sms = attribute(device, kMultiprocessorCount);
     if (!sms)
       return sms.takeError();
     blocks = std::min<int64_t>(blocks, tile.blocksPerSM * *sms);
@@ -189,25 +183,24 @@ llvm::Expected<int64_t> CudaDriver::rowGroups(const GpuKernel &kernel,
 }
 
 llvm::Expected<CudaDriver::Loaded>
-CudaDriver::functions(const GpuKernel &kernel) {
-  llvm::Expected<void *> context = currentContext();
-  if (!context)
-    return context.takeError();
+CudaDriver::functions(void *context,
+                      const std::shared_ptr<const GpuKernel> &kernel) {
   std::lock_guard<std::mutex> lock(mutex);
-  auto [it, inserted] = modules.try_emplace({*context, &kernel});
+  auto [it, inserted] = modules.try_emplace({context, kernel.get()});
   if (!inserted)
     return it->second;
-  Loaded loaded;
-  const std::string &name = kernel.info.name;
+  // Holding the kernel keeps its address from naming another kernel later.
+  Loaded loaded{kernel};
+  const std::string &name = kernel->info.name;
   llvm::Error error = check(api->moduleLoadData(&loaded.module,
-                                                kernel.ptx.c_str()),
+                                                kernel->ptx.c_str()),
                             "cuModuleLoadData", name);
   if (!error)
     error = check(api->moduleGetFunction(&loaded.main, loaded.module,
                                          name.c_str()),
                   "cuModuleGetFunction", name);
   std::string finalizeName = name + kFinalizeSuffix;
-  if (!error && kernel.info.hasColumnReduction())
+  if (!error && kernel->info.hasColumnReduction())
     error = check(api->moduleGetFunction(&loaded.finalize, loaded.module,
                                          finalizeName.c_str()),
                   "cuModuleGetFunction", finalizeName);
@@ -220,11 +213,11 @@ CudaDriver::functions(const GpuKernel &kernel) {
   return it->second = loaded;
 }
 
-llvm::Error CudaDriver::launch(const GpuKernel &kernel,
+llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
                                llvm::ArrayRef<void *> arguments,
                                llvm::ArrayRef<void *> workspaces, int64_t rows,
-                               void *stream) {
-  const KernelInfo &info = kernel.info;
+                               int device, void *stream) {
+  const KernelInfo &info = kernel->info;
   size_t inputs = info.inputs.size();
   size_t columnOutputs = llvm::count_if(info.outputs, [](const PortInfo &p) {
     return p.kind == PortInfo::Kind::Col;
@@ -235,16 +228,19 @@ llvm::Error CudaDriver::launch(const GpuKernel &kernel,
         "{0}: expected {1} arguments and {2} workspaces, got {3} and {4}",
         info.name, inputs + info.outputs.size(), columnOutputs,
         arguments.size(), workspaces.size()));
-  llvm::Expected<Loaded> loaded = functions(kernel);
+  llvm::Expected<void *> current = context(device);
+  if (!current)
+    return current.takeError();
+  llvm::Expected<Loaded> loaded = functions(*current, kernel);
   if (!loaded)
     return loaded.takeError();
-  llvm::Expected<int64_t> groups = rowGroups(kernel, rows);
+  llvm::Expected<int64_t> groups = rowGroups(*kernel, rows, device);
   if (!groups)
     return groups.takeError();
   int64_t rowGroupCount = *groups;
 
   // cuLaunchKernel takes the address of each parameter's value.
-  auto address = [](const void *const &slot) {
+  auto address = [](void *const &slot) {
     return const_cast<void *>(static_cast<const void *>(&slot));
   };
   std::vector<void *> params, finalizeParams;
@@ -254,7 +250,7 @@ llvm::Error CudaDriver::launch(const GpuKernel &kernel,
                          : address(arguments[i]));
   size_t workspace = 0;
   for (size_t i = 0; i < info.outputs.size(); ++i) {
-    const void *const &output = arguments[inputs + i];
+    void *const &output = arguments[inputs + i];
     if (info.outputs[i].kind != PortInfo::Kind::Col) {
       params.push_back(address(output));
       continue;

@@ -130,3 +130,44 @@ def test_runner_checks_tensors_against_the_kernel():
 def test_dsl_on_meta_tensors_allocates_only():
     y = scaled(torch.empty(3, 5, device="meta", dtype=torch.float16), 2.0)
     assert (y.shape, y.dtype, y.device.type) == ((3, 5), torch.float16, "meta")
+
+
+def test_second_order_gradients_raise():
+    x = torch.randn(3, 8, requires_grad=True)
+    (dx,) = torch.autograd.grad(TF.rms_norm(x, (8,)).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"derivative for tilefuse::rms_norm_bwd is not implemented"):
+        dx.sum().backward()
+
+
+def test_forward_mode_ad_is_refused():
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        x = fwAD.make_dual(torch.randn(2, 8), torch.randn(2, 8))
+        with pytest.raises(NotImplementedError, match=r"tilefuse.swiglu: forward-mode AD"):
+            TF.swiglu(x, x)
+
+
+def test_adamw_bumps_versions_in_inference_mode():
+    param, grad = torch.randn(2, 8), torch.randn(2, 8)
+    exp_avg, exp_avg_sq = torch.zeros(2, 8), torch.zeros(2, 8)
+    before = param._version
+    with torch.inference_mode():
+        TF.adamw_step_(param, grad, exp_avg, exp_avg_sq, lr=1e-3, step=1)
+    assert param._version == before + 1
+
+
+def test_internal_ops_check_their_arguments():
+    with pytest.raises(ValueError, match=r"tilefuse.cross_entropy: reduction must be 0 \(none\)"):
+        torch.ops.tilefuse.cross_entropy_fwd(torch.randn(2, 5), torch.tensor([0, 1]), -100, 0.0, 7)
+    with pytest.raises(ValueError, match=r"tilefuse.rms_norm: the input must have a last dimension"):
+        torch.ops.tilefuse.rms_norm_fwd(torch.tensor(1.0), torch.ones(1), 1e-6)
+
+
+def test_outputs_must_not_depend_on_argument_kinds():
+    @tilefuse.fusion
+    def shape_shifter(x, y):
+        return (x * y, y) if y.kind == "full" else x * y
+
+    shape_shifter(torch.ones(2, 4), torch.ones(2, 4))
+    with pytest.raises(TypeError, match=r"a fusion's outputs must not depend on its arguments' kinds"):
+        shape_shifter(torch.ones(2, 4), torch.ones(4))

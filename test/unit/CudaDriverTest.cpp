@@ -62,7 +62,7 @@ TEST_F(CudaDriverTest, MissingLibraryIsAnError) {
 }
 
 TEST_F(CudaDriverTest, TargetFromComputeCapability) {
-  auto target = driver->currentTarget();
+  auto target = driver->target(0);
   ASSERT_TRUE(static_cast<bool>(target));
   EXPECT_EQ(*target, "sm_90");
 
@@ -70,7 +70,7 @@ TEST_F(CudaDriverTest, TargetFromComputeCapability) {
   fakeCudaState().minor = 5;
   auto turing = CudaDriver::load(TILEFUSE_FAKE_CUDA_DRIVER);
   ASSERT_TRUE(static_cast<bool>(turing));
-  auto unsupported = (*turing)->currentTarget();
+  auto unsupported = (*turing)->target(0);
   ASSERT_FALSE(static_cast<bool>(unsupported));
   EXPECT_NE(llvm::toString(unsupported.takeError())
                 .find("compute capability 7.5 is not supported"),
@@ -88,7 +88,7 @@ TEST_F(CudaDriverTest, RowProgramParametersInABIOrder) {
       &epsSlot, reinterpret_cast<void *>(0x3000),
       reinterpret_cast<void *>(0x4000)};
   void *stream = reinterpret_cast<void *>(77);
-  ASSERT_FALSE(static_cast<bool>(driver->launch(*rmsNorm, arguments, {}, 5, stream)));
+  ASSERT_FALSE(static_cast<bool>(driver->launch(rmsNorm, arguments, {}, 5, 0, stream)));
 
   ASSERT_EQ(fakeCudaState().launches.size(), 1u);
   const FakeCudaState::Launch &launch = fakeCudaState().launches[0];
@@ -106,7 +106,7 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
   const TileConfig &tile = backward->info.tile;
   ASSERT_GT(tile.blocksPerSM, 0) << "column reductions use a persistent grid";
   int64_t rows = 100000;
-  auto groups = driver->rowGroups(*backward, rows);
+  auto groups = driver->rowGroups(*backward, rows, 0);
   ASSERT_TRUE(static_cast<bool>(groups));
   int64_t blocks = std::min<int64_t>((rows + tile.rowsPerBlock - 1) / tile.rowsPerBlock,
                                      tile.blocksPerSM * 132);
@@ -118,7 +118,7 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
     arguments.push_back(reinterpret_cast<void *>(pointer));
   std::vector<void *> workspaces = {reinterpret_cast<void *>(0x70)};
   ASSERT_FALSE(static_cast<bool>(
-      driver->launch(*backward, arguments, workspaces, rows, nullptr)));
+      driver->launch(backward, arguments, workspaces, rows, 0, nullptr)));
 
   ASSERT_EQ(fakeCudaState().launches.size(), 2u);
   const FakeCudaState::Launch &main = fakeCudaState().launches[0];
@@ -140,11 +140,25 @@ TEST_F(CudaDriverTest, ModulesLoadOncePerContext) {
   fakeCudaState().paramsPerLaunch = {4, 4, 4};
   std::vector<void *> arguments(3, reinterpret_cast<void *>(0x100));
   for (int i = 0; i < 2; ++i)
-    ASSERT_FALSE(static_cast<bool>(driver->launch(*swiglu, arguments, {}, 1, nullptr)));
+    ASSERT_FALSE(static_cast<bool>(driver->launch(swiglu, arguments, {}, 1, 0, nullptr)));
   EXPECT_EQ(fakeCudaState().modulesLoaded, 1);
   fakeCudaState().context = reinterpret_cast<void *>(0x2);
-  ASSERT_FALSE(static_cast<bool>(driver->launch(*swiglu, arguments, {}, 1, nullptr)));
+  ASSERT_FALSE(static_cast<bool>(driver->launch(swiglu, arguments, {}, 1, 0, nullptr)));
   EXPECT_EQ(fakeCudaState().modulesLoaded, 2);
+  // Loaded modules keep their kernel: its address never names another one.
+  EXPECT_GT(swiglu.use_count(), 1);
+}
+
+TEST_F(CudaDriverTest, BindsThePrimaryContextOnAThreadWithNone) {
+  auto swiglu = kernel("swiglu_fwd", "f32", 1024);
+  fakeCudaState().paramsPerLaunch = {4, 4};
+  fakeCudaState().context = nullptr;
+  std::vector<void *> arguments(3, reinterpret_cast<void *>(0x100));
+  for (int i = 0; i < 2; ++i)
+    ASSERT_FALSE(static_cast<bool>(driver->launch(swiglu, arguments, {}, 1, 0, nullptr)));
+  EXPECT_EQ(fakeCudaState().context, fakeCudaState().primaryContext);
+  EXPECT_EQ(fakeCudaState().primaryRetains, 1);
+  EXPECT_EQ(fakeCudaState().launches.size(), 2u);
 }
 
 TEST_F(CudaDriverTest, ErrorsNameTheCallAndKernel) {
@@ -152,18 +166,13 @@ TEST_F(CudaDriverTest, ErrorsNameTheCallAndKernel) {
   fakeCudaState().paramsPerLaunch = {4};
   fakeCudaState().launchResult = 1;
   std::vector<void *> arguments(3, reinterpret_cast<void *>(0x100));
-  llvm::Error error = driver->launch(*swiglu, arguments, {}, 1, nullptr);
+  llvm::Error error = driver->launch(swiglu, arguments, {}, 1, 0, nullptr);
   EXPECT_EQ(llvm::toString(std::move(error)),
             "cuLaunchKernel failed for kernel swiglu_fwd: "
             "CUDA_ERROR_INVALID_VALUE (invalid argument)");
 
-  fakeCudaState().context = nullptr;
-  error = driver->launch(*swiglu, arguments, {}, 1, nullptr);
-  EXPECT_NE(llvm::toString(std::move(error)).find("no current CUDA context"),
-            std::string::npos);
-
   std::vector<void *> tooFew(2, nullptr);
-  error = driver->launch(*swiglu, tooFew, {}, 1, nullptr);
+  error = driver->launch(swiglu, tooFew, {}, 1, 0, nullptr);
   EXPECT_NE(llvm::toString(std::move(error)).find("expected 3 arguments"),
             std::string::npos);
 }

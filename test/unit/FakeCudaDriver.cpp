@@ -32,8 +32,13 @@ int cuCtxGetCurrent(void **context) {
   *context = state.context;
   return 0;
 }
-int cuCtxGetDevice(int *device) {
-  *device = 0;
+int cuCtxSetCurrent(void *context) {
+  state.context = context;
+  return 0;
+}
+int cuDevicePrimaryCtxRetain(void **context, int) {
+  ++state.primaryRetains;
+  *context = state.primaryContext;
   return 0;
 }
 int cuDeviceGetAttribute(int *value, int attribute, int) {

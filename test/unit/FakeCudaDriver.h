@@ -15,7 +15,10 @@ struct FakeCudaState {
     /// Each parameter's first 8 bytes (pass scalars in 8-byte slots).
     std::vector<uint64_t> params;
   };
+  /// The calling thread's current context, and the device's primary one.
   void *context = reinterpret_cast<void *>(0x1);
+  void *primaryContext = reinterpret_cast<void *>(0x3);
+  int primaryRetains = 0;
   int multiprocessors = 132, major = 9, minor = 0;
   /// cuLaunchKernel's result (1: CUDA_ERROR_INVALID_VALUE).
   int launchResult = 0;

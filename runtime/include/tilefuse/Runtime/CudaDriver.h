@@ -29,36 +29,42 @@ public:
   static llvm::Expected<CudaDriver &> global();
   ~CudaDriver();
 
-  /// The compile target of the current context's device: sm_80, sm_86,
-  /// sm_89 or sm_90 (any 9.x); other devices are an error.
-  llvm::Expected<std::string> currentTarget();
+  /// The compile target of `device`: sm_80, sm_86, sm_89 or sm_90 (any
+  /// 9.x); other devices are an error.
+  llvm::Expected<std::string> target(int device);
 
-  /// Row groups `kernel` runs as for `rows` rows on the current device: the
-  /// rows of the f32 partials each column-reduction output needs.
-  llvm::Expected<int64_t> rowGroups(const GpuKernel &kernel, int64_t rows);
+  /// Row groups `kernel` runs as for `rows` rows on `device`: the rows of
+  /// the f32 partials each column-reduction output needs.
+  llvm::Expected<int64_t> rowGroups(const GpuKernel &kernel, int64_t rows,
+                                    int device);
 
-  /// Launches `kernel` over `rows` rows on `stream` in the current context,
-  /// then its finalize kernel when it has column reductions.
-  /// `arguments` as CpuExecutor::run takes them (per input then output: the
-  /// device pointer, or a scalar's address); `workspaces` holds one f32
-  /// [rowGroups, n] buffer per column-reduction output, in output order.
-  llvm::Error launch(const GpuKernel &kernel, llvm::ArrayRef<void *> arguments,
+  /// Launches `kernel` over `rows` rows on `stream` of `device`, then its
+  /// finalize kernel when it has column reductions. A thread with no
+  /// current context gets `device`'s primary context (as the CUDA runtime
+  /// would). `arguments` as CpuExecutor::run takes them (per input then
+  /// output: the device pointer, or a scalar's address); `workspaces` holds
+  /// one f32 [rowGroups, n] buffer per column-reduction output, in output
+  /// order. The kernel stays loaded (and alive) while the process runs.
+  llvm::Error launch(std::shared_ptr<const GpuKernel> kernel,
+                     llvm::ArrayRef<void *> arguments,
                      llvm::ArrayRef<void *> workspaces, int64_t rows,
-                     void *stream);
+                     int device, void *stream);
 
 private:
   struct Api;
   struct Loaded {
+    std::shared_ptr<const GpuKernel> kernel;
     void *module = nullptr, *main = nullptr, *finalize = nullptr;
   };
   explicit CudaDriver(std::unique_ptr<Api> api);
   llvm::Error check(int result, llvm::StringRef call,
                     llvm::StringRef kernel = {}) const;
-  /// The calling thread's current context; none is an error.
-  llvm::Expected<void *> currentContext() const;
-  llvm::Expected<int> currentDevice() const;
+  /// The calling thread's current context, made `device`'s primary one
+  /// when there is none.
+  llvm::Expected<void *> context(int device);
   llvm::Expected<int> attribute(int device, int which);
-  llvm::Expected<Loaded> functions(const GpuKernel &kernel);
+  llvm::Expected<Loaded>
+  functions(void *context, const std::shared_ptr<const GpuKernel> &kernel);
 
   std::unique_ptr<Api> api;
   std::mutex mutex;
