@@ -610,30 +610,35 @@ void adamwStepAutograd(const Tensor &param, const Tensor &grad,
 // DSL fusions
 //===----------------------------------------------------------------------===//
 
+/// Runs a fusion the DSL traced; its first full input gives the shape.
 std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
-                                 c10::ArrayRef<c10::Scalar> scalars,
-                                 at::ScalarType storage, int64_t n,
-                                 at::IntArrayRef lead) {
-  tilefuse::Fusion &fusion =
+                                 c10::ArrayRef<c10::Scalar> scalars) {
+  auto [fusion, storage] =
       tilefuse::torch_ops::registeredFusion("launch_fusion", handle);
-  std::vector<int64_t> shape(lead.begin(), lead.end());
-  shape.push_back(n);
-  return runFusion(fusion.name(), fusion, tensors, scalars, storage, shape);
+  const Tensor *full = tensors.begin();
+  for (const tilefuse::PortInfo &port : fusion.inputs()) {
+    if (port.kind == tilefuse::PortInfo::Kind::Full)
+      break;
+    if (port.kind != tilefuse::PortInfo::Kind::Scalar)
+      ++full;
+  }
+  TORCH_CHECK_VALUE(full < tensors.end(), "tilefuse.", fusion.name(),
+                    ": expected a full [..., n] tensor input");
+  return runFusion(fusion.name(), fusion, tensors, scalars, storage,
+                   full->sizes());
 }
 
 /// DSL fusions have no backward yet: outputs of inputs that need a gradient
 /// get a grad_fn that raises when differentiated.
 std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
-                                         c10::ArrayRef<c10::Scalar> scalars,
-                                         at::ScalarType storage, int64_t n,
-                                         at::IntArrayRef lead) {
+                                         c10::ArrayRef<c10::Scalar> scalars) {
   static auto op = findOp<std::vector<Tensor>(
-      int64_t, at::TensorList, c10::ArrayRef<c10::Scalar>, at::ScalarType,
-      int64_t, at::IntArrayRef)>("tilefuse::launch_fusion");
+      int64_t, at::TensorList, c10::ArrayRef<c10::Scalar>)>(
+      "tilefuse::launch_fusion");
   std::vector<Tensor> outputs;
   {
     at::AutoDispatchBelowADInplaceOrView below;
-    outputs = op.call(handle, tensors, scalars, storage, n, lead);
+    outputs = op.call(handle, tensors, scalars);
   }
   bool dual = llvm::any_of(tensors, [](const Tensor &tensor) {
     return tensor._fw_grad(/*level=*/0).defined();
@@ -643,7 +648,8 @@ std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
   if (torch::autograd::compute_requires_grad(tensors)) {
     auto node = std::make_shared<torch::autograd::NotImplemented>(
         "tilefuse::launch_fusion (" +
-        tilefuse::torch_ops::registeredFusion("launch_fusion", handle).name() +
+        tilefuse::torch_ops::registeredFusion("launch_fusion", handle)
+            .fusion.name() +
         ")");
     node->set_next_edges(torch::autograd::collect_next_edges(tensors));
     for (Tensor &output : outputs)
@@ -682,8 +688,8 @@ TORCH_LIBRARY(tilefuse, m) {
         "Tensor(c!) exp_avg_sq, *, float lr, float beta1=0.9, "
         "float beta2=0.999, float eps=1e-08, float weight_decay=0.01, "
         "int step) -> ()");
-  m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars, "
-        "ScalarType storage, int n, int[] lead) -> Tensor[]");
+  m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars) -> "
+        "Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {

@@ -31,6 +31,7 @@ const char *dtypeName(at::ScalarType type) {
   }
 }
 
+/// The torch dtype of a fuse element type name.
 at::ScalarType scalarType(const std::string &dtype) {
   static const std::pair<const char *, at::ScalarType> types[] = {
       {"f32", at::kFloat}, {"f16", at::kHalf},  {"bf16", at::kBFloat16},
@@ -39,7 +40,7 @@ at::ScalarType scalarType(const std::string &dtype) {
   for (auto [name, type] : types)
     if (dtype == name)
       return type;
-  TORCH_INTERNAL_ASSERT(false, "no torch dtype for ", dtype);
+  TORCH_CHECK_TYPE(false, "tilefuse: no torch dtype for '", dtype, "'");
 }
 
 std::vector<int64_t> shapeOf(PortInfo::Kind kind, int64_t n,
@@ -249,21 +250,28 @@ Fusion &torch_ops::builtin(const char *name) {
 
 namespace {
 std::mutex registryMutex;
-std::vector<std::shared_ptr<Fusion>> &registry() {
-  static auto *fusions = new std::vector<std::shared_ptr<Fusion>>();
+std::vector<std::pair<std::shared_ptr<Fusion>, at::ScalarType>> &registry() {
+  static auto *fusions =
+      new std::vector<std::pair<std::shared_ptr<Fusion>, at::ScalarType>>();
   return *fusions;
 }
 } // namespace
 
-int64_t torch_ops::registerFusion(std::shared_ptr<Fusion> fusion) {
+int64_t torch_ops::registerFusion(std::shared_ptr<Fusion> fusion,
+                                  std::string_view storage) {
+  at::ScalarType type = scalarType(std::string(storage));
+  TORCH_CHECK_TYPE(at::isFloatingType(type), "tilefuse: storage dtype must be "
+                   "f32, f16, bf16 or f64, got ", storage);
   std::lock_guard<std::mutex> lock(registryMutex);
-  registry().push_back(std::move(fusion));
+  registry().emplace_back(std::move(fusion), type);
   return registry().size() - 1;
 }
 
-Fusion &torch_ops::registeredFusion(std::string_view op, int64_t handle) {
+torch_ops::RegisteredFusion torch_ops::registeredFusion(std::string_view op,
+                                                        int64_t handle) {
   std::lock_guard<std::mutex> lock(registryMutex);
   TORCH_CHECK_INDEX(handle >= 0 && handle < int64_t(registry().size()),
                     "tilefuse.", op, ": no fusion has handle ", handle);
-  return *registry()[handle];
+  auto &[fusion, storage] = registry()[handle];
+  return {*fusion, storage};
 }

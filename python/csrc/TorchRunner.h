@@ -36,9 +36,15 @@ std::vector<at::Tensor> runFusion(std::string_view op, Fusion &fusion,
 /// The built-in fusion `name` (kernels_dsl).
 Fusion &builtin(const char *name);
 
-/// Fusions the DSL traced, by the handle registerFusion gave them.
-int64_t registerFusion(std::shared_ptr<Fusion> fusion);
-Fusion &registeredFusion(std::string_view op, int64_t handle);
+/// Fusions the DSL traced, each with the storage dtype of the call it was
+/// traced for (f32, f16, bf16 or f64), by the handle registerFusion gave.
+struct RegisteredFusion {
+  Fusion &fusion;
+  at::ScalarType storage;
+};
+int64_t registerFusion(std::shared_ptr<Fusion> fusion,
+                       std::string_view storage);
+RegisteredFusion registeredFusion(std::string_view op, int64_t handle);
 
 } // namespace torch_ops
 } // namespace tilefuse

@@ -94,11 +94,9 @@ py::list portList(const std::vector<PortInfo> &ports) {
   return list;
 }
 
-/// A fusion the builder finished or a built-in, with the handle the
-/// tilefuse::launch_fusion op knows it by.
+/// A fusion the builder finished or a built-in.
 struct PyFusion {
-  explicit PyFusion(std::shared_ptr<Fusion> fusion)
-      : fusion(fusion), handle(torch_ops::registerFusion(fusion)) {}
+  explicit PyFusion(std::shared_ptr<Fusion> fusion) : fusion(fusion) {}
 
   /// (name, kind, dtype) of the kernel's inputs or outputs.
   py::list ports(bool outputs) const {
@@ -123,7 +121,6 @@ struct PyFusion {
   }
 
   std::shared_ptr<Fusion> fusion;
-  int64_t handle;
 };
 
 class Builder;
@@ -179,7 +176,11 @@ PYBIND11_MODULE(_C, m) {
   py::class_<PyFusion>(m, "Fusion")
       .def_property_readonly("ir", [](const PyFusion &f) { return f.fusion->ir(); })
       .def_property_readonly("fingerprint", [](const PyFusion &f) { return f.fusion->fingerprint(); })
-      .def_property_readonly("handle", [](const PyFusion &f) { return f.handle; })
+      .def("launch_handle", [](const PyFusion &f, const std::string &storage) {
+        return torch_ops::registerFusion(f.fusion, storage);
+      }, py::arg("storage"),
+      "A new handle for tilefuse::launch_fusion to run this fusion on tensors "
+      "of storage dtype `storage` (f32, f16, bf16 or f64).")
       .def_property_readonly("inputs", [](const PyFusion &f) { return f.ports(false); })
       .def_property_readonly("outputs", [](const PyFusion &f) { return f.ports(true); })
       .def("compile_cpu", &PyFusion::compileCpu, py::arg("dtype"), py::arg("n"),

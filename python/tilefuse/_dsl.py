@@ -350,10 +350,6 @@ class Fusion:
     def _execute(self, args: list, fake: bool = False) -> list[torch.Tensor]:
         """Traces (once per signature), then runs, or under fake tensors only
         allocates, the outputs."""
-        key = _plan_key(args)
-        plan = self._plans.get(key)
-        if plan is not None and not fake:
-            return _run(plan, args)
         specs, n, lead, storage, device = _classify(self._name, tuple(args), self._parameters)
         signature = tuple((kind, dtype) for kind, dtype, _ in specs)
         trace = self._traces.get(signature)
@@ -363,8 +359,9 @@ class Fusion:
             # torch's would); integers and masks as declared.
             dtypes = [storage if dtype in ("f32", "f64") else TORCH_DTYPES[dtype]
                       for _, _, dtype in compiled.outputs]
-            trace = self._traces[signature] = (compiled, dtypes)
-        compiled, dtypes = trace
+            handle = compiled.launch_handle(DTYPE_NAMES[storage])
+            trace = self._traces[signature] = (compiled, handle, dtypes)
+        compiled, handle, dtypes = trace
         if fake or device.type == "meta":
             shapes = [{"full": (*lead, n), "row": lead, "col": (n,)}[kind]
                       for _, kind, _ in compiled.outputs]
@@ -384,17 +381,21 @@ class Fusion:
                 actions.append("tensor")
         if len(self._plans) >= _MAX_PLANS:  # many distinct batch shapes
             self._plans.clear()
-        plan = self._plans[key] = (compiled.handle, actions, storage, n, list(lead), dtypes)
+        plan = self._plans[_plan_key(args)] = (handle, actions, dtypes)
         return _run(plan, args)
 
     def __call__(self, *args):
-        if len(args) != len(self._parameters):
+        compiling = torch.compiler.is_compiling()
+        # Eager calls like an earlier one go straight to the kernel.
+        plan = None if compiling else self._plans.get(_plan_key(args))
+        if plan is not None:
+            outputs = _run(plan, args)
+        elif len(args) != len(self._parameters):
             raise TypeError(f"tilefuse.{self._name}: expected {len(self._parameters)} "
                             f"arguments, got {len(args)}")
-        if torch.compiler.is_compiling():
+        elif compiling:
             outputs = self._compiled_call(args)
         else:
-            # Eager: straight to the kernel (tilefuse::launch_fusion).
             outputs = self._execute(list(args))
         names, shape = self._structure
         if shape == "dict":
@@ -425,7 +426,7 @@ class Fusion:
     @property
     def ir(self) -> list[str]:
         """The fuse IR of every trace so far."""
-        return [compiled.ir for compiled, _ in self._traces.values()]
+        return [compiled.ir for compiled, _, _ in self._traces.values()]
 
 
 def _plan_key(args) -> tuple:
@@ -435,7 +436,7 @@ def _plan_key(args) -> tuple:
 
 
 def _run(plan: tuple, args) -> list[torch.Tensor]:
-    handle, actions, storage, n, lead, dtypes = plan
+    handle, actions, dtypes = plan
     tensors, scalars = [], []
     for action, arg in zip(actions, args):
         if action == "tensor":
@@ -446,7 +447,7 @@ def _run(plan: tuple, args) -> list[torch.Tensor]:
             scalars.append(arg.item())
         else:
             tensors.append(arg.float().contiguous())
-    outputs = _launch_fusion(handle, tensors, scalars, storage, n, lead)
+    outputs = _launch_fusion(handle, tensors, scalars)
     return [o if o.dtype == dtype else o.to(dtype) for o, dtype in zip(outputs, dtypes)]
 
 
