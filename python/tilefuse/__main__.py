@@ -60,12 +60,14 @@ def cache_clear() -> int:
     return 0
 
 
-def _median_us(fn, repeat: int = 50) -> float:
+def _median_us(fn, synchronize, repeat: int = 50) -> float:
     fn()
     times = []
     for _ in range(repeat):
+        synchronize()
         start = time.perf_counter()
         fn()
+        synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e6
 
@@ -78,16 +80,21 @@ def demo() -> int:
     import tilefuse
     from tilefuse import functional as TF
 
-    device = "cpu"
-    note = ("CPU target" if not torch.cuda.is_available()
-            else "CPU target (the CUDA launch path is not built yet)")
+    on_gpu = torch.cuda.is_available() and os.environ.get("TILEFUSE_TARGET") != "cpu"
+    if on_gpu:
+        device, dtype, rows, n, vocab = "cuda", torch.bfloat16, 8192, 4096, 32000
+        note = f"GPU ({torch.cuda.get_device_name()})"
+        synchronize = torch.cuda.synchronize
+    else:
+        device, dtype, rows, n, vocab = "cpu", torch.float32, 256, 1024, 4096
+        note = "CPU target" + (" (TILEFUSE_TARGET=cpu)" if torch.cuda.is_available() else "")
+        synchronize = lambda: None  # noqa: E731
     torch.manual_seed(0)
-    rows, n, vocab = 256, 1024, 4096
-    x = torch.randn(rows, n, device=device)
-    w = torch.randn(n, device=device)
-    b = torch.randn(n, device=device)
-    a, g = torch.randn(rows, n), torch.randn(rows, n)
-    logits, target = torch.randn(rows, vocab), torch.randint(0, vocab, (rows,))
+    options = dict(device=device, dtype=dtype)
+    x, a, g = (torch.randn(rows, n, **options) for _ in range(3))
+    w, b = torch.randn(n, **options), torch.randn(n, **options)
+    logits = torch.randn(rows, vocab, **options)
+    target = torch.randint(0, vocab, (rows,), device=device)
 
     @tilefuse.fusion
     def softmax(x):
@@ -107,7 +114,8 @@ def demo() -> int:
         ("softmax (DSL)", lambda: softmax(x), lambda: torch.softmax(x, -1)),
         ("geglu (DSL)", lambda: geglu(a, g), lambda: F.gelu(a, approximate="tanh") * g),
     ]
-    print(f"tilefuse demo on the {note}: fp32, [{rows}, {n}] (cross-entropy [{rows}, {vocab}])")
+    print(f"tilefuse demo on the {note}: {str(dtype).removeprefix('torch.')}, [{rows}, {n}] "
+          f"(cross-entropy [{rows}, {vocab}])")
     print(f"{'op':<16} {'first call ms':>13} {'compiled':>9} {'max |err|':>10} "
           f"{'tilefuse us':>12} {'torch us':>9}")
     for name, fused, reference in cases:
@@ -118,7 +126,8 @@ def demo() -> int:
         compiled = tilefuse.compile_count() - before
         error = (out.float() - reference().float()).abs().max().item()
         print(f"{name:<16} {first:>13.1f} {('yes' if compiled else 'cache'):>9} {error:>10.2e} "
-              f"{_median_us(fused):>12.1f} {_median_us(reference):>9.1f}")
+              f"{_median_us(fused, synchronize):>12.1f} "
+              f"{_median_us(reference, synchronize):>9.1f}")
     print(f"kernel cache: {_cache_dir()}")
     return 0
 
