@@ -73,3 +73,17 @@ def test_dump_writes_every_stage(tmp_path):
     assert all(name.startswith("rms_norm_fwd-") for name in files)
     with open(tmp_path / "dump" / files[-1]) as f:
         assert "define void @rms_norm_fwd(" in f.read()
+
+
+def test_always_compile_bypasses_every_cache(tmp_path):
+    script = ("import torch, tilefuse\n"
+              "x = torch.randn(2, 24)\n"
+              "for _ in range(2):\n"
+              "    tilefuse.functional.swiglu(x, x)\n"
+              "print(tilefuse.compile_count())\n")
+    env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_ALWAYS_COMPILE="1")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"
+    assert not any(name.endswith(".tfk") for name in os.listdir(tmp_path))
+

@@ -43,3 +43,61 @@ def test_dsl_softmax():
 
     x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
     assert_close(softmax(x), torch.softmax(x.float(), -1).bfloat16(), torch.bfloat16)
+
+
+@pytest.mark.parametrize("rows", [1, 5000])
+def test_layer_norm_column_reductions(rows):
+    x = torch.randn(rows, 1024, device="cuda", requires_grad=True)
+    w = torch.randn(1024, device="cuda", requires_grad=True)
+    b = torch.randn(1024, device="cuda", requires_grad=True)
+    dy = torch.randn(rows, 1024, device="cuda")
+    fused = torch.autograd.grad(TF.layer_norm(x, (1024,), w, b), (x, w, b), dy)
+    reference = torch.autograd.grad(F.layer_norm(x, (1024,), w, b), (x, w, b), dy)
+    for got, want in zip(fused, reference):
+        torch.testing.assert_close(got, want, atol=1e-3 * max(1, rows ** 0.5), rtol=1e-3)
+
+
+def test_adamw_step_on_gpu():
+    param = torch.randn(64, 4096, device="cuda")
+    reference = param.clone().requires_grad_(True)
+    optimizer = torch.optim.AdamW([reference], lr=1e-3, weight_decay=0.1)
+    exp_avg, exp_avg_sq = torch.zeros_like(param), torch.zeros_like(param)
+    for step in range(1, 3):
+        grad = torch.randn_like(param)
+        reference.grad = grad.clone()
+        optimizer.step()
+        TF.adamw_step_(param, grad, exp_avg, exp_avg_sq, lr=1e-3, weight_decay=0.1, step=step)
+    torch.testing.assert_close(param, reference.detach(), atol=1e-6, rtol=1e-5)
+
+
+def test_launches_on_the_current_stream():
+    x = torch.randn(4096, 4096, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = TF.swiglu(x, x)
+    side.synchronize()
+    torch.testing.assert_close(y, F.silu(x) * x)
+
+
+def test_a_fresh_thread_gets_a_context():
+    import threading
+    x = torch.randn(8, 256, device="cuda")
+    results = []
+    thread = threading.Thread(target=lambda: results.append(TF.swiglu(x, x)))
+    thread.start()
+    thread.join()
+    torch.testing.assert_close(results[0], F.silu(x) * x)
+
+
+def test_target_cpu_refuses_cuda_tensors(tmp_path):
+    import os
+    import subprocess
+    import sys
+    script = ("import torch, tilefuse\n"
+              "x = torch.ones(2, 8, device='cuda')\n"
+              "tilefuse.functional.swiglu(x, x)\n")
+    env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_TARGET="cpu")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "tilefuse.swiglu: TILEFUSE_TARGET=cpu needs CPU tensors" in done.stderr
