@@ -522,7 +522,7 @@ Tensor crossEntropy(const Tensor &input, const Tensor &target,
 //===----------------------------------------------------------------------===//
 
 void checkAdamW(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
-                const Tensor &expAvgSq, int64_t step) {
+                const Tensor &expAvgSq, const c10::SymInt &step) {
   const char *op = "adamw_step_";
   std::pair<const char *, const Tensor *> tensors[] = {
       {"param", &param}, {"grad", &grad}, {"exp_avg", &expAvg},
@@ -547,7 +547,7 @@ void checkAdamW(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
 
 void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
                const Tensor &expAvgSq, double lr, double beta1, double beta2,
-               double eps, double weightDecay, int64_t step) {
+               double eps, double weightDecay, c10::SymInt step) {
   static tilefuse::Fusion &fusion = builtin("adamw_step");
   checkAdamW(param, grad, expAvg, expAvgSq, step);
   if (param.numel() == 0)
@@ -559,25 +559,24 @@ void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
   Tensor flatParam = rows(param);
   runFusion("adamw_step_", fusion,
             {flatParam, rows(grad.contiguous()), rows(expAvg), rows(expAvgSq)},
-            {lr, beta1, beta2, eps, weightDecay, static_cast<double>(step)},
+            {lr, beta1, beta2, eps, weightDecay,
+             static_cast<double>(step.expect_int())},
             param.scalar_type(), flatParam.sizes(),
             {flatParam, rows(expAvg), rows(expAvgSq)});
 }
 
 void adamwStepMeta(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
                    const Tensor &expAvgSq, double, double, double, double,
-                   double, int64_t step) {
+                   double, c10::SymInt step) {
   checkAdamW(param, grad, expAvg, expAvgSq, step);
 }
 
-const c10::TypedOperatorHandle<void(const Tensor &, const Tensor &,
-                                    const Tensor &, const Tensor &, double,
-                                    double, double, double, double, int64_t)> &
-adamwStepOp() {
-  static auto op =
-      findOp<void(const Tensor &, const Tensor &, const Tensor &,
-                  const Tensor &, double, double, double, double, double,
-                  int64_t)>("tilefuse::adamw_step_");
+using AdamWStepOp = void(const Tensor &, const Tensor &, const Tensor &,
+                         const Tensor &, double, double, double, double,
+                         double, c10::SymInt);
+
+const c10::TypedOperatorHandle<AdamWStepOp> &adamwStepOp() {
+  static auto op = findOp<AdamWStepOp>("tilefuse::adamw_step_");
   return op;
 }
 
@@ -586,7 +585,7 @@ adamwStepOp() {
 void adamwStepInPlace(const Tensor &param, const Tensor &grad,
                       const Tensor &expAvg, const Tensor &expAvgSq, double lr,
                       double beta1, double beta2, double eps,
-                      double weightDecay, int64_t step) {
+                      double weightDecay, c10::SymInt step) {
   {
     at::AutoDispatchBelowADInplaceOrView below;
     adamwStepOp().call(param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps,
@@ -600,7 +599,7 @@ void adamwStepInPlace(const Tensor &param, const Tensor &grad,
 void adamwStepAutograd(const Tensor &param, const Tensor &grad,
                        const Tensor &expAvg, const Tensor &expAvgSq, double lr,
                        double beta1, double beta2, double eps,
-                       double weightDecay, int64_t step) {
+                       double weightDecay, c10::SymInt step) {
   at::AutoDispatchBelowAutograd below;
   adamwStepOp().call(param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps,
                      weightDecay, step);
@@ -687,7 +686,7 @@ TORCH_LIBRARY(tilefuse, m) {
   m.def("adamw_step_(Tensor(a!) param, Tensor grad, Tensor(b!) exp_avg, "
         "Tensor(c!) exp_avg_sq, *, float lr, float beta1=0.9, "
         "float beta2=0.999, float eps=1e-08, float weight_decay=0.01, "
-        "int step) -> ()");
+        "SymInt step) -> ()");
   m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars) -> "
         "Tensor[]");
 }

@@ -171,3 +171,19 @@ def test_outputs_must_not_depend_on_argument_kinds():
     shape_shifter(torch.ones(2, 4), torch.ones(2, 4))
     with pytest.raises(TypeError, match=r"a fusion's outputs must not depend on its arguments' kinds"):
         shape_shifter(torch.ones(2, 4), torch.ones(4))
+
+
+def test_compiled_adamw_does_not_recompile_every_step():
+    from torch._dynamo.utils import counters
+
+    def step(param, grad, exp_avg, exp_avg_sq, number):
+        TF.adamw_step_(param, grad, exp_avg, exp_avg_sq, lr=1e-3, step=number)
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    tensors = [torch.randn(4, 8), torch.randn(4, 8), torch.zeros(4, 8), torch.zeros(4, 8)]
+    for number in range(1, 6):
+        compiled(*tensors, number)
+    # The first new step recompiles with `step` symbolic; later ones reuse it.
+    assert counters["stats"]["unique_graphs"] == 2
