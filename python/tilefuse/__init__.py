@@ -9,6 +9,8 @@
         return e / tilefuse.sum(e)
 """
 
+import torch  # noqa: F401  (loads LibTorch, which _C links, first)
+
 from . import _C
 from ._dsl import (
     Fusion,
