@@ -87,3 +87,25 @@ def test_always_compile_bypasses_every_cache(tmp_path):
     assert done.stdout.strip() == "2"
     assert not any(name.endswith(".tfk") for name in os.listdir(tmp_path))
 
+
+
+def test_threads_racing_on_a_first_call_compile_once():
+    import threading
+
+    x = torch.randn(5, 312)
+    before = tilefuse.compile_count()
+    barrier = threading.Barrier(8)
+    results = [None] * 8
+
+    def call(index):
+        barrier.wait()
+        results[index] = TF.swiglu(x, x)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert tilefuse.compile_count() == before + 1
+    for result in results:
+        torch.testing.assert_close(result, torch.nn.functional.silu(x) * x)
