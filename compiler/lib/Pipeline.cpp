@@ -375,7 +375,8 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
   if (isCPU(options)) {
     if (failed(runPipeline(
             module,
-            "convert-scf-to-cf, convert-math-to-llvm, convert-math-to-libm, "
+            "fuse-approximate-math, convert-scf-to-cf, convert-math-to-llvm, "
+            "convert-math-to-libm, "
             "convert-to-llvm, "
             "reconcile-unrealized-casts, canonicalize, cse",
             "llvm-dialect", result)))
