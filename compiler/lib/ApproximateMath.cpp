@@ -21,13 +21,12 @@ struct FuseApproximateMathPass
     : tilefuse::impl::FuseApproximateMathBase<FuseApproximateMathPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    // Only where libm is slow: on the scalars the row program computes,
-    // glibc's expf and logf beat the polynomials (swiglu and softmax ran
-    // ~2x slower with them), tanhf and erff lose to them (geglu ~4x
-    // faster). Not rsqrt: its approximation needs AVX2.
+    // Not rsqrt: its approximation needs AVX2, which the host may lack.
     populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
-      return name == math::TanhOp::getOperationName() ||
-             name == math::ErfOp::getOperationName();
+      return llvm::is_contained(
+          {math::ExpOp::getOperationName(), math::LogOp::getOperationName(),
+           math::TanhOp::getOperationName(), math::ErfOp::getOperationName()},
+          name);
     });
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();

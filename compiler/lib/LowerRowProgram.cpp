@@ -354,11 +354,12 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
       return arith::ConstantOp::create(b, loc, SplatElementsAttr::get(vector, attr));
     return arith::ConstantOp::create(b, loc, attr);
   };
-  // Transcendentals run per element: targets lower them to scalar library
-  // calls or instructions, not to vector forms.
+  // On a GPU transcendentals run per element: they lower to scalar
+  // instructions or libdevice calls, not to vector forms. On the CPU they
+  // stay vectors, for fuse-approximate-math's vector polynomials.
   auto perElement = [&](ValueRange args, auto create) -> Value {
     auto vector = dyn_cast<VectorType>(args.front().getType());
-    if (!vector)
+    if (!vector || !config.isGPU())
       return create(args);
     SmallVector<Value> elements;
     for (int64_t i = 0, e = vector.getNumElements(); i < e; ++i) {
