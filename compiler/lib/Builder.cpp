@@ -37,8 +37,9 @@ Type promote(Type lhs, Type rhs) {
 
 Kind dsl::Value::kind() const { return typeOf(*this).getKind(); }
 
-FusionBuilder::FusionBuilder(MLIRContext &context, StringRef name)
-    : context(context), builder(&context), name(name.str()),
+FusionBuilder::FusionBuilder(MLIRContext &context, StringRef name,
+                             DType compute)
+    : context(context), compute(compute), builder(&context), name(name.str()),
       body(new Block()) {
   context.getOrLoadDialect<fuse::FuseDialect>();
   module = ModuleOp::create(UnknownLoc::get(&context));
@@ -58,8 +59,10 @@ Type FusionBuilder::elementType(DType dtype) {
   llvm_unreachable("unknown dtype");
 }
 
-dsl::Value FusionBuilder::input(StringRef inputName, Kind kind, DType dtype) {
-  Type type = fuse::ValueType::get(&context, kind, elementType(dtype));
+dsl::Value FusionBuilder::input(StringRef inputName, Kind kind,
+                                std::optional<DType> dtype) {
+  Type type =
+      fuse::ValueType::get(&context, kind, elementType(dtype.value_or(compute)));
   inputNames.push_back(inputName.str());
   inputTypes.push_back(type);
   return {this, body->addArgument(type, builder.getUnknownLoc())};
@@ -70,8 +73,9 @@ void FusionBuilder::output(StringRef outputName, dsl::Value value) {
   outputs.push_back(value.get());
 }
 
-dsl::Value FusionBuilder::constant(double value, DType dtype) {
-  auto type = fuse::ValueType::get(&context, Kind::Scalar, elementType(dtype));
+dsl::Value FusionBuilder::constant(double value, std::optional<DType> dtype) {
+  auto type = fuse::ValueType::get(&context, Kind::Scalar,
+                                   elementType(dtype.value_or(compute)));
   return {this, fuse::ConstantOp::create(builder, builder.getUnknownLoc(), type,
                                          value)};
 }
@@ -79,13 +83,14 @@ dsl::Value FusionBuilder::constant(double value, DType dtype) {
 dsl::Value FusionBuilder::scalar(double value, dsl::Value like) {
   auto type = typeOf(like).withKind(Kind::Scalar);
   if (type.getElementType().isInteger(1))
-    type = type.withElementType(builder.getF32Type());
+    type = type.withElementType(elementType(compute));
   return {this, fuse::ConstantOp::create(builder, builder.getUnknownLoc(), type,
                                          value)};
 }
 
-dsl::Value FusionBuilder::rowLength(DType dtype) {
-  auto type = fuse::ValueType::get(&context, Kind::Scalar, elementType(dtype));
+dsl::Value FusionBuilder::rowLength(std::optional<DType> dtype) {
+  auto type = fuse::ValueType::get(&context, Kind::Scalar,
+                                   elementType(dtype.value_or(compute)));
   return {this, fuse::RowLengthOp::create(builder, builder.getUnknownLoc(), type)};
 }
 

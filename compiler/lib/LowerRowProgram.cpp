@@ -120,6 +120,17 @@ vector::CombiningKind vectorCombiningKind(ReduceKind kind, bool isFloat) {
   llvm_unreachable("unknown reduction");
 }
 
+/// `value` as the float type `type`: extended if that is wider, else
+/// truncated.
+Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
+  Type from = getElementTypeOrSelf(value.getType());
+  if (from == type)
+    return value;
+  if (from.getIntOrFloatBitWidth() < type.getIntOrFloatBitWidth())
+    return arith::ExtFOp::create(b, loc, type, value);
+  return arith::TruncFOp::create(b, loc, type, value);
+}
+
 Value indexConstant(OpBuilder &b, Location loc, int64_t value) {
   return arith::ConstantIndexOp::create(b, loc, value);
 }
@@ -836,8 +847,7 @@ void emitFinalizeColumn(OpBuilder &b, Location loc, KernelOp kernel,
     if (reduce.getKind() == ReduceKind::Mean)
       total = arith::DivFOp::create(
           b, loc, total, arith::SIToFPOp::create(b, loc, compute, rows));
-    if (storage != compute)
-      total = arith::TruncFOp::create(b, loc, storage, total);
+    total = castFloat(b, loc, total, storage);
     Value column64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), column);
     Value address = LLVM::GEPOp::create(b, loc, output.getType(), storage,
                                         output, ValueRange{column64});
@@ -911,8 +921,8 @@ public:
         b, loc, arith::CmpIPredicate::eq, laneInWarp, indexConstant(b, loc, 0));
     emitGuarded(b, loc, isWarpLeader, [&] {
       for (auto [index, value] : llvm::enumerate(values))
-        memref::StoreOp::create(b, loc, toF32(b, loc, value), workgroup,
-                                slot(warpInRow, index));
+        memref::StoreOp::create(b, loc, castFloat(b, loc, value, slotType()),
+                                workgroup, slot(warpInRow, index));
     });
     gpu::BarrierOp::create(b, loc);
     for (auto [index, kind, value] : llvm::enumerate(kinds, values)) {
@@ -921,7 +931,7 @@ public:
       for (int64_t warp = 0; warp < warpsPerRow; ++warp) {
         Value loaded = memref::LoadOp::create(
             b, loc, workgroup, slot(indexConstant(b, loc, warp), index));
-        Value part = fromF32(b, loc, loaded, type);
+        Value part = castFloat(b, loc, loaded, type);
         total = total ? combineReduction(b, loc, kind, total, part) : part;
       }
       value = total;
@@ -932,17 +942,10 @@ public:
   }
 
 private:
-  // Workgroup memory holds f32; checkSupported rejects integer reductions
-  // that would cross warps, so only float widths change here.
-  static Value toF32(OpBuilder &b, Location loc, Value value) {
-    if (value.getType().isF32())
-      return value;
-    return arith::ExtFOp::create(b, loc, b.getF32Type(), value);
-  }
-  static Value fromF32(OpBuilder &b, Location loc, Value value, Type type) {
-    if (type.isF32())
-      return value;
-    return arith::TruncFOp::create(b, loc, type, value);
+  // Workgroup memory holds the widest float type the row reductions compute
+  // in; checkSupported rejects integer reductions that would cross warps.
+  Type slotType() const {
+    return cast<MemRefType>(workgroup.getType()).getElementType();
   }
 
   const TileConfig &config;
@@ -983,8 +986,16 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   parameters.push_back(b.getI64Type()); // rows
   int64_t maxReductions = maxReductionsPerPass(kernel);
   int64_t warpsPerRow = std::max<int64_t>(1, config->threadsPerRow / 32);
+  // f64 row reductions cross warps in f64: f32 slots would round them.
+  Type slotType = b.getF32Type();
+  kernel.walk([&](ReduceOp reduce) {
+    if (reduce.isRowReduction() &&
+        getElementTypeOrSelf(cast<ValueType>(reduce.getType()).getElementType())
+            .isF64())
+      slotType = b.getF64Type();
+  });
   auto workgroupType = MemRefType::get(
-      {config->rowsPerBlock * warpsPerRow * maxReductions}, b.getF32Type(),
+      {config->rowsPerBlock * warpsPerRow * maxReductions}, slotType,
       MemRefLayoutAttrInterface{},
       gpu::AddressSpaceAttr::get(context, gpu::AddressSpace::Workgroup));
   auto function = gpu::GPUFuncOp::create(

@@ -85,7 +85,7 @@ void crossEntropyBwd(FusionBuilder &b) {
   Value ignoreIndex = b.input("ignore_index", Kind::Scalar, DType::I64);
   Value smoothing = b.input("label_smoothing", Kind::Scalar);
   Value p = exp(logits - lse);
-  Value onehot = cast(b.iota() == target, DType::F32);
+  Value onehot = cast(b.iota() == target, b.computeType());
   Value grad = p - (1.0 - smoothing) * onehot - smoothing / b.rowLength();
   Value scale = where(target != ignoreIndex, dloss, b.constant(0.0));
   b.output("dlogits", grad * scale);
@@ -135,11 +135,11 @@ llvm::ArrayRef<llvm::StringRef> tilefuse::kernels::builtinNames() {
 
 FailureOr<OwningOpRef<ModuleOp>>
 tilefuse::kernels::buildBuiltin(mlir::MLIRContext &context,
-                                llvm::StringRef name) {
+                                llvm::StringRef name, DType compute) {
   for (const Builtin &builtin : kBuiltins) {
     if (builtin.name != name)
       continue;
-    FusionBuilder builder(context, name);
+    FusionBuilder builder(context, name, compute);
     builtin.build(builder);
     return builder.finish();
   }
@@ -148,12 +148,13 @@ tilefuse::kernels::buildBuiltin(mlir::MLIRContext &context,
 }
 
 llvm::Expected<std::shared_ptr<tilefuse::Fusion>>
-tilefuse::kernels::builtinFusion(llvm::StringRef name) {
+tilefuse::kernels::builtinFusion(llvm::StringRef name, DType compute) {
   static std::mutex mutex;
   static llvm::StringMap<std::shared_ptr<tilefuse::Fusion>> *built =
       new llvm::StringMap<std::shared_ptr<tilefuse::Fusion>>();
+  std::string key = (name + (compute == DType::F64 ? ":f64" : ":f32")).str();
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = built->find(name); it != built->end())
+  if (auto it = built->find(key); it != built->end())
     return it->second;
   mlir::MLIRContext &context = Runtime::global().context();
   std::string messages;
@@ -161,9 +162,9 @@ tilefuse::kernels::builtinFusion(llvm::StringRef name) {
     messages += (messages.empty() ? "" : "\n") + d.str();
     return mlir::success();
   });
-  auto module = buildBuiltin(context, name);
+  auto module = buildBuiltin(context, name, compute);
   if (mlir::failed(module))
     return llvm::createStringError(messages);
-  return built->try_emplace(name, std::make_shared<tilefuse::Fusion>(std::move(*module)))
+  return built->try_emplace(key, std::make_shared<tilefuse::Fusion>(std::move(*module)))
       .first->second;
 }

@@ -30,6 +30,7 @@
 #include <torch/library.h>
 
 #include <limits>
+#include <numeric>
 #include <variant>
 
 using at::Tensor;
@@ -95,8 +96,14 @@ c10::SymIntArrayRef leadingSymDims(const Tensor &x) {
   return x.sym_sizes().slice(0, x.dim() - 1);
 }
 
+/// The dtype of per-row statistics (rstd, mean, lse, loss): the compute
+/// type, f64 for float64 inputs, else f32.
+at::ScalarType rowDtype(const Tensor &x) {
+  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
 Tensor emptyRows(const Tensor &x) {
-  return at::empty_symint(leadingSymDims(x), x.options().dtype(at::kFloat));
+  return at::empty_symint(leadingSymDims(x), x.options().dtype(rowDtype(x)));
 }
 
 Tensor emptyLike(const Tensor &x) {
@@ -150,9 +157,9 @@ const c10::TypedOperatorHandle<CrossEntropyFwdOp> &crossEntropyFwdOp() {
 //===----------------------------------------------------------------------===//
 
 TensorPair rmsNormFwd(const Tensor &x, const Tensor &weight, double eps) {
-  static tilefuse::Fusion &fusion = builtin("rms_norm_fwd");
-  auto out = runFusion("rms_norm", fusion, {x.contiguous(), weight.contiguous()},
-                       {eps}, x.scalar_type(), x.sizes());
+  auto out = runFusion("rms_norm", builtin("rms_norm_fwd", x.scalar_type()),
+                       {x.contiguous(), weight.contiguous()}, {eps},
+                       x.scalar_type(), x.sizes());
   return {out[0], out[1]};
 }
 
@@ -162,8 +169,7 @@ TensorPair rmsNormFwdMeta(const Tensor &x, const Tensor &, double) {
 
 TensorPair rmsNormBwd(const Tensor &dy, const Tensor &x, const Tensor &weight,
                       const Tensor &rstd) {
-  static tilefuse::Fusion &fusion = builtin("rms_norm_bwd");
-  auto out = runFusion("rms_norm", fusion,
+  auto out = runFusion("rms_norm", builtin("rms_norm_bwd", x.scalar_type()),
                        {dy.contiguous(), x.contiguous(), weight.contiguous(),
                         rstd.contiguous()},
                        {}, x.scalar_type(), x.sizes());
@@ -223,8 +229,7 @@ Tensor rmsNorm(const Tensor &input, at::IntArrayRef normalizedShape,
 
 TensorTriple layerNormFwd(const Tensor &x, const Tensor &weight,
                           const Tensor &bias, double eps) {
-  static tilefuse::Fusion &fusion = builtin("layer_norm_fwd");
-  auto out = runFusion("layer_norm", fusion,
+  auto out = runFusion("layer_norm", builtin("layer_norm_fwd", x.scalar_type()),
                        {x.contiguous(), weight.contiguous(), bias.contiguous()},
                        {eps}, x.scalar_type(), x.sizes());
   return {out[0], out[1], out[2]};
@@ -238,8 +243,7 @@ TensorTriple layerNormFwdMeta(const Tensor &x, const Tensor &, const Tensor &,
 TensorTriple layerNormBwd(const Tensor &dy, const Tensor &x,
                           const Tensor &weight, const Tensor &mean,
                           const Tensor &rstd) {
-  static tilefuse::Fusion &fusion = builtin("layer_norm_bwd");
-  auto out = runFusion("layer_norm", fusion,
+  auto out = runFusion("layer_norm", builtin("layer_norm_bwd", x.scalar_type()),
                        {dy.contiguous(), x.contiguous(), weight.contiguous(),
                         mean.contiguous(), rstd.contiguous()},
                        {}, x.scalar_type(), x.sizes());
@@ -294,16 +298,15 @@ Tensor layerNorm(const Tensor &input, at::IntArrayRef normalizedShape,
 //===----------------------------------------------------------------------===//
 
 Tensor swigluFwd(const Tensor &a, const Tensor &b) {
-  static tilefuse::Fusion &fusion = builtin("swiglu_fwd");
-  return runFusion("swiglu", fusion, {a.contiguous(), b.contiguous()}, {},
-                   a.scalar_type(), a.sizes())[0];
+  return runFusion("swiglu", builtin("swiglu_fwd", a.scalar_type()),
+                   {a.contiguous(), b.contiguous()}, {}, a.scalar_type(),
+                   a.sizes())[0];
 }
 
 Tensor swigluFwdMeta(const Tensor &a, const Tensor &) { return emptyLike(a); }
 
 TensorPair swigluBwd(const Tensor &dc, const Tensor &a, const Tensor &b) {
-  static tilefuse::Fusion &fusion = builtin("swiglu_bwd");
-  auto out = runFusion("swiglu", fusion,
+  auto out = runFusion("swiglu", builtin("swiglu_bwd", a.scalar_type()),
                        {dc.contiguous(), a.contiguous(), b.contiguous()}, {},
                        a.scalar_type(), a.sizes());
   return {out[0], out[1]};
@@ -389,8 +392,7 @@ std::variant<int64_t, Tensor> countTargets(const Tensor &target,
 TensorPair crossEntropyFwd(const Tensor &logits, const Tensor &target,
                            int64_t ignoreIndex, double labelSmoothing,
                            int64_t reduction) {
-  static tilefuse::Fusion &fusion = builtin("cross_entropy_fwd");
-  TORCH_CHECK_VALUE(logits.dim() == 2, "tilefuse.cross_entropy: 'logits' must "
+    TORCH_CHECK_VALUE(logits.dim() == 2, "tilefuse.cross_entropy: 'logits' must "
                     "be [N, C], got shape ", logits.sizes());
   TORCH_CHECK_TYPE(target.scalar_type() == at::kLong,
                    "tilefuse.cross_entropy: 'target' must hold int64 class "
@@ -399,7 +401,7 @@ TensorPair crossEntropyFwd(const Tensor &logits, const Tensor &target,
                     "tilefuse.cross_entropy: reduction must be 0 (none), 1 "
                     "(mean) or 2 (sum), got ", reduction);
   auto counted = countTargets(target, logits.size(-1), ignoreIndex);
-  auto out = runFusion("cross_entropy", fusion,
+  auto out = runFusion("cross_entropy", builtin("cross_entropy_fwd", logits.scalar_type()),
                        {logits.contiguous(), target.contiguous()},
                        {ignoreIndex, labelSmoothing}, logits.scalar_type(),
                        logits.sizes());
@@ -409,9 +411,13 @@ TensorPair crossEntropyFwd(const Tensor &logits, const Tensor &target,
   if (loss.is_cpu()) {
     // Reduced here rather than by three more dispatches.
     double total = 0;
-    const float *rows = loss.const_data_ptr<float>();
-    for (int64_t i = 0, e = loss.numel(); i < e; ++i)
-      total += rows[i];
+    if (loss.scalar_type() == at::kDouble) {
+      const double *rows = loss.const_data_ptr<double>();
+      total = std::accumulate(rows, rows + loss.numel(), 0.0);
+    } else {
+      const float *rows = loss.const_data_ptr<float>();
+      total = std::accumulate(rows, rows + loss.numel(), 0.0);
+    }
     if (reduction == Mean)
       total /= static_cast<double>(std::get<int64_t>(counted));
     return {at::scalar_tensor(total, loss.options()), out[1]};
@@ -423,18 +429,18 @@ TensorPair crossEntropyFwd(const Tensor &logits, const Tensor &target,
 
 TensorPair crossEntropyFwdMeta(const Tensor &logits, const Tensor &, int64_t,
                                double, int64_t reduction) {
-  Tensor loss = reduction == None ? emptyRows(logits)
-                                  : at::empty({}, logits.options().dtype(at::kFloat));
+  Tensor loss = reduction == None
+                    ? emptyRows(logits)
+                    : at::empty({}, logits.options().dtype(rowDtype(logits)));
   return {loss, emptyRows(logits)};
 }
 
 Tensor crossEntropyBwd(const Tensor &logits, const Tensor &target,
                        const Tensor &lse, const Tensor &dloss,
                        int64_t ignoreIndex, double labelSmoothing) {
-  static tilefuse::Fusion &fusion = builtin("cross_entropy_bwd");
-  return runFusion("cross_entropy", fusion,
+  return runFusion("cross_entropy", builtin("cross_entropy_bwd", logits.scalar_type()),
                    {logits.contiguous(), target.contiguous(), lse.contiguous(),
-                    dloss.to(at::kFloat).contiguous()},
+                    dloss.to(rowDtype(logits)).contiguous()},
                    {ignoreIndex, labelSmoothing}, logits.scalar_type(),
                    logits.sizes())[0];
 }
@@ -548,8 +554,7 @@ void checkAdamW(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
 void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
                const Tensor &expAvgSq, double lr, double beta1, double beta2,
                double eps, double weightDecay, c10::SymInt step) {
-  static tilefuse::Fusion &fusion = builtin("adamw_step");
-  checkAdamW(param, grad, expAvg, expAvgSq, step);
+    checkAdamW(param, grad, expAvg, expAvgSq, step);
   if (param.numel() == 0)
     return;
   // Rows of the last dimension (one row for a 0-d parameter).
@@ -557,7 +562,7 @@ void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
     return t.dim() ? t.view({-1, t.size(-1)}) : t.view({1, 1});
   };
   Tensor flatParam = rows(param);
-  runFusion("adamw_step_", fusion,
+  runFusion("adamw_step_", builtin("adamw_step", param.scalar_type()),
             {flatParam, rows(grad.contiguous()), rows(expAvg), rows(expAvgSq)},
             {lr, beta1, beta2, eps, weightDecay,
              static_cast<double>(step.expect_int())},

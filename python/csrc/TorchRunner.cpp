@@ -241,8 +241,9 @@ std::vector<at::Tensor> torch_ops::runFusion(
   return outputs;
 }
 
-Fusion &torch_ops::builtin(const char *name) {
-  auto fusion = kernels::builtinFusion(name);
+Fusion &torch_ops::builtin(const char *name, at::ScalarType storage) {
+  auto fusion = kernels::builtinFusion(
+      name, storage == at::kDouble ? dsl::DType::F64 : dsl::DType::F32);
   TORCH_INTERNAL_ASSERT(static_cast<bool>(fusion), "built-in fusion ", name,
                         ": ", llvm::toString(fusion.takeError()));
   return **fusion;

@@ -33,8 +33,9 @@ std::vector<at::Tensor> runFusion(std::string_view op, Fusion &fusion,
                                   at::ScalarType storage, at::IntArrayRef shape,
                                   at::TensorList out = {});
 
-/// The built-in fusion `name` (kernels_dsl).
-Fusion &builtin(const char *name);
+/// The built-in fusion `name` (kernels_dsl) for tensors of `storage`: it
+/// computes in f64 for float64, else in f32.
+Fusion &builtin(const char *name, at::ScalarType storage);
 
 /// Fusions the DSL traced, each with the storage dtype of the call it was
 /// traced for (f32, f16, bf16 or f64), by the handle registerFusion gave.

@@ -139,9 +139,9 @@ struct PyValue {
 
 class Builder {
 public:
-  explicit Builder(const std::string &name)
+  Builder(const std::string &name, const std::string &compute)
       : builder(std::make_unique<dsl::FusionBuilder>(
-            Runtime::global().context(), name)) {}
+            Runtime::global().context(), name, parseDType(compute))) {}
 
   dsl::FusionBuilder &get() {
     if (!builder)
@@ -210,7 +210,8 @@ PYBIND11_MODULE(_C, m) {
 
   auto wrap = [](dsl::Value value) { return PyValue{value}; };
   py::class_<Builder>(m, "Builder")
-      .def(py::init<const std::string &>())
+      .def(py::init<const std::string &, const std::string &>(),
+           py::arg("name"), py::arg("compute") = "f32")
       .def("input", [=](Builder &b, const std::string &name, const std::string &kind,
                         const std::string &dtype) {
         return wrap(b.get().input(name, parseKind(kind), parseDType(dtype)));

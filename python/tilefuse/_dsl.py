@@ -312,7 +312,7 @@ class Fusion:
 
     def _trace(self, specs, storage: torch.dtype):
         compute = "f64" if storage == torch.float64 else "f32"
-        builder = _C.Builder(self._name)
+        builder = _C.Builder(self._name, compute)
         values = []
         for parameter, (kind, dtype, _) in zip(self._parameters, specs):
             is_float = dtype in ("f32", "f16", "bf16", "f64")

@@ -88,3 +88,33 @@ def test_adamw_step_matches_torch_optim():
     state = optimizer.state[reference]
     torch.testing.assert_close(exp_avg, state["exp_avg"])
     torch.testing.assert_close(exp_avg_sq, state["exp_avg_sq"])
+
+
+def test_float64_computes_in_float64_and_passes_gradcheck():
+    from torch.autograd import gradcheck
+    d = torch.float64
+    x = torch.randn(3, 17, dtype=d, requires_grad=True)
+    w = torch.randn(17, dtype=d, requires_grad=True)
+    b = torch.randn(17, dtype=d, requires_grad=True)
+    torch.testing.assert_close(TF.rms_norm(x, (17,), w, 1e-6), F.rms_norm(x, (17,), w, 1e-6),
+                               atol=1e-12, rtol=1e-12)
+    assert gradcheck(lambda x, w: TF.rms_norm(x, (17,), w, 1e-6), (x, w))
+    assert gradcheck(lambda x, w, b: TF.layer_norm(x, (17,), w, b), (x, w, b))
+    assert gradcheck(TF.swiglu, (x, b.expand(3, 17).detach().clone().requires_grad_()))
+    target = torch.tensor([1, -100, 16])
+    for reduction in ("none", "mean", "sum"):
+        assert gradcheck(lambda x: TF.cross_entropy(x, target, reduction=reduction,
+                                                    label_smoothing=0.1), (x,))
+
+
+def test_adamw_step_float64():
+    param = torch.randn(4, 8, dtype=torch.float64)
+    reference = param.clone().requires_grad_(True)
+    optimizer = torch.optim.AdamW([reference], lr=1e-2)
+    exp_avg, exp_avg_sq = torch.zeros_like(param), torch.zeros_like(param)
+    for step in (1, 2):
+        grad = torch.randn_like(param)
+        reference.grad = grad.clone()
+        optimizer.step()
+        TF.adamw_step_(param, grad, exp_avg, exp_avg_sq, lr=1e-2, step=step)
+    torch.testing.assert_close(param, reference.detach(), atol=1e-14, rtol=1e-14)

@@ -94,16 +94,22 @@ Value cast(Value x, DType dtype);
 
 class FusionBuilder {
 public:
-  FusionBuilder(mlir::MLIRContext &context, llvm::StringRef name);
+  /// `compute` is the float type inputs, constants and n default to (f32,
+  /// or f64 for a float64 fusion).
+  FusionBuilder(mlir::MLIRContext &context, llvm::StringRef name,
+                DType compute = DType::F32);
+
+  DType computeType() const { return compute; }
 
   /// Adds an input; its position is its order of declaration.
-  Value input(llvm::StringRef name, Kind kind, DType dtype = DType::F32);
+  Value input(llvm::StringRef name, Kind kind,
+              std::optional<DType> dtype = std::nullopt);
   /// Declares an output (in order of declaration).
   void output(llvm::StringRef name, Value value);
 
-  Value constant(double value, DType dtype = DType::F32);
+  Value constant(double value, std::optional<DType> dtype = std::nullopt);
   /// n, the row length, as a scalar.
-  Value rowLength(DType dtype = DType::F32);
+  Value rowLength(std::optional<DType> dtype = std::nullopt);
   /// The column index, per column.
   Value iota(DType dtype = DType::I64);
 
@@ -138,6 +144,7 @@ public:
 
 private:
   mlir::MLIRContext &context;
+  DType compute;
   mlir::OpBuilder builder;
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::string name;
