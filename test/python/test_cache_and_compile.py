@@ -109,3 +109,21 @@ def test_threads_racing_on_a_first_call_compile_once():
     assert tilefuse.compile_count() == before + 1
     for result in results:
         torch.testing.assert_close(result, torch.nn.functional.silu(x) * x)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_training_step_with_fused_backward(backend):
+    def step(x, w, target, functional):
+        h = functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
+        loss = functional.cross_entropy(h * torch.sigmoid(h), target, label_smoothing=0.1)
+        return loss, torch.autograd.grad(loss, (x, w))
+
+    x = torch.randn(8, 32, requires_grad=True)
+    w = torch.randn(32, requires_grad=True)
+    target = torch.randint(0, 32, (8,))
+    compiled = torch.compile(step, backend=backend)
+    loss, (dx, dw) = compiled(x, w, target, TF)
+    reference, (rdx, rdw) = step(x, w, target, torch.nn.functional)
+    torch.testing.assert_close(loss, reference)
+    torch.testing.assert_close(dx, rdx, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(dw, rdw, atol=1e-5, rtol=1e-4)
