@@ -16,6 +16,7 @@
 #include "TorchRunner.h"
 
 #include "tilefuse/Runtime/Fusion.h"
+#include "tilefuse/Torch/Ops.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
@@ -664,6 +665,60 @@ std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// The C++ API (Ops.h): the public ops, through the dispatcher
+//===----------------------------------------------------------------------===//
+
+at::Tensor tilefuse::ops::rms_norm(const at::Tensor &input,
+                                   at::IntArrayRef normalizedShape,
+                                   const std::optional<at::Tensor> &weight,
+                                   std::optional<double> eps) {
+  static auto op = findOp<Tensor(const Tensor &, at::IntArrayRef,
+                                 const std::optional<Tensor> &,
+                                 std::optional<double>)>("tilefuse::rms_norm");
+  return op.call(input, normalizedShape, weight, eps);
+}
+
+at::Tensor tilefuse::ops::layer_norm(const at::Tensor &input,
+                                     at::IntArrayRef normalizedShape,
+                                     const std::optional<at::Tensor> &weight,
+                                     const std::optional<at::Tensor> &bias,
+                                     double eps) {
+  static auto op = findOp<Tensor(const Tensor &, at::IntArrayRef,
+                                 const std::optional<Tensor> &,
+                                 const std::optional<Tensor> &, double)>(
+      "tilefuse::layer_norm");
+  return op.call(input, normalizedShape, weight, bias, eps);
+}
+
+at::Tensor tilefuse::ops::swiglu(const at::Tensor &a, const at::Tensor &b) {
+  static auto op =
+      findOp<Tensor(const Tensor &, const Tensor &)>("tilefuse::swiglu");
+  return op.call(a, b);
+}
+
+at::Tensor tilefuse::ops::cross_entropy(const at::Tensor &input,
+                                        const at::Tensor &target,
+                                        int64_t ignoreIndex,
+                                        std::string_view reduction,
+                                        double labelSmoothing) {
+  static auto op = findOp<Tensor(const Tensor &, const Tensor &,
+                                 const std::optional<Tensor> &, int64_t,
+                                 c10::string_view, double)>(
+      "tilefuse::cross_entropy");
+  return op.call(input, target, std::nullopt, ignoreIndex, reduction,
+                 labelSmoothing);
+}
+
+void tilefuse::ops::adamw_step_(const at::Tensor &param, const at::Tensor &grad,
+                                const at::Tensor &expAvg,
+                                const at::Tensor &expAvgSq, double lr,
+                                double beta1, double beta2, double eps,
+                                double weightDecay, int64_t step) {
+  adamwStepOp().call(param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps,
+                     weightDecay, step);
+}
 
 TORCH_LIBRARY(tilefuse, m) {
   m.def("rms_norm(Tensor input, int[1] normalized_shape, Tensor? weight=None, "
