@@ -214,7 +214,8 @@ std::vector<at::Tensor> torch_ops::runFusion(
     TORCH_CHECK(!error, "tilefuse.", op, ": ", llvm::toString(std::move(error)));
     return outputs;
   }
-  // Column reductions leave f32 partials, one row per row group.
+  // Column reductions leave partials in their compute type, one row per
+  // row group.
   std::vector<at::Tensor> workspaces;
   std::vector<void *> workspacePointers;
   if (info.hasColumnReduction()) {
@@ -227,7 +228,7 @@ std::vector<at::Tensor> torch_ops::runFusion(
         continue;
       workspaces.push_back(at::empty({std::max<int64_t>(*groups, 1), n},
                                      at::TensorOptions()
-                                         .dtype(at::kFloat)
+                                         .dtype(scalarType(port.accumulatorDtype))
                                          .device(device)));
       workspacePointers.push_back(workspaces.back().data_ptr());
     }

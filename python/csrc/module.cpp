@@ -270,12 +270,14 @@ PYBIND11_MODULE(_C, m) {
       })
       .def("finish", &Builder::finish);
 
-  m.def("builtin", [](const std::string &name) {
-    auto fusion = kernels::builtinFusion(name);
+  m.def("builtin", [](const std::string &name, const std::string &compute) {
+    auto fusion = kernels::builtinFusion(name, parseDType(compute));
     if (!fusion)
       throw py::value_error(takeMessage(fusion.takeError()));
     return std::make_unique<PyFusion>(*fusion);
-  });
+  }, py::arg("name"), py::arg("compute") = "f32",
+  "The built-in fusion `name`, computing in `compute` (f32, or f64 for "
+  "float64 tensors).");
   m.def("builtin_names", [] {
     std::vector<std::string> names;
     for (llvm::StringRef name : kernels::builtinNames())

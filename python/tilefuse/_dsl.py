@@ -315,8 +315,8 @@ class Fusion:
         builder = _C.Builder(self._name, compute)
         values = []
         for parameter, (kind, dtype, _) in zip(self._parameters, specs):
-            is_float = dtype in ("f32", "f16", "bf16", "f64")
-            declared = compute if is_float and kind in ("full", "col") else ("f32" if is_float else dtype)
+            # Floats of every kind compute in f32, or f64 for float64 tensors.
+            declared = compute if dtype in ("f32", "f16", "bf16", "f64") else dtype
             values.append(Value(builder, builder.input(parameter, kind, declared)))
         _tracing.builder = builder
         try:
@@ -368,15 +368,16 @@ class Fusion:
             return [torch.empty(shape, dtype=dtype, device=device)
                     for shape, dtype in zip(shapes, dtypes)]
         # What each argument becomes: a tensor, a per-row float tensor in
-        # f32, a number, or a 0-d tensor's number.
+        # the compute dtype, a number, or a 0-d tensor's number.
+        compute = torch.float64 if storage == torch.float64 else torch.float32
         actions = []
         for (kind, dtype, _), arg in zip(specs, args):
             if not isinstance(arg, torch.Tensor):
                 actions.append("number")
             elif arg.dim() == 0:
                 actions.append("item")
-            elif kind == "row" and dtype in ("f16", "bf16", "f64"):
-                actions.append("f32")
+            elif kind == "row" and arg.dtype in FLOAT_STORAGE and arg.dtype != compute:
+                actions.append(compute)
             else:
                 actions.append("tensor")
         if len(self._plans) >= _MAX_PLANS:  # many distinct batch shapes
@@ -445,8 +446,8 @@ def _run(plan: tuple, args) -> list[torch.Tensor]:
             scalars.append(arg)
         elif action == "item":
             scalars.append(arg.item())
-        else:
-            tensors.append(arg.float().contiguous())
+        else:  # a per-row float tensor in another dtype than the compute one
+            tensors.append(arg.to(action).contiguous())
     outputs = _launch_fusion(handle, tensors, scalars)
     return [o if o.dtype == dtype else o.to(dtype) for o, dtype in zip(outputs, dtypes)]
 

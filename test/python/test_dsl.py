@@ -100,3 +100,43 @@ def test_rows_and_scalars_do_not_recompile():
     moments(torch.randn(2, 5, 40), 1e-3)
     assert after_first - before <= 1
     assert tilefuse.compile_count() == after_first
+
+
+SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1e-40, 1e-30, -1e-30, 1e-4, -1e-4,
+           3.0, -3.0, 5.0, -9.0, 20.0, -20.0, 80.0, -80.0, 88.0, -87.0, 100.0, -100.0]
+
+
+@tilefuse.fusion
+def transcendentals(x):
+    return {"exp": tilefuse.exp(x), "tanh": tilefuse.tanh(x), "erf": tilefuse.erf(x),
+            "log": tilefuse.log(x), "sigmoid": tilefuse.sigmoid(x),
+            "gelu": tilefuse.gelu(x), "gelu_tanh": tilefuse.gelu(x, approximate="tanh")}
+
+
+def test_transcendentals_at_special_values_match_torch():
+    # 22 values, twice: vector bodies and a masked tail.
+    x = torch.tensor(SPECIAL * 2).reshape(1, -1)
+    got = transcendentals(x)
+    want = {"exp": torch.exp(x), "tanh": torch.tanh(x), "erf": torch.erf(x),
+            "log": torch.log(x), "sigmoid": torch.sigmoid(x),
+            "gelu": torch.nn.functional.gelu(x),
+            "gelu_tanh": torch.nn.functional.gelu(x, approximate="tanh")}
+    # torch's gelu(+inf) is NaN; the formula (and tilefuse) give +inf.
+    finite = x.isfinite()
+    for name in ("gelu", "gelu_tanh"):
+        got[name], want[name] = got[name][finite], want[name][finite]
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, atol=1e-6, rtol=1e-5, equal_nan=True,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+
+
+@tilefuse.fusion
+def scaled_by_row(x, r, s):
+    return x * r + s
+
+
+def test_float64_fusions_keep_rows_and_scalars_in_float64():
+    x = torch.randn(3, 8, dtype=torch.float64)
+    r = torch.randn(3, dtype=torch.float64)
+    s = 1.0 + 1e-12
+    torch.testing.assert_close(scaled_by_row(x, r, s), x * r[:, None] + s, atol=1e-15, rtol=0)

@@ -79,14 +79,15 @@ def FuseLowerToCPU : Pass<"fuse-lower-to-cpu", "::mlir::ModuleOp"> {
 }
 
 def FuseApproximateMath : Pass<"fuse-approximate-math"> {
-  let summary = "Replace f32 exp, log, tanh and erf with polynomial approximations";
+  let summary = "Replace f32 exp, tanh and erf with polynomial approximations";
   let description = [{
     On the CPU the row program keeps math on vectors; there `math.exp` and
     friends would become one libm call per element, while MLIR's polynomial
     approximations are vector arithmetic (swiglu ~3x, softmax ~4x, GeGLU
-    ~20x faster than with libm). Only f32 operands are rewritten; f64 math
-    still calls libm. The GPU pipeline keeps libdevice and PTX's own
-    approximations.
+    ~20x faster than with libm). exp flushes results below FLT_MIN to 0;
+    `log` stays with libm (its polynomial clamps subnormal inputs). Only f32
+    operands are rewritten; f64 math still calls libm. The GPU pipeline
+    keeps libdevice and PTX's own approximations.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
