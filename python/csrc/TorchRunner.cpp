@@ -12,6 +12,7 @@
 #include <c10/util/irange.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 using namespace tilefuse;
@@ -99,22 +100,28 @@ void checkTensor(std::string_view op, const char *role, const PortInfo &port,
                     port.name, "' must be contiguous");
 }
 
+/// `value`'s bytes at the start of an 8-byte slot.
+template <typename T>
+int64_t slotOf(T value) {
+  static_assert(sizeof(T) <= sizeof(int64_t));
+  int64_t slot = 0;
+  std::memcpy(&slot, &value, sizeof(T));
+  return slot;
+}
+
 /// `scalar` in an 8-byte slot, typed as `port` declares it.
 int64_t scalarSlot(std::string_view op, const PortInfo &port,
                    const c10::Scalar &scalar) {
-  int64_t slot = 0;
   if (port.dtype == "f32")
-    *reinterpret_cast<float *>(&slot) = scalar.to<float>();
-  else if (port.dtype == "f64")
-    *reinterpret_cast<double *>(&slot) = scalar.to<double>();
-  else if (port.dtype == "i32")
-    *reinterpret_cast<int32_t *>(&slot) = scalar.to<int32_t>();
-  else if (port.dtype == "i64")
-    slot = scalar.to<int64_t>();
-  else
-    TORCH_CHECK_TYPE(false, "tilefuse.", op, ": scalar '", port.name,
-                     "' has unsupported dtype ", port.dtype);
-  return slot;
+    return slotOf(scalar.to<float>());
+  if (port.dtype == "f64")
+    return slotOf(scalar.to<double>());
+  if (port.dtype == "i32")
+    return slotOf(scalar.to<int32_t>());
+  if (port.dtype == "i64")
+    return scalar.to<int64_t>();
+  TORCH_CHECK_TYPE(false, "tilefuse.", op, ": scalar '", port.name,
+                   "' has unsupported dtype ", port.dtype);
 }
 
 } // namespace
