@@ -120,14 +120,22 @@ vector::CombiningKind vectorCombiningKind(ReduceKind kind, bool isFloat) {
   llvm_unreachable("unknown reduction");
 }
 
-/// `value` as the float type `type`: extended if that is wider, else
-/// truncated.
+/// `value` as the float type (or vector of floats) `type`: extended if that
+/// is wider, truncated if narrower; bf16 <-> f16 goes exactly through f32,
+/// then rounds once.
 Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
-  Type from = getElementTypeOrSelf(value.getType());
-  if (from == type)
+  auto from = cast<FloatType>(getElementTypeOrSelf(value.getType()));
+  auto to = cast<FloatType>(getElementTypeOrSelf(type));
+  if (from == to)
     return value;
-  if (from.getIntOrFloatBitWidth() < type.getIntOrFloatBitWidth())
+  if (to.getWidth() > from.getWidth())
     return arith::ExtFOp::create(b, loc, type, value);
+  if (to.getWidth() == from.getWidth()) {
+    Type f32 = b.getF32Type();
+    if (auto vector = dyn_cast<VectorType>(type))
+      f32 = vector.clone(f32);
+    value = arith::ExtFOp::create(b, loc, f32, value);
+  }
   return arith::TruncFOp::create(b, loc, type, value);
 }
 
@@ -473,19 +481,8 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
         if (elementType == to)
           return input;
         auto toFloat = dyn_cast<FloatType>(to);
-        if (isFloat && toFloat) {
-          unsigned from = cast<FloatType>(elementType).getWidth();
-          if (toFloat.getWidth() > from)
-            return arith::ExtFOp::create(b, loc, resultType, input);
-          if (toFloat.getWidth() == from) {
-            // bf16 <-> f16: exactly through f32, then one rounding.
-            Type f32 = b.getF32Type();
-            if (auto vector = dyn_cast<VectorType>(resultType))
-              f32 = vector.clone(f32);
-            input = arith::ExtFOp::create(b, loc, f32, input);
-          }
-          return arith::TruncFOp::create(b, loc, resultType, input);
-        }
+        if (isFloat && toFloat)
+          return castFloat(b, loc, input, resultType);
         if (isFloat)
           return arith::FPToSIOp::create(b, loc, resultType, input);
         bool fromMask = elementType.isInteger(1);
