@@ -35,7 +35,7 @@
 #include <variant>
 
 using at::Tensor;
-using tilefuse::torch_ops::builtin;
+using tilefuse::torch_ops::BuiltinFusion;
 using tilefuse::torch_ops::runFusion;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -128,6 +128,17 @@ c10::TypedOperatorHandle<Signature> findOp(const char *name) {
       .typed<Signature>();
 }
 
+/// The built-in fusions the kernels run.
+BuiltinFusion rmsNormFwdFusion("rms_norm_fwd");
+BuiltinFusion rmsNormBwdFusion("rms_norm_bwd");
+BuiltinFusion layerNormFwdFusion("layer_norm_fwd");
+BuiltinFusion layerNormBwdFusion("layer_norm_bwd");
+BuiltinFusion swigluFwdFusion("swiglu_fwd");
+BuiltinFusion swigluBwdFusion("swiglu_bwd");
+BuiltinFusion crossEntropyFwdFusion("cross_entropy_fwd");
+BuiltinFusion crossEntropyBwdFusion("cross_entropy_bwd");
+BuiltinFusion adamwStepFusion("adamw_step");
+
 /// The typed handles the public ops and autograd kernels call through.
 using RmsNormFwdOp = TensorPair(const Tensor &, const Tensor &, double);
 using LayerNormFwdOp = TensorTriple(const Tensor &, const Tensor &,
@@ -158,7 +169,7 @@ const c10::TypedOperatorHandle<CrossEntropyFwdOp> &crossEntropyFwdOp() {
 //===----------------------------------------------------------------------===//
 
 TensorPair rmsNormFwd(const Tensor &x, const Tensor &weight, double eps) {
-  auto out = runFusion("rms_norm", builtin("rms_norm_fwd", x.scalar_type()),
+  auto out = runFusion("rms_norm", rmsNormFwdFusion(x.scalar_type()),
                        {x.contiguous(), weight.contiguous()}, {eps},
                        x.scalar_type(), x.sizes());
   return {out[0], out[1]};
@@ -170,7 +181,7 @@ TensorPair rmsNormFwdMeta(const Tensor &x, const Tensor &, double) {
 
 TensorPair rmsNormBwd(const Tensor &dy, const Tensor &x, const Tensor &weight,
                       const Tensor &rstd) {
-  auto out = runFusion("rms_norm", builtin("rms_norm_bwd", x.scalar_type()),
+  auto out = runFusion("rms_norm", rmsNormBwdFusion(x.scalar_type()),
                        {dy.contiguous(), x.contiguous(), weight.contiguous(),
                         rstd.contiguous()},
                        {}, x.scalar_type(), x.sizes());
@@ -230,7 +241,7 @@ Tensor rmsNorm(const Tensor &input, at::IntArrayRef normalizedShape,
 
 TensorTriple layerNormFwd(const Tensor &x, const Tensor &weight,
                           const Tensor &bias, double eps) {
-  auto out = runFusion("layer_norm", builtin("layer_norm_fwd", x.scalar_type()),
+  auto out = runFusion("layer_norm", layerNormFwdFusion(x.scalar_type()),
                        {x.contiguous(), weight.contiguous(), bias.contiguous()},
                        {eps}, x.scalar_type(), x.sizes());
   return {out[0], out[1], out[2]};
@@ -244,7 +255,7 @@ TensorTriple layerNormFwdMeta(const Tensor &x, const Tensor &, const Tensor &,
 TensorTriple layerNormBwd(const Tensor &dy, const Tensor &x,
                           const Tensor &weight, const Tensor &mean,
                           const Tensor &rstd) {
-  auto out = runFusion("layer_norm", builtin("layer_norm_bwd", x.scalar_type()),
+  auto out = runFusion("layer_norm", layerNormBwdFusion(x.scalar_type()),
                        {dy.contiguous(), x.contiguous(), weight.contiguous(),
                         mean.contiguous(), rstd.contiguous()},
                        {}, x.scalar_type(), x.sizes());
@@ -299,7 +310,7 @@ Tensor layerNorm(const Tensor &input, at::IntArrayRef normalizedShape,
 //===----------------------------------------------------------------------===//
 
 Tensor swigluFwd(const Tensor &a, const Tensor &b) {
-  return runFusion("swiglu", builtin("swiglu_fwd", a.scalar_type()),
+  return runFusion("swiglu", swigluFwdFusion(a.scalar_type()),
                    {a.contiguous(), b.contiguous()}, {}, a.scalar_type(),
                    a.sizes())[0];
 }
@@ -307,7 +318,7 @@ Tensor swigluFwd(const Tensor &a, const Tensor &b) {
 Tensor swigluFwdMeta(const Tensor &a, const Tensor &) { return emptyLike(a); }
 
 TensorPair swigluBwd(const Tensor &dc, const Tensor &a, const Tensor &b) {
-  auto out = runFusion("swiglu", builtin("swiglu_bwd", a.scalar_type()),
+  auto out = runFusion("swiglu", swigluBwdFusion(a.scalar_type()),
                        {dc.contiguous(), a.contiguous(), b.contiguous()}, {},
                        a.scalar_type(), a.sizes());
   return {out[0], out[1]};
@@ -402,7 +413,8 @@ TensorPair crossEntropyFwd(const Tensor &logits, const Tensor &target,
                     "tilefuse.cross_entropy: reduction must be 0 (none), 1 "
                     "(mean) or 2 (sum), got ", reduction);
   auto counted = countTargets(target, logits.size(-1), ignoreIndex);
-  auto out = runFusion("cross_entropy", builtin("cross_entropy_fwd", logits.scalar_type()),
+  auto out = runFusion("cross_entropy",
+                       crossEntropyFwdFusion(logits.scalar_type()),
                        {logits.contiguous(), target.contiguous()},
                        {ignoreIndex, labelSmoothing}, logits.scalar_type(),
                        logits.sizes());
@@ -439,7 +451,8 @@ TensorPair crossEntropyFwdMeta(const Tensor &logits, const Tensor &, int64_t,
 Tensor crossEntropyBwd(const Tensor &logits, const Tensor &target,
                        const Tensor &lse, const Tensor &dloss,
                        int64_t ignoreIndex, double labelSmoothing) {
-  return runFusion("cross_entropy", builtin("cross_entropy_bwd", logits.scalar_type()),
+  return runFusion("cross_entropy",
+                   crossEntropyBwdFusion(logits.scalar_type()),
                    {logits.contiguous(), target.contiguous(), lse.contiguous(),
                     dloss.to(rowDtype(logits)).contiguous()},
                    {ignoreIndex, labelSmoothing}, logits.scalar_type(),
@@ -563,7 +576,7 @@ void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
     return t.dim() ? t.view({-1, t.size(-1)}) : t.view({1, 1});
   };
   Tensor flatParam = rows(param);
-  runFusion("adamw_step_", builtin("adamw_step", param.scalar_type()),
+  runFusion("adamw_step_", adamwStepFusion(param.scalar_type()),
             {flatParam, rows(grad.contiguous()), rows(expAvg), rows(expAvgSq)},
             {lr, beta1, beta2, eps, weightDecay,
              static_cast<double>(step.expect_int())},

@@ -249,12 +249,16 @@ std::vector<at::Tensor> torch_ops::runFusion(
   return outputs;
 }
 
-Fusion &torch_ops::builtin(const char *name, at::ScalarType storage) {
-  auto fusion = kernels::builtinFusion(
-      name, storage == at::kDouble ? dsl::DType::F64 : dsl::DType::F32);
-  TORCH_INTERNAL_ASSERT(static_cast<bool>(fusion), "built-in fusion ", name,
-                        ": ", llvm::toString(fusion.takeError()));
-  return **fusion;
+Fusion &torch_ops::BuiltinFusion::operator()(at::ScalarType storage) {
+  bool wide = storage == at::kDouble;
+  std::call_once(built[wide], [&] {
+    auto fusion =
+        kernels::builtinFusion(name, wide ? dsl::DType::F64 : dsl::DType::F32);
+    TORCH_INTERNAL_ASSERT(static_cast<bool>(fusion), "built-in fusion ", name,
+                          ": ", llvm::toString(fusion.takeError()));
+    fusions[wide] = fusion->get();
+  });
+  return *fusions[wide];
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <mutex>
 #include <string_view>
 
 namespace tilefuse {
@@ -33,9 +34,19 @@ std::vector<at::Tensor> runFusion(std::string_view op, Fusion &fusion,
                                   at::ScalarType storage, at::IntArrayRef shape,
                                   at::TensorList out = {});
 
-/// The built-in fusion `name` (kernels_dsl) for tensors of `storage`: it
-/// computes in f64 for float64, else in f32.
-Fusion &builtin(const char *name, at::ScalarType storage);
+/// A built-in fusion (kernels_dsl), built once per compute type: f64 for
+/// float64 tensors, else f32. Later calls cost one atomic load.
+class BuiltinFusion {
+public:
+  explicit constexpr BuiltinFusion(const char *name) : name(name) {}
+  /// The fusion for tensors of `storage`.
+  Fusion &operator()(at::ScalarType storage);
+
+private:
+  const char *name;
+  std::once_flag built[2];
+  Fusion *fusions[2] = {};
+};
 
 /// Fusions the DSL traced, each with the storage dtype of the call it was
 /// traced for (f32, f16, bf16 or f64), by the handle registerFusion gave.
