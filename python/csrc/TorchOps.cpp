@@ -25,8 +25,8 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
-#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
@@ -85,11 +85,10 @@ c10::SymInt normalizedN(const char *op, const Tensor &input,
                         at::IntArrayRef normalizedShape) {
   checkFloat(op, "input", input);
   c10::SymInt n = input.dim() ? input.sym_size(-1) : c10::SymInt(0);
-  TORCH_CHECK_VALUE(normalizedShape.size() == 1 && n == normalizedShape[0] &&
-                        n != 0,
-                    "tilefuse.", op,
-                    ": normalized_shape must be the last dimension [", n,
-                    "] of 'input', got ", normalizedShape);
+  TORCH_CHECK_VALUE(
+      normalizedShape.size() == 1 && n == normalizedShape[0] && n != 0,
+      "tilefuse.", op, ": normalized_shape must be the last dimension [", n,
+      "] of 'input', got ", normalizedShape);
   return n;
 }
 
@@ -181,10 +180,10 @@ TensorPair rmsNormFwdMeta(const Tensor &x, const Tensor &, double) {
 
 TensorPair rmsNormBwd(const Tensor &dy, const Tensor &x, const Tensor &weight,
                       const Tensor &rstd) {
-  auto out = runFusion("rms_norm", rmsNormBwdFusion(x.scalar_type()),
-                       {dy.contiguous(), x.contiguous(), weight.contiguous(),
-                        rstd.contiguous()},
-                       {}, x.scalar_type(), x.sizes());
+  auto out = runFusion(
+      "rms_norm", rmsNormBwdFusion(x.scalar_type()),
+      {dy.contiguous(), x.contiguous(), weight.contiguous(), rstd.contiguous()},
+      {}, x.scalar_type(), x.sizes());
   return {out[0], out[1]};
 }
 
@@ -204,14 +203,14 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     return {y, rstd};
   }
   static variable_list backward(AutogradContext *ctx, variable_list grads) {
-    static auto op = findOp<TensorPair(const Tensor &, const Tensor &,
-                                       const Tensor &, const Tensor &)>(
-        "tilefuse::rms_norm_bwd");
+    static auto op =
+        findOp<TensorPair(const Tensor &, const Tensor &, const Tensor &,
+                          const Tensor &)>("tilefuse::rms_norm_bwd");
     variable_list saved = ctx->get_saved_variables();
     if (!grads[0].defined())
       return {Tensor(), Tensor(), Tensor()};
-    auto [dx, dweight] =
-        op.call(grads[0].to(saved[0].scalar_type()), saved[0], saved[1], saved[2]);
+    auto [dx, dweight] = op.call(grads[0].to(saved[0].scalar_type()), saved[0],
+                                 saved[1], saved[2]);
     return {dx, dweight, Tensor()};
   }
 };
@@ -225,10 +224,17 @@ Tensor rmsNorm(const Tensor &input, at::IntArrayRef normalizedShape,
   // torch.nn.functional.rms_norm's default: torch.finfo(input.dtype).eps.
   double epsilon = std::numeric_limits<double>::epsilon();
   switch (input.scalar_type()) {
-  case at::kHalf: epsilon = std::numeric_limits<c10::Half>::epsilon(); break;
-  case at::kBFloat16: epsilon = std::numeric_limits<c10::BFloat16>::epsilon(); break;
-  case at::kFloat: epsilon = std::numeric_limits<float>::epsilon(); break;
-  default: break;
+  case at::kHalf:
+    epsilon = std::numeric_limits<c10::Half>::epsilon();
+    break;
+  case at::kBFloat16:
+    epsilon = std::numeric_limits<c10::BFloat16>::epsilon();
+    break;
+  case at::kFloat:
+    epsilon = std::numeric_limits<float>::epsilon();
+    break;
+  default:
+    break;
   }
   if (eps)
     epsilon = *eps;
@@ -280,10 +286,10 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
     return {y, mean, rstd};
   }
   static variable_list backward(AutogradContext *ctx, variable_list grads) {
-    static auto op = findOp<TensorTriple(const Tensor &, const Tensor &,
-                                         const Tensor &, const Tensor &,
-                                         const Tensor &)>(
-        "tilefuse::layer_norm_bwd");
+    static auto op =
+        findOp<TensorTriple(const Tensor &, const Tensor &, const Tensor &,
+                            const Tensor &, const Tensor &)>(
+            "tilefuse::layer_norm_bwd");
     variable_list saved = ctx->get_saved_variables();
     if (!grads[0].defined())
       return {Tensor(), Tensor(), Tensor(), Tensor()};
@@ -329,7 +335,8 @@ TensorPair swigluBwdMeta(const Tensor &, const Tensor &a, const Tensor &b) {
 }
 
 struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
-  static Tensor forward(AutogradContext *ctx, const Tensor &a, const Tensor &b) {
+  static Tensor forward(AutogradContext *ctx, const Tensor &a,
+                        const Tensor &b) {
     const auto &op = swigluFwdOp();
     at::AutoDispatchBelowADInplaceOrView below;
     ctx->save_for_backward({a, b});
@@ -342,7 +349,8 @@ struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
     variable_list saved = ctx->get_saved_variables();
     if (!grads[0].defined())
       return {Tensor(), Tensor()};
-    auto [da, db] = op.call(grads[0].to(saved[0].scalar_type()), saved[0], saved[1]);
+    auto [da, db] =
+        op.call(grads[0].to(saved[0].scalar_type()), saved[0], saved[1]);
     return {da, db};
   }
 };
@@ -355,8 +363,9 @@ Tensor swiglu(const Tensor &a, const Tensor &b) {
                     "tilefuse.swiglu: 'a' and 'b' must have the same shape, "
                     "got ",
                     a.sym_sizes(), " and ", b.sym_sizes());
-  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), "tilefuse.swiglu: 'a' is ",
-                   a.scalar_type(), " but 'b' is ", b.scalar_type());
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(),
+                   "tilefuse.swiglu: 'a' is ", a.scalar_type(), " but 'b' is ",
+                   b.scalar_type());
   TORCH_CHECK_VALUE(a.dim() > 0,
                     "tilefuse.swiglu: 'a' must have at least one dimension");
   checkSameDevice("swiglu", "b", b, "a", a);
@@ -373,9 +382,8 @@ enum Reduction : int64_t { None = 0, Mean = 1, Sum = 2 };
 /// Checks that every target is a class index or ignore_index (on a GPU this
 /// waits for the targets) and returns how many are not ignored (on a GPU, as
 /// a tensor, on the CPU as a number).
-std::variant<int64_t, Tensor> countTargets(const Tensor &target,
-                                           int64_t classes,
-                                           int64_t ignoreIndex) {
+std::variant<int64_t, Tensor>
+countTargets(const Tensor &target, int64_t classes, int64_t ignoreIndex) {
   auto outOfRange = [&](int64_t index) {
     TORCH_CHECK_INDEX(false, "tilefuse.cross_entropy: target ", index,
                       " is out of bounds for ", classes, " classes");
@@ -404,20 +412,23 @@ std::variant<int64_t, Tensor> countTargets(const Tensor &target,
 TensorPair crossEntropyFwd(const Tensor &logits, const Tensor &target,
                            int64_t ignoreIndex, double labelSmoothing,
                            int64_t reduction) {
-    TORCH_CHECK_VALUE(logits.dim() == 2, "tilefuse.cross_entropy: 'logits' must "
-                    "be [N, C], got shape ", logits.sizes());
+  TORCH_CHECK_VALUE(logits.dim() == 2,
+                    "tilefuse.cross_entropy: 'logits' must "
+                    "be [N, C], got shape ",
+                    logits.sizes());
   TORCH_CHECK_TYPE(target.scalar_type() == at::kLong,
                    "tilefuse.cross_entropy: 'target' must hold int64 class "
-                   "indices, got ", target.scalar_type());
+                   "indices, got ",
+                   target.scalar_type());
   TORCH_CHECK_VALUE(reduction == None || reduction == Mean || reduction == Sum,
                     "tilefuse.cross_entropy: reduction must be 0 (none), 1 "
-                    "(mean) or 2 (sum), got ", reduction);
+                    "(mean) or 2 (sum), got ",
+                    reduction);
   auto counted = countTargets(target, logits.size(-1), ignoreIndex);
-  auto out = runFusion("cross_entropy",
-                       crossEntropyFwdFusion(logits.scalar_type()),
-                       {logits.contiguous(), target.contiguous()},
-                       {ignoreIndex, labelSmoothing}, logits.scalar_type(),
-                       logits.sizes());
+  auto out = runFusion(
+      "cross_entropy", crossEntropyFwdFusion(logits.scalar_type()),
+      {logits.contiguous(), target.contiguous()}, {ignoreIndex, labelSmoothing},
+      logits.scalar_type(), logits.sizes());
   Tensor loss = out[0];
   if (reduction == None)
     return {loss, out[1]};
@@ -451,8 +462,7 @@ TensorPair crossEntropyFwdMeta(const Tensor &logits, const Tensor &, int64_t,
 Tensor crossEntropyBwd(const Tensor &logits, const Tensor &target,
                        const Tensor &lse, const Tensor &dloss,
                        int64_t ignoreIndex, double labelSmoothing) {
-  return runFusion("cross_entropy",
-                   crossEntropyBwdFusion(logits.scalar_type()),
+  return runFusion("cross_entropy", crossEntropyBwdFusion(logits.scalar_type()),
                    {logits.contiguous(), target.contiguous(), lse.contiguous(),
                     dloss.to(rowDtype(logits)).contiguous()},
                    {ignoreIndex, labelSmoothing}, logits.scalar_type(),
@@ -480,9 +490,10 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     return {loss, lse};
   }
   static variable_list backward(AutogradContext *ctx, variable_list grads) {
-    static auto op = findOp<Tensor(const Tensor &, const Tensor &,
-                                   const Tensor &, const Tensor &, int64_t,
-                                   double)>("tilefuse::cross_entropy_bwd");
+    static auto op =
+        findOp<Tensor(const Tensor &, const Tensor &, const Tensor &,
+                      const Tensor &, int64_t, double)>(
+            "tilefuse::cross_entropy_bwd");
     variable_list saved = ctx->get_saved_variables();
     if (!grads[0].defined())
       return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
@@ -494,8 +505,11 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     case Mean:
       dloss = dloss.expand(target.sizes()).div(target.ne(ignoreIndex).sum());
       break;
-    case Sum: dloss = dloss.expand(target.sizes()); break;
-    default: break;
+    case Sum:
+      dloss = dloss.expand(target.sizes());
+      break;
+    default:
+      break;
     }
     Tensor dlogits = op.call(saved[0], target, saved[2], dloss, ignoreIndex,
                              ctx->saved_data["label_smoothing"].toDouble());
@@ -528,7 +542,8 @@ Tensor crossEntropy(const Tensor &input, const Tensor &target,
                    "tilefuse.cross_entropy: 'target' must hold int64 class "
                    "indices, got ",
                    target.scalar_type());
-  TORCH_CHECK_VALUE(target.dim() == 1 && target.sym_size(0) == input.sym_size(0),
+  TORCH_CHECK_VALUE(target.dim() == 1 &&
+                        target.sym_size(0) == input.sym_size(0),
                     "tilefuse.cross_entropy: 'target' must have shape [",
                     input.sym_size(0), "], got ", target.sym_sizes());
   checkSameDevice(name, "target", target, "input", input);
@@ -545,12 +560,14 @@ void checkAdamW(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
                 const Tensor &expAvgSq, const c10::SymInt &step) {
   const char *op = "adamw_step_";
   std::pair<const char *, const Tensor *> tensors[] = {
-      {"param", &param}, {"grad", &grad}, {"exp_avg", &expAvg},
+      {"param", &param},
+      {"grad", &grad},
+      {"exp_avg", &expAvg},
       {"exp_avg_sq", &expAvgSq}};
   for (auto [name, tensor] : tensors) {
     checkFloat(op, name, *tensor);
-    TORCH_CHECK_VALUE(tensor->sym_sizes() == param.sym_sizes(), "tilefuse.",
-                      op, ": '", name, "' has shape ", tensor->sym_sizes(),
+    TORCH_CHECK_VALUE(tensor->sym_sizes() == param.sym_sizes(), "tilefuse.", op,
+                      ": '", name, "' has shape ", tensor->sym_sizes(),
                       ", 'param' has ", param.sym_sizes());
     TORCH_CHECK_TYPE(tensor->scalar_type() == param.scalar_type(), "tilefuse.",
                      op, ": '", name, "' is ", tensor->scalar_type(),
@@ -568,7 +585,7 @@ void checkAdamW(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
 void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
                const Tensor &expAvgSq, double lr, double beta1, double beta2,
                double eps, double weightDecay, c10::SymInt step) {
-    checkAdamW(param, grad, expAvg, expAvgSq, step);
+  checkAdamW(param, grad, expAvg, expAvgSq, step);
   if (param.numel() == 0)
     return;
   // Rows of the last dimension (one row for a 0-d parameter).
@@ -584,15 +601,15 @@ void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
             {flatParam, rows(expAvg), rows(expAvgSq)});
 }
 
-void adamwStepMeta(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
-                   const Tensor &expAvgSq, double, double, double, double,
-                   double, c10::SymInt step) {
+void adamwStepMeta(const Tensor &param, const Tensor &grad,
+                   const Tensor &expAvg, const Tensor &expAvgSq, double, double,
+                   double, double, double, c10::SymInt step) {
   checkAdamW(param, grad, expAvg, expAvgSq, step);
 }
 
 using AdamWStepOp = void(const Tensor &, const Tensor &, const Tensor &,
-                         const Tensor &, double, double, double, double,
-                         double, c10::SymInt);
+                         const Tensor &, double, double, double, double, double,
+                         c10::SymInt);
 
 const c10::TypedOperatorHandle<AdamWStepOp> &adamwStepOp() {
   static auto op = findOp<AdamWStepOp>("tilefuse::adamw_step_");
@@ -650,8 +667,8 @@ std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
 /// get a grad_fn that raises when differentiated.
 std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
                                          c10::ArrayRef<c10::Scalar> scalars) {
-  static auto op = findOp<std::vector<Tensor>(
-      int64_t, at::TensorList, c10::ArrayRef<c10::Scalar>)>(
+  static auto op = findOp<std::vector<Tensor>(int64_t, at::TensorList,
+                                              c10::ArrayRef<c10::Scalar>)>(
       "tilefuse::launch_fusion");
   std::vector<Tensor> outputs;
   {
@@ -687,9 +704,10 @@ at::Tensor tilefuse::ops::rms_norm(const at::Tensor &input,
                                    at::IntArrayRef normalizedShape,
                                    const std::optional<at::Tensor> &weight,
                                    std::optional<double> eps) {
-  static auto op = findOp<Tensor(const Tensor &, at::IntArrayRef,
-                                 const std::optional<Tensor> &,
-                                 std::optional<double>)>("tilefuse::rms_norm");
+  static auto op =
+      findOp<Tensor(const Tensor &, at::IntArrayRef,
+                    const std::optional<Tensor> &, std::optional<double>)>(
+          "tilefuse::rms_norm");
   return op.call(input, normalizedShape, weight, eps);
 }
 
@@ -698,10 +716,9 @@ at::Tensor tilefuse::ops::layer_norm(const at::Tensor &input,
                                      const std::optional<at::Tensor> &weight,
                                      const std::optional<at::Tensor> &bias,
                                      double eps) {
-  static auto op = findOp<Tensor(const Tensor &, at::IntArrayRef,
-                                 const std::optional<Tensor> &,
-                                 const std::optional<Tensor> &, double)>(
-      "tilefuse::layer_norm");
+  static auto op = findOp<Tensor(
+      const Tensor &, at::IntArrayRef, const std::optional<Tensor> &,
+      const std::optional<Tensor> &, double)>("tilefuse::layer_norm");
   return op.call(input, normalizedShape, weight, bias, eps);
 }
 
@@ -716,10 +733,9 @@ at::Tensor tilefuse::ops::cross_entropy(const at::Tensor &input,
                                         int64_t ignoreIndex,
                                         std::string_view reduction,
                                         double labelSmoothing) {
-  static auto op = findOp<Tensor(const Tensor &, const Tensor &,
-                                 const std::optional<Tensor> &, int64_t,
-                                 c10::string_view, double)>(
-      "tilefuse::cross_entropy");
+  static auto op = findOp<Tensor(
+      const Tensor &, const Tensor &, const std::optional<Tensor> &, int64_t,
+      c10::string_view, double)>("tilefuse::cross_entropy");
   return op.call(input, target, std::nullopt, ignoreIndex, reduction,
                  labelSmoothing);
 }
@@ -739,8 +755,9 @@ TORCH_LIBRARY(tilefuse, m) {
   m.def("rms_norm_fwd(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");
   m.def("rms_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor rstd) -> "
         "(Tensor, Tensor)");
-  m.def("layer_norm(Tensor input, int[1] normalized_shape, Tensor? weight=None, "
-        "Tensor? bias=None, float eps=1e-05) -> Tensor");
+  m.def(
+      "layer_norm(Tensor input, int[1] normalized_shape, Tensor? weight=None, "
+      "Tensor? bias=None, float eps=1e-05) -> Tensor");
   m.def("layer_norm_fwd(Tensor x, Tensor weight, Tensor bias, float eps) -> "
         "(Tensor, Tensor, Tensor)");
   m.def("layer_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor mean, "
@@ -835,15 +852,15 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
       return crossEntropyFwdOp().call(logits, target, ignoreIndex,
                                       labelSmoothing, reduction);
     }
-    variable_list out = CrossEntropyFunction::apply(
-        logits, target, ignoreIndex, labelSmoothing, reduction);
+    variable_list out = CrossEntropyFunction::apply(logits, target, ignoreIndex,
+                                                    labelSmoothing, reduction);
     return TensorPair(out[0], out[1]);
   });
   m.impl("adamw_step_", adamwStepAutograd);
   m.impl("launch_fusion", launchFusionAutograd);
   // Backward kernels have no backward: differentiating them raises.
-  for (const char *op : {"rms_norm_bwd", "layer_norm_bwd", "swiglu_bwd",
-                         "cross_entropy_bwd"})
+  for (const char *op :
+       {"rms_norm_bwd", "layer_norm_bwd", "swiglu_bwd", "cross_entropy_bwd"})
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
 }
 

@@ -21,21 +21,29 @@ namespace {
 
 const char *dtypeName(at::ScalarType type) {
   switch (type) {
-  case at::kFloat: return "f32";
-  case at::kHalf: return "f16";
-  case at::kBFloat16: return "bf16";
-  case at::kDouble: return "f64";
-  case at::kLong: return "i64";
-  case at::kInt: return "i32";
-  case at::kBool: return "i1";
-  default: return nullptr;
+  case at::kFloat:
+    return "f32";
+  case at::kHalf:
+    return "f16";
+  case at::kBFloat16:
+    return "bf16";
+  case at::kDouble:
+    return "f64";
+  case at::kLong:
+    return "i64";
+  case at::kInt:
+    return "i32";
+  case at::kBool:
+    return "i1";
+  default:
+    return nullptr;
   }
 }
 
 /// The torch dtype of a fuse element type name.
 at::ScalarType scalarType(const std::string &dtype) {
   static const std::pair<const char *, at::ScalarType> types[] = {
-      {"f32", at::kFloat}, {"f16", at::kHalf},  {"bf16", at::kBFloat16},
+      {"f32", at::kFloat},  {"f16", at::kHalf}, {"bf16", at::kBFloat16},
       {"f64", at::kDouble}, {"i64", at::kLong}, {"i32", at::kInt},
       {"i1", at::kBool}};
   for (auto [name, type] : types)
@@ -80,8 +88,8 @@ std::pair<CudaDriver *, std::string> cudaTarget(std::string_view op,
 
 /// Checks `tensor` against `port` of a kernel specialized for (n, lead).
 void checkTensor(std::string_view op, const char *role, const PortInfo &port,
-                 const at::Tensor &tensor, const at::Device &device,
-                 int64_t n, at::IntArrayRef lead) {
+                 const at::Tensor &tensor, const at::Device &device, int64_t n,
+                 at::IntArrayRef lead) {
   TORCH_CHECK_VALUE(tensor.defined(), "tilefuse.", op, ": ", role, " '",
                     port.name, "' is missing");
   TORCH_CHECK_VALUE(tensor.device() == device, "tilefuse.", op, ": ", role,
@@ -92,17 +100,16 @@ void checkTensor(std::string_view op, const char *role, const PortInfo &port,
                    role, " '", port.name, "' must be ", expected, ", got ",
                    tensor.scalar_type());
   std::vector<int64_t> shape = shapeOf(port.kind, n, lead);
-  TORCH_CHECK_VALUE(tensor.sizes() == at::IntArrayRef(shape), "tilefuse.", op,
-                    ": ", role, " '", port.name, "' must have shape ", at::IntArrayRef(shape),
-                    " (", PortInfo::kindName(port.kind).str(), "), got ",
-                    tensor.sizes());
+  TORCH_CHECK_VALUE(
+      tensor.sizes() == at::IntArrayRef(shape), "tilefuse.", op, ": ", role,
+      " '", port.name, "' must have shape ", at::IntArrayRef(shape), " (",
+      PortInfo::kindName(port.kind).str(), "), got ", tensor.sizes());
   TORCH_CHECK_VALUE(tensor.is_contiguous(), "tilefuse.", op, ": ", role, " '",
                     port.name, "' must be contiguous");
 }
 
 /// `value`'s bytes at the start of an 8-byte slot.
-template <typename T>
-int64_t slotOf(T value) {
+template <typename T> int64_t slotOf(T value) {
   static_assert(sizeof(T) <= sizeof(int64_t));
   int64_t slot = 0;
   std::memcpy(&slot, &value, sizeof(T));
@@ -126,10 +133,11 @@ int64_t scalarSlot(std::string_view op, const PortInfo &port,
 
 } // namespace
 
-std::vector<at::Tensor> torch_ops::runFusion(
-    std::string_view op, Fusion &fusion, at::TensorList tensors,
-    c10::ArrayRef<c10::Scalar> scalars, at::ScalarType storage,
-    at::IntArrayRef shape, at::TensorList out) {
+std::vector<at::Tensor>
+torch_ops::runFusion(std::string_view op, Fusion &fusion,
+                     at::TensorList tensors, c10::ArrayRef<c10::Scalar> scalars,
+                     at::ScalarType storage, at::IntArrayRef shape,
+                     at::TensorList out) {
   TORCH_CHECK_VALUE(!shape.empty() && shape.back() > 0, "tilefuse.", op,
                     ": the input must have a last dimension of at least 1, "
                     "got shape ",
@@ -145,9 +153,9 @@ std::vector<at::Tensor> torch_ops::runFusion(
               "tilefuse.", op, ": ", fusion.name(), " takes ",
               declared.size() - scalarPorts, " tensors and ", scalarPorts,
               " scalars, got ", tensors.size(), " and ", scalars.size());
-  TORCH_CHECK(out.empty() || out.size() == fusion.outputs().size(),
-              "tilefuse.", op, ": expected ", fusion.outputs().size(),
-              " output slots, got ", out.size());
+  TORCH_CHECK(out.empty() || out.size() == fusion.outputs().size(), "tilefuse.",
+              op, ": expected ", fusion.outputs().size(), " output slots, got ",
+              out.size());
   const char *storageName = dtypeName(storage);
   TORCH_CHECK_TYPE(storageName && at::isFloatingType(storage), "tilefuse.", op,
                    ": unsupported storage dtype ", storage);
@@ -157,10 +165,12 @@ std::vector<at::Tensor> torch_ops::runFusion(
   int64_t vector = 16 / c10::elementSize(storage);
   bool aligned = n % vector == 0;
   for (const at::Tensor &tensor : tensors)
-    aligned = aligned && reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0;
+    aligned =
+        aligned && reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0;
   for (const at::Tensor &tensor : out)
-    aligned = aligned && (!tensor.defined() ||
-                          reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0);
+    aligned =
+        aligned && (!tensor.defined() ||
+                    reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0);
 
   CudaDriver *driver = nullptr;
   std::shared_ptr<const CpuKernel> cpuKernel;
@@ -206,10 +216,9 @@ std::vector<at::Tensor> torch_ops::runFusion(
       checkTensor(op, "output", port, out[i], device, n, lead);
       outputs.push_back(out[i]);
     } else {
-      outputs.push_back(at::empty(shapeOf(port.kind, n, lead),
-                                  at::TensorOptions()
-                                      .dtype(scalarType(port.dtype))
-                                      .device(device)));
+      outputs.push_back(at::empty(
+          shapeOf(port.kind, n, lead),
+          at::TensorOptions().dtype(scalarType(port.dtype)).device(device)));
     }
     arguments.push_back(outputs.back().data_ptr());
   }
@@ -218,7 +227,8 @@ std::vector<at::Tensor> torch_ops::runFusion(
   if (cpuKernel) {
     llvm::Error error =
         cpuKernel->run(Runtime::global().executor(), arguments, rows);
-    TORCH_CHECK(!error, "tilefuse.", op, ": ", llvm::toString(std::move(error)));
+    TORCH_CHECK(!error, "tilefuse.", op, ": ",
+                llvm::toString(std::move(error)));
     return outputs;
   }
   // Column reductions leave partials in their compute type, one row per
@@ -233,18 +243,18 @@ std::vector<at::Tensor> torch_ops::runFusion(
     for (const PortInfo &port : info.outputs) {
       if (port.kind != PortInfo::Kind::Col)
         continue;
-      workspaces.push_back(at::empty({std::max<int64_t>(*groups, 1), n},
-                                     at::TensorOptions()
-                                         .dtype(scalarType(port.accumulatorDtype))
-                                         .device(device)));
+      workspaces.push_back(
+          at::empty({std::max<int64_t>(*groups, 1), n},
+                    at::TensorOptions()
+                        .dtype(scalarType(port.accumulatorDtype))
+                        .device(device)));
       workspacePointers.push_back(workspaces.back().data_ptr());
     }
   }
   c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
   void *stream = cuda.getStream(device).native_handle();
-  llvm::Error error =
-      driver->launch(gpuKernel, arguments, workspacePointers, rows,
-                     device.index(), stream);
+  llvm::Error error = driver->launch(gpuKernel, arguments, workspacePointers,
+                                     rows, device.index(), stream);
   TORCH_CHECK(!error, "tilefuse.", op, ": ", llvm::toString(std::move(error)));
   return outputs;
 }
@@ -273,8 +283,10 @@ std::vector<std::pair<std::shared_ptr<Fusion>, at::ScalarType>> &registry() {
 int64_t torch_ops::registerFusion(std::shared_ptr<Fusion> fusion,
                                   std::string_view storage) {
   at::ScalarType type = scalarType(std::string(storage));
-  TORCH_CHECK_TYPE(at::isFloatingType(type), "tilefuse: storage dtype must be "
-                   "f32, f16, bf16 or f64, got ", storage);
+  TORCH_CHECK_TYPE(at::isFloatingType(type),
+                   "tilefuse: storage dtype must be "
+                   "f32, f16, bf16 or f64, got ",
+                   storage);
   std::lock_guard<std::mutex> lock(registryMutex);
   registry().emplace_back(std::move(fusion), type);
   return registry().size() - 1;
