@@ -1,6 +1,8 @@
 """Every test process caches kernels in its own directory."""
 
 import os
+import subprocess
+import sys
 import tempfile
 
 os.environ.setdefault("TILEFUSE_CACHE_DIR", tempfile.mkdtemp(prefix="tilefuse-pytest-"))
@@ -32,3 +34,9 @@ def dtype(request):
 def assert_close(actual, expected, dtype):
     atol, rtol = TOLERANCES[dtype]
     torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)
+
+
+def run_python(script: str, **env: str) -> subprocess.CompletedProcess:
+    """Runs `script` in a fresh interpreter, `env` added to the environment."""
+    return subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env),
+                          capture_output=True, text=True)

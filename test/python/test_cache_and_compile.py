@@ -1,14 +1,13 @@
 """Compile once, serve from memory and disk; torch.compile sees no graph break."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import tilefuse
 import tilefuse.functional as TF
+from conftest import run_python
 
 
 def test_first_call_compiles_second_does_not():
@@ -31,12 +30,12 @@ def test_fresh_process_loads_from_disk_without_compiling(tmp_path):
         "y = tilefuse.functional.rms_norm(x, (40,), None, 1e-6)\n"
         "assert torch.allclose(y, torch.ones(2, 40), atol=1e-5)\n"
         "print(tilefuse.compile_count())\n")
-    env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_LOG="compile")
-    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    env = dict(TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_LOG="compile")
+    first = run_python(script, **env)
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == "1"
     assert "tilefuse: compiled rms_norm_fwd" in first.stderr
-    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    second = run_python(script, **env)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip() == "0"
     assert "compiled" not in second.stderr
@@ -63,9 +62,8 @@ def test_torch_compile_fullgraph_keeps_fused_ops(backend):
 def test_dump_writes_every_stage(tmp_path):
     script = ("import torch, tilefuse\n"
               "tilefuse.functional.rms_norm(torch.randn(2, 24), (24,), None, 1e-6)\n")
-    env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path / "cache"),
-               TILEFUSE_DUMP=str(tmp_path / "dump"))
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path / "cache"),
+                      TILEFUSE_DUMP=str(tmp_path / "dump"))
     assert done.returncode == 0, done.stderr
     files = sorted(os.listdir(tmp_path / "dump"))
     stages = [name.split(".")[-2].split("-", 1)[1] for name in files]
@@ -81,8 +79,7 @@ def test_always_compile_bypasses_every_cache(tmp_path):
               "for _ in range(2):\n"
               "    tilefuse.functional.swiglu(x, x)\n"
               "print(tilefuse.compile_count())\n")
-    env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_ALWAYS_COMPILE="1")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_ALWAYS_COMPILE="1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2"
     assert not any(name.endswith(".tfk") for name in os.listdir(tmp_path))

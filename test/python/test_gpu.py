@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import tilefuse
 import tilefuse.functional as TF
-from conftest import assert_close
+from conftest import assert_close, run_python
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -91,13 +91,9 @@ def test_a_fresh_thread_gets_a_context():
 
 
 def test_target_cpu_refuses_cuda_tensors(tmp_path):
-    import os
-    import subprocess
-    import sys
     script = ("import torch, tilefuse\n"
               "x = torch.ones(2, 8, device='cuda')\n"
               "tilefuse.functional.swiglu(x, x)\n")
-    env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_TARGET="cpu")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_TARGET="cpu")
     assert done.returncode != 0
     assert "tilefuse.swiglu: TILEFUSE_TARGET=cpu needs CPU tensors" in done.stderr
