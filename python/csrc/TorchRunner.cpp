@@ -9,6 +9,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/SmallVector.h>
 #include <c10/util/irange.h>
 
 #include <cstdlib>
@@ -52,12 +53,13 @@ at::ScalarType scalarType(const std::string &dtype) {
   TORCH_CHECK_TYPE(false, "tilefuse: no torch dtype for '", dtype, "'");
 }
 
-std::vector<int64_t> shapeOf(PortInfo::Kind kind, int64_t n,
-                             at::IntArrayRef lead) {
-  std::vector<int64_t> shape;
+/// The shape of a `kind` tensor; on the stack for up to 5 leading dims
+/// (it is built per tensor per call).
+c10::SmallVector<int64_t, 6> shapeOf(PortInfo::Kind kind, int64_t n,
+                                     at::IntArrayRef lead) {
   if (kind == PortInfo::Kind::Col)
     return {n};
-  shape.assign(lead.begin(), lead.end());
+  c10::SmallVector<int64_t, 6> shape(lead.begin(), lead.end());
   if (kind == PortInfo::Kind::Full)
     shape.push_back(n);
   return shape;
@@ -99,7 +101,7 @@ void checkTensor(std::string_view op, const char *role, const PortInfo &port,
   TORCH_CHECK_TYPE(tensor.scalar_type() == expected, "tilefuse.", op, ": ",
                    role, " '", port.name, "' must be ", expected, ", got ",
                    tensor.scalar_type());
-  std::vector<int64_t> shape = shapeOf(port.kind, n, lead);
+  auto shape = shapeOf(port.kind, n, lead);
   TORCH_CHECK_VALUE(
       tensor.sizes() == at::IntArrayRef(shape), "tilefuse.", op, ": ", role,
       " '", port.name, "' must have shape ", at::IntArrayRef(shape), " (",
