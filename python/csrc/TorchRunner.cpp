@@ -20,34 +20,23 @@ using namespace tilefuse;
 
 namespace {
 
+/// fuse element type names and the torch dtypes they store.
+constexpr std::pair<const char *, at::ScalarType> kDtypes[] = {
+    {"f32", at::kFloat},  {"f16", at::kHalf}, {"bf16", at::kBFloat16},
+    {"f64", at::kDouble}, {"i64", at::kLong}, {"i32", at::kInt},
+    {"i1", at::kBool}};
+
+/// The fuse name of a torch dtype; nullptr for one fuse has no name for.
 const char *dtypeName(at::ScalarType type) {
-  switch (type) {
-  case at::kFloat:
-    return "f32";
-  case at::kHalf:
-    return "f16";
-  case at::kBFloat16:
-    return "bf16";
-  case at::kDouble:
-    return "f64";
-  case at::kLong:
-    return "i64";
-  case at::kInt:
-    return "i32";
-  case at::kBool:
-    return "i1";
-  default:
-    return nullptr;
-  }
+  for (auto [name, dtype] : kDtypes)
+    if (dtype == type)
+      return name;
+  return nullptr;
 }
 
 /// The torch dtype of a fuse element type name.
 at::ScalarType scalarType(const std::string &dtype) {
-  static const std::pair<const char *, at::ScalarType> types[] = {
-      {"f32", at::kFloat},  {"f16", at::kHalf}, {"bf16", at::kBFloat16},
-      {"f64", at::kDouble}, {"i64", at::kLong}, {"i32", at::kInt},
-      {"i1", at::kBool}};
-  for (auto [name, type] : types)
+  for (auto [name, type] : kDtypes)
     if (dtype == name)
       return type;
   TORCH_CHECK_TYPE(false, "tilefuse: no torch dtype for '", dtype, "'");
