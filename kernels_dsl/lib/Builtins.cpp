@@ -1,6 +1,7 @@
 //===- Builtins.cpp - the built-in fusions, written in the DSL ------------===//
 
 #include "tilefuse/Kernels/Builtins.h"
+#include "CrossEntropy.h"
 #include "tilefuse/Compiler/Builder.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -9,6 +10,8 @@ using namespace tilefuse::dsl;
 using mlir::FailureOr;
 using mlir::ModuleOp;
 using mlir::OwningOpRef;
+using tilefuse::kernels::crossEntropy;
+using Stage = tilefuse::kernels::CrossEntropyStage;
 
 namespace {
 
@@ -62,35 +65,6 @@ void swigluBwd(FusionBuilder &b) {
   b.output("db", dc * (a * s));
 }
 
-void crossEntropyFwd(FusionBuilder &b) {
-  Value logits = b.input("logits", Kind::Full);
-  Value target = b.input("target", Kind::Row, DType::I64);
-  Value ignoreIndex = b.input("ignore_index", Kind::Scalar, DType::I64);
-  Value smoothing = b.input("label_smoothing", Kind::Scalar);
-  Value max = b.max(logits);
-  Value lse = max + log(b.sum(exp(logits - max)));
-  Value valid = target != ignoreIndex;
-  // An ignored row gathers column 0: no index leaves [0, n).
-  Value picked = b.gather(logits, where(valid, target, b.constant(0, DType::I64)));
-  Value loss = (1.0 - smoothing) * (lse - picked) +
-               smoothing * (lse - b.mean(logits));
-  b.output("loss", where(valid, loss, b.constant(0.0)));
-  b.output("lse", lse);
-}
-
-void crossEntropyBwd(FusionBuilder &b) {
-  Value logits = b.input("logits", Kind::Full);
-  Value target = b.input("target", Kind::Row, DType::I64);
-  Value lse = b.input("lse", Kind::Row), dloss = b.input("dloss", Kind::Row);
-  Value ignoreIndex = b.input("ignore_index", Kind::Scalar, DType::I64);
-  Value smoothing = b.input("label_smoothing", Kind::Scalar);
-  Value p = exp(logits - lse);
-  Value onehot = cast(b.iota() == target, b.computeType());
-  Value grad = p - (1.0 - smoothing) * onehot - smoothing / b.rowLength();
-  Value scale = where(target != ignoreIndex, dloss, b.constant(0.0));
-  b.output("dlogits", grad * scale);
-}
-
 void adamwStep(FusionBuilder &b) {
   Value param = b.input("param", Kind::Full), grad = b.input("grad", Kind::Full);
   Value expAvg = b.input("exp_avg", Kind::Full);
@@ -117,8 +91,21 @@ constexpr Builtin kBuiltins[] = {
     {"rms_norm_fwd", rmsNormFwd},           {"rms_norm_bwd", rmsNormBwd},
     {"layer_norm_fwd", layerNormFwd},       {"layer_norm_bwd", layerNormBwd},
     {"swiglu_fwd", swigluFwd},              {"swiglu_bwd", swigluBwd},
-    {"cross_entropy_fwd", crossEntropyFwd}, {"cross_entropy_bwd", crossEntropyBwd},
     {"adamw_step", adamwStep},
+    // Cross-entropy (CrossEntropy.cpp): class-index or probability
+    // targets, plain or soft-capped logits; forward, backward, or both.
+    {"cross_entropy_fwd", crossEntropy<false, false, Stage::Forward>},
+    {"cross_entropy_bwd", crossEntropy<false, false, Stage::Backward>},
+    {"cross_entropy_fwd_grad", crossEntropy<false, false, Stage::ForwardGrad>},
+    {"cross_entropy_capped_fwd", crossEntropy<false, true, Stage::Forward>},
+    {"cross_entropy_capped_bwd", crossEntropy<false, true, Stage::Backward>},
+    {"cross_entropy_capped_fwd_grad", crossEntropy<false, true, Stage::ForwardGrad>},
+    {"cross_entropy_probs_fwd", crossEntropy<true, false, Stage::Forward>},
+    {"cross_entropy_probs_bwd", crossEntropy<true, false, Stage::Backward>},
+    {"cross_entropy_probs_fwd_grad", crossEntropy<true, false, Stage::ForwardGrad>},
+    {"cross_entropy_probs_capped_fwd", crossEntropy<true, true, Stage::Forward>},
+    {"cross_entropy_probs_capped_bwd", crossEntropy<true, true, Stage::Backward>},
+    {"cross_entropy_probs_capped_fwd_grad", crossEntropy<true, true, Stage::ForwardGrad>},
 };
 
 } // namespace

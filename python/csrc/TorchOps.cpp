@@ -2,7 +2,8 @@
 //
 // The built-ins as LibTorch ops, so a call costs one dispatch and no Python:
 //   - public ops with the signatures of torch.nn.functional (rms_norm,
-//     layer_norm, swiglu, cross_entropy), CompositeImplicitAutograd: they
+//     layer_norm, swiglu; cross_entropy is in CrossEntropyOps.cpp),
+//     CompositeImplicitAutograd: they
 //     check their arguments, fill in defaults and call
 //   - *_fwd / *_bwd ops: CPU and CUDA kernels (TorchRunner), Meta kernels
 //     (torch.compile traces with them), and for *_fwd an Autograd kernel
@@ -13,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "OpSupport.h"
 #include "TorchRunner.h"
 
 #include "tilefuse/Runtime/Fusion.h"
@@ -21,7 +23,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
-#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
@@ -31,12 +32,9 @@
 #include <torch/library.h>
 
 #include <limits>
-#include <numeric>
-#include <variant>
 
 using at::Tensor;
-using tilefuse::torch_ops::BuiltinFusion;
-using tilefuse::torch_ops::runFusion;
+using namespace tilefuse::torch_ops;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -44,41 +42,6 @@ namespace {
 
 using TensorPair = std::tuple<Tensor, Tensor>;
 using TensorTriple = std::tuple<Tensor, Tensor, Tensor>;
-
-//===----------------------------------------------------------------------===//
-// Argument checks of the public ops
-//===----------------------------------------------------------------------===//
-
-bool isFloatStorage(at::ScalarType type) {
-  return type == at::kFloat || type == at::kHalf || type == at::kBFloat16 ||
-         type == at::kDouble;
-}
-
-void checkFloat(const char *op, const char *name, const Tensor &tensor) {
-  TORCH_CHECK_TYPE(isFloatStorage(tensor.scalar_type()), "tilefuse.", op,
-                   ": argument '", name,
-                   "' must be a float32, float16, bfloat16 or float64 "
-                   "tensor, got ",
-                   tensor.scalar_type());
-}
-
-void checkSameDevice(const char *op, const char *name, const Tensor &tensor,
-                     const char *referenceName, const Tensor &reference) {
-  TORCH_CHECK_VALUE(tensor.device() == reference.device(), "tilefuse.", op,
-                    ": argument '", name, "' is on ", tensor.device(),
-                    ", but '", referenceName, "' is on ", reference.device());
-}
-
-/// A per-column parameter (weight, bias) of an op normalizing `input`.
-Tensor checkColumn(const char *op, const char *name, const Tensor &tensor,
-                   const Tensor &input, const c10::SymInt &n) {
-  checkFloat(op, name, tensor);
-  TORCH_CHECK_VALUE(tensor.dim() == 1 && tensor.sym_size(0) == n, "tilefuse.",
-                    op, ": argument '", name, "' must have shape [", n,
-                    "] ([n]), got ", tensor.sym_sizes());
-  checkSameDevice(op, name, tensor, "input", input);
-  return tensor.to(input.scalar_type());
-}
 
 /// n, after checking that `normalizedShape` is the last dimension.
 c10::SymInt normalizedN(const char *op, const Tensor &input,
@@ -92,41 +55,6 @@ c10::SymInt normalizedN(const char *op, const Tensor &input,
   return n;
 }
 
-c10::SymIntArrayRef leadingSymDims(const Tensor &x) {
-  return x.sym_sizes().slice(0, x.dim() - 1);
-}
-
-/// The dtype of per-row statistics (rstd, mean, lse, loss): the compute
-/// type, f64 for float64 inputs, else f32.
-at::ScalarType rowDtype(const Tensor &x) {
-  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
-
-Tensor emptyRows(const Tensor &x) {
-  return at::empty_symint(leadingSymDims(x), x.options().dtype(rowDtype(x)));
-}
-
-Tensor emptyLike(const Tensor &x) {
-  return at::empty_symint(x.sym_sizes(), x.options());
-}
-
-/// Whether a call must record an autograd graph; forward-mode AD (dual
-/// tensors) is refused rather than silently dropped.
-template <typename... Tensors>
-bool needsGraph(const char *op, const Tensors &...tensors) {
-  bool dual = (false || ... || tensors._fw_grad(/*level=*/0).defined());
-  TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.", op,
-                              ": forward-mode AD is not supported");
-  return torch::autograd::compute_requires_grad(tensors...);
-}
-
-template <typename Signature>
-c10::TypedOperatorHandle<Signature> findOp(const char *name) {
-  return c10::Dispatcher::singleton()
-      .findSchemaOrThrow(name, "")
-      .typed<Signature>();
-}
-
 /// The built-in fusions the kernels run.
 BuiltinFusion rmsNormFwdFusion("rms_norm_fwd");
 BuiltinFusion rmsNormBwdFusion("rms_norm_bwd");
@@ -134,8 +62,6 @@ BuiltinFusion layerNormFwdFusion("layer_norm_fwd");
 BuiltinFusion layerNormBwdFusion("layer_norm_bwd");
 BuiltinFusion swigluFwdFusion("swiglu_fwd");
 BuiltinFusion swigluBwdFusion("swiglu_bwd");
-BuiltinFusion crossEntropyFwdFusion("cross_entropy_fwd");
-BuiltinFusion crossEntropyBwdFusion("cross_entropy_bwd");
 BuiltinFusion adamwStepFusion("adamw_step");
 
 /// The typed handles the public ops and autograd kernels call through.
@@ -143,8 +69,6 @@ using RmsNormFwdOp = TensorPair(const Tensor &, const Tensor &, double);
 using LayerNormFwdOp = TensorTriple(const Tensor &, const Tensor &,
                                     const Tensor &, double);
 using SwigluFwdOp = Tensor(const Tensor &, const Tensor &);
-using CrossEntropyFwdOp = TensorPair(const Tensor &, const Tensor &, int64_t,
-                                     double, int64_t);
 
 const c10::TypedOperatorHandle<RmsNormFwdOp> &rmsNormFwdOp() {
   static auto op = findOp<RmsNormFwdOp>("tilefuse::rms_norm_fwd");
@@ -156,10 +80,6 @@ const c10::TypedOperatorHandle<LayerNormFwdOp> &layerNormFwdOp() {
 }
 const c10::TypedOperatorHandle<SwigluFwdOp> &swigluFwdOp() {
   static auto op = findOp<SwigluFwdOp>("tilefuse::swiglu_fwd");
-  return op;
-}
-const c10::TypedOperatorHandle<CrossEntropyFwdOp> &crossEntropyFwdOp() {
-  static auto op = findOp<CrossEntropyFwdOp>("tilefuse::cross_entropy_fwd");
   return op;
 }
 
@@ -373,186 +293,6 @@ Tensor swiglu(const Tensor &a, const Tensor &b) {
 }
 
 //===----------------------------------------------------------------------===//
-// Cross-entropy
-//===----------------------------------------------------------------------===//
-
-/// How cross_entropy_fwd reduces the per-row losses (at::Reduction's values).
-enum Reduction : int64_t { None = 0, Mean = 1, Sum = 2 };
-
-/// Checks that every target is a class index or ignore_index (on a GPU this
-/// waits for the targets) and returns how many are not ignored (on a GPU, as
-/// a tensor, on the CPU as a number).
-std::variant<int64_t, Tensor>
-countTargets(const Tensor &target, int64_t classes, int64_t ignoreIndex) {
-  auto outOfRange = [&](int64_t index) {
-    TORCH_CHECK_INDEX(false, "tilefuse.cross_entropy: target ", index,
-                      " is out of bounds for ", classes, " classes");
-  };
-  if (target.is_cpu()) {
-    Tensor contiguous = target.contiguous();
-    const int64_t *data = contiguous.const_data_ptr<int64_t>();
-    int64_t counted = 0;
-    for (int64_t i = 0, e = contiguous.numel(); i < e; ++i) {
-      if (data[i] == ignoreIndex)
-        continue;
-      if (data[i] < 0 || data[i] >= classes)
-        outOfRange(data[i]);
-      ++counted;
-    }
-    return counted;
-  }
-  Tensor valid = target.ne(ignoreIndex);
-  Tensor bad = target.lt(0).logical_or(target.ge(classes)).logical_and(valid);
-  if (bad.any().item<bool>())
-    outOfRange(target.masked_select(bad)[0].item<int64_t>());
-  return valid.sum();
-}
-
-/// The per-row losses, or their sum or mean over the targets not ignored.
-TensorPair crossEntropyFwd(const Tensor &logits, const Tensor &target,
-                           int64_t ignoreIndex, double labelSmoothing,
-                           int64_t reduction) {
-  TORCH_CHECK_VALUE(logits.dim() == 2,
-                    "tilefuse.cross_entropy: 'logits' must "
-                    "be [N, C], got shape ",
-                    logits.sizes());
-  TORCH_CHECK_TYPE(target.scalar_type() == at::kLong,
-                   "tilefuse.cross_entropy: 'target' must hold int64 class "
-                   "indices, got ",
-                   target.scalar_type());
-  TORCH_CHECK_VALUE(reduction == None || reduction == Mean || reduction == Sum,
-                    "tilefuse.cross_entropy: reduction must be 0 (none), 1 "
-                    "(mean) or 2 (sum), got ",
-                    reduction);
-  auto counted = countTargets(target, logits.size(-1), ignoreIndex);
-  auto out = runFusion(
-      "cross_entropy", crossEntropyFwdFusion(logits.scalar_type()),
-      {logits.contiguous(), target.contiguous()}, {ignoreIndex, labelSmoothing},
-      logits.scalar_type(), logits.sizes());
-  Tensor loss = out[0];
-  if (reduction == None)
-    return {loss, out[1]};
-  if (loss.is_cpu()) {
-    // Reduced here rather than by three more dispatches.
-    double total = 0;
-    if (loss.scalar_type() == at::kDouble) {
-      const double *rows = loss.const_data_ptr<double>();
-      total = std::accumulate(rows, rows + loss.numel(), 0.0);
-    } else {
-      const float *rows = loss.const_data_ptr<float>();
-      total = std::accumulate(rows, rows + loss.numel(), 0.0);
-    }
-    if (reduction == Mean)
-      total /= static_cast<double>(std::get<int64_t>(counted));
-    return {at::scalar_tensor(total, loss.options()), out[1]};
-  }
-  Tensor total = loss.sum();
-  return {reduction == Mean ? total.div(std::get<Tensor>(counted)) : total,
-          out[1]};
-}
-
-TensorPair crossEntropyFwdMeta(const Tensor &logits, const Tensor &, int64_t,
-                               double, int64_t reduction) {
-  Tensor loss = reduction == None
-                    ? emptyRows(logits)
-                    : at::empty({}, logits.options().dtype(rowDtype(logits)));
-  return {loss, emptyRows(logits)};
-}
-
-Tensor crossEntropyBwd(const Tensor &logits, const Tensor &target,
-                       const Tensor &lse, const Tensor &dloss,
-                       int64_t ignoreIndex, double labelSmoothing) {
-  return runFusion("cross_entropy", crossEntropyBwdFusion(logits.scalar_type()),
-                   {logits.contiguous(), target.contiguous(), lse.contiguous(),
-                    dloss.to(rowDtype(logits)).contiguous()},
-                   {ignoreIndex, labelSmoothing}, logits.scalar_type(),
-                   logits.sizes())[0];
-}
-
-Tensor crossEntropyBwdMeta(const Tensor &logits, const Tensor &, const Tensor &,
-                           const Tensor &, int64_t, double) {
-  return emptyLike(logits);
-}
-
-struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
-  static variable_list forward(AutogradContext *ctx, const Tensor &logits,
-                               const Tensor &target, int64_t ignoreIndex,
-                               double labelSmoothing, int64_t reduction) {
-    const auto &op = crossEntropyFwdOp();
-    at::AutoDispatchBelowADInplaceOrView below;
-    auto [loss, lse] =
-        op.call(logits, target, ignoreIndex, labelSmoothing, reduction);
-    ctx->save_for_backward({logits, target, lse});
-    ctx->saved_data["ignore_index"] = ignoreIndex;
-    ctx->saved_data["label_smoothing"] = labelSmoothing;
-    ctx->saved_data["reduction"] = reduction;
-    ctx->mark_non_differentiable({lse});
-    return {loss, lse};
-  }
-  static variable_list backward(AutogradContext *ctx, variable_list grads) {
-    static auto op =
-        findOp<Tensor(const Tensor &, const Tensor &, const Tensor &,
-                      const Tensor &, int64_t, double)>(
-            "tilefuse::cross_entropy_bwd");
-    variable_list saved = ctx->get_saved_variables();
-    if (!grads[0].defined())
-      return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
-    const Tensor &target = saved[1];
-    int64_t ignoreIndex = ctx->saved_data["ignore_index"].toInt();
-    // The upstream gradient of each row's loss.
-    Tensor dloss = grads[0];
-    switch (ctx->saved_data["reduction"].toInt()) {
-    case Mean:
-      dloss = dloss.expand(target.sizes()).div(target.ne(ignoreIndex).sum());
-      break;
-    case Sum:
-      dloss = dloss.expand(target.sizes());
-      break;
-    default:
-      break;
-    }
-    Tensor dlogits = op.call(saved[0], target, saved[2], dloss, ignoreIndex,
-                             ctx->saved_data["label_smoothing"].toDouble());
-    return {dlogits, Tensor(), Tensor(), Tensor(), Tensor()};
-  }
-};
-
-Tensor crossEntropy(const Tensor &input, const Tensor &target,
-                    const std::optional<Tensor> &weight, int64_t ignoreIndex,
-                    c10::string_view reduction, double labelSmoothing) {
-  const auto &op = crossEntropyFwdOp();
-  const char *name = "cross_entropy";
-  checkFloat(name, "input", input);
-  TORCH_CHECK_VALUE(!weight, "tilefuse.cross_entropy: class weights ('weight') "
-                             "are not supported");
-  TORCH_CHECK_VALUE(reduction == "none" || reduction == "mean" ||
-                        reduction == "sum",
-                    "tilefuse.cross_entropy: reduction must be 'none', 'mean' "
-                    "or 'sum', got '",
-                    reduction, "'");
-  TORCH_CHECK_VALUE(labelSmoothing >= 0.0 && labelSmoothing <= 1.0,
-                    "tilefuse.cross_entropy: label_smoothing must be in [0, "
-                    "1], got ",
-                    labelSmoothing);
-  TORCH_CHECK_VALUE(input.dim() == 2,
-                    "tilefuse.cross_entropy: 'input' must be [N, C] logits, "
-                    "got shape ",
-                    input.sym_sizes());
-  TORCH_CHECK_TYPE(target.scalar_type() == at::kLong,
-                   "tilefuse.cross_entropy: 'target' must hold int64 class "
-                   "indices, got ",
-                   target.scalar_type());
-  TORCH_CHECK_VALUE(target.dim() == 1 &&
-                        target.sym_size(0) == input.sym_size(0),
-                    "tilefuse.cross_entropy: 'target' must have shape [",
-                    input.sym_size(0), "], got ", target.sym_sizes());
-  checkSameDevice(name, "target", target, "input", input);
-  Reduction mode = reduction == "none" ? None : reduction == "sum" ? Sum : Mean;
-  return std::get<0>(op.call(input, target, ignoreIndex, labelSmoothing, mode))
-      .to(input.scalar_type());
-}
-
-//===----------------------------------------------------------------------===//
 // AdamW
 //===----------------------------------------------------------------------===//
 
@@ -728,18 +468,6 @@ at::Tensor tilefuse::ops::swiglu(const at::Tensor &a, const at::Tensor &b) {
   return op.call(a, b);
 }
 
-at::Tensor tilefuse::ops::cross_entropy(const at::Tensor &input,
-                                        const at::Tensor &target,
-                                        int64_t ignoreIndex,
-                                        std::string_view reduction,
-                                        double labelSmoothing) {
-  static auto op = findOp<Tensor(
-      const Tensor &, const Tensor &, const std::optional<Tensor> &, int64_t,
-      c10::string_view, double)>("tilefuse::cross_entropy");
-  return op.call(input, target, std::nullopt, ignoreIndex, reduction,
-                 labelSmoothing);
-}
-
 void tilefuse::ops::adamw_step_(const at::Tensor &param, const at::Tensor &grad,
                                 const at::Tensor &expAvg,
                                 const at::Tensor &expAvgSq, double lr,
@@ -765,14 +493,6 @@ TORCH_LIBRARY(tilefuse, m) {
   m.def("swiglu(Tensor a, Tensor b) -> Tensor");
   m.def("swiglu_fwd(Tensor a, Tensor b) -> Tensor");
   m.def("swiglu_bwd(Tensor dc, Tensor a, Tensor b) -> (Tensor, Tensor)");
-  m.def("cross_entropy(Tensor input, Tensor target, Tensor? weight=None, "
-        "int ignore_index=-100, str reduction='mean', "
-        "float label_smoothing=0.0) -> Tensor");
-  // reduction: 0 none, 1 mean, 2 sum (at::Reduction).
-  m.def("cross_entropy_fwd(Tensor logits, Tensor target, int ignore_index, "
-        "float label_smoothing, int reduction) -> (Tensor, Tensor)");
-  m.def("cross_entropy_bwd(Tensor logits, Tensor target, Tensor lse, "
-        "Tensor dloss, int ignore_index, float label_smoothing) -> Tensor");
   m.def("adamw_step_(Tensor(a!) param, Tensor grad, Tensor(b!) exp_avg, "
         "Tensor(c!) exp_avg_sq, *, float lr, float beta1=0.9, "
         "float beta2=0.999, float eps=1e-08, float weight_decay=0.01, "
@@ -785,7 +505,6 @@ TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {
   m.impl("rms_norm", rmsNorm);
   m.impl("layer_norm", layerNorm);
   m.impl("swiglu", swiglu);
-  m.impl("cross_entropy", crossEntropy);
 }
 
 // One implementation serves both devices: TorchRunner picks the target.
@@ -797,8 +516,6 @@ TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {
     m.impl("layer_norm_bwd", layerNormBwd);                                    \
     m.impl("swiglu_fwd", swigluFwd);                                           \
     m.impl("swiglu_bwd", swigluBwd);                                           \
-    m.impl("cross_entropy_fwd", crossEntropyFwd);                              \
-    m.impl("cross_entropy_bwd", crossEntropyBwd);                              \
     m.impl("adamw_step_", adamwStep);                                          \
     m.impl("launch_fusion", launchFusion);                                     \
   }
@@ -812,8 +529,6 @@ TORCH_LIBRARY_IMPL(tilefuse, Meta, m) {
   m.impl("layer_norm_bwd", layerNormBwdMeta);
   m.impl("swiglu_fwd", swigluFwdMeta);
   m.impl("swiglu_bwd", swigluBwdMeta);
-  m.impl("cross_entropy_fwd", crossEntropyFwdMeta);
-  m.impl("cross_entropy_bwd", crossEntropyBwdMeta);
   m.impl("adamw_step_", adamwStepMeta);
 }
 
@@ -844,23 +559,11 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
     }
     return SwigluFunction::apply(a, b);
   });
-  m.impl("cross_entropy_fwd", [](const Tensor &logits, const Tensor &target,
-                                 int64_t ignoreIndex, double labelSmoothing,
-                                 int64_t reduction) {
-    if (!needsGraph("cross_entropy", logits)) {
-      at::AutoDispatchBelowADInplaceOrView below;
-      return crossEntropyFwdOp().call(logits, target, ignoreIndex,
-                                      labelSmoothing, reduction);
-    }
-    variable_list out = CrossEntropyFunction::apply(logits, target, ignoreIndex,
-                                                    labelSmoothing, reduction);
-    return TensorPair(out[0], out[1]);
-  });
   m.impl("adamw_step_", adamwStepAutograd);
   m.impl("launch_fusion", launchFusionAutograd);
   // Backward kernels have no backward: differentiating them raises.
   for (const char *op :
-       {"rms_norm_bwd", "layer_norm_bwd", "swiglu_bwd", "cross_entropy_bwd"})
+       {"rms_norm_bwd", "layer_norm_bwd", "swiglu_bwd"})
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
 }
 

@@ -14,13 +14,16 @@ from torch import Tensor
 
 from . import _C  # noqa: F401  (registers the tilefuse:: ops)
 
-__all__ = ["rms_norm", "layer_norm", "swiglu", "cross_entropy", "adamw_step_"]
+__all__ = ["rms_norm", "layer_norm", "swiglu", "cross_entropy", "linear_cross_entropy",
+           "adamw_step_"]
 
 _ops = torch.ops.tilefuse
 _rms_norm = _ops.rms_norm.default
 _layer_norm = _ops.layer_norm.default
 _swiglu = _ops.swiglu.default
 _cross_entropy = _ops.cross_entropy.default
+_cross_entropy_with_z_loss = _ops.cross_entropy_with_z_loss.default
+_cross_entropy_inplace_backward = _ops.cross_entropy_inplace_backward.default
 _adamw_step = _ops.adamw_step_.default
 
 
@@ -43,14 +46,52 @@ def swiglu(a: Tensor, b: Tensor) -> Tensor:
 
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
                   size_average=None, ignore_index: int = -100, reduce=None,
-                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
-    """torch.nn.functional.cross_entropy for [N, C] logits and class indices,
-    fused (log-softmax, NLL, label smoothing and the gradient). Targets are
-    checked against the number of classes, which on a GPU waits for them."""
+                  reduction: str = "mean", label_smoothing: float = 0.0, *,
+                  lse_square_scale: float = 0.0, softcap: float | None = None,
+                  return_z_loss: bool = False, inplace_backward: bool = False):
+    """torch.nn.functional.cross_entropy, fused (log-softmax, the loss, label
+    smoothing and the gradient in one kernel each way).
+
+    Takes torch's forms: logits [N, C] or [C], and [N, C, d1, ...] (the
+    classes moved last by a copy), with int64 class indices or probability
+    targets of the logits' shape; and [..., V] logits with [...] class
+    indices, as language models produce ([B, T, V] with [B, T]: rows of the
+    logits as they are, no copy; where both readings fit, torch's wins).
+    `weight`, `ignore_index`, `label_smoothing` and every `reduction` as in
+    torch, NaN and infinities included (a -inf logit masks its class; with
+    label smoothing it makes the loss inf, as torch's). Class indices are
+    checked against the number of classes, which on a GPU waits for them.
+
+    Options of LLM training (Liger-Kernel's names):
+      lse_square_scale: the z-loss of PaLM, lse_square_scale * logsumexp^2
+        per row, added to the loss ('mean' divides it by the rows not
+        ignored, whatever the class weights).
+      softcap: the logits become softcap * tanh(logits / softcap) before the
+        softmax (Gemma 2), differentiated through.
+      return_z_loss: return (loss, z_loss); the z-loss is for logging (it is
+        already in the loss and has no gradient of its own).
+      inplace_backward: the forward writes the gradient over `input`'s
+        storage and the backward only scales it, saving a [tokens, vocab]
+        buffer. Legal only when nothing reads the logits afterwards: their
+        values are gone, which autograd detects for what it saved of them
+        (its backward raises) but not for reads by your own code. Refused for
+        leaves that require grad, views of them and non-contiguous logits
+        ([N, C, d1, ...] logits are copied first, so they gain nothing); the
+        backward runs once (no retain_graph). Without a gradient to compute,
+        `input` is left as it is.
+    """
     if size_average is not None or reduce is not None:
         raise ValueError("tilefuse.cross_entropy: 'size_average' and 'reduce' are "
                          "deprecated; use 'reduction'")
-    return _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)
+    args = (input, target, weight, ignore_index, reduction, label_smoothing)
+    options = {"lse_square_scale": lse_square_scale, "softcap": softcap}
+    if inplace_backward:
+        loss, z_loss = _cross_entropy_inplace_backward(*args, **options)
+    elif return_z_loss:
+        loss, z_loss = _cross_entropy_with_z_loss(*args, **options)
+    else:
+        return _cross_entropy(*args, **options)
+    return (loss, z_loss) if return_z_loss else loss
 
 
 def adamw_step_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *,

@@ -10,11 +10,13 @@ os.environ.setdefault("TILEFUSE_CACHE_DIR", tempfile.mkdtemp(prefix="tilefuse-py
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-# Per-dtype tolerances (atol, rtol) against PyTorch, as Liger states them.
+# Per-dtype tolerances (atol, rtol) against PyTorch, as Liger states them
+# (float64: against a float64 reference).
 TOLERANCES = {
     torch.float32: (1e-5, 1e-5),
     torch.float16: (2e-3, 2e-3),
     torch.bfloat16: (2e-2, 2e-2),
+    torch.float64: (1e-12, 1e-12),
 }
 
 
@@ -32,8 +34,12 @@ def dtype(request):
 
 
 def assert_close(actual, expected, dtype):
+    """Within `dtype`'s tolerance; NaN matches NaN and an infinity the same
+    infinity."""
     atol, rtol = TOLERANCES[dtype]
-    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    torch.testing.assert_close(actual.to(wide), expected.to(wide), atol=atol, rtol=rtol,
+                               equal_nan=True)
 
 
 def run_python(script: str, **env: str) -> subprocess.CompletedProcess:

@@ -12,7 +12,8 @@ import tilefuse.functional as TF
 
 PUBLIC = ["rms_norm", "layer_norm", "swiglu", "cross_entropy"]
 KERNELS = ["rms_norm_fwd", "rms_norm_bwd", "layer_norm_fwd", "layer_norm_bwd", "swiglu_fwd",
-           "swiglu_bwd", "cross_entropy_fwd", "cross_entropy_bwd", "adamw_step_"]
+           "swiglu_bwd", "cross_entropy_fwd", "cross_entropy_bwd", "cross_entropy_target_bwd",
+           "cross_entropy_fwd_grad_", "scale_grad_", "adamw_step_"]
 
 
 def has_kernel(op: str, key: str) -> bool:
@@ -158,7 +159,8 @@ def test_adamw_bumps_versions_in_inference_mode():
 
 def test_internal_ops_check_their_arguments():
     with pytest.raises(ValueError, match=r"tilefuse.cross_entropy: reduction must be 0 \(none\)"):
-        torch.ops.tilefuse.cross_entropy_fwd(torch.randn(2, 5), torch.tensor([0, 1]), -100, 0.0, 7)
+        torch.ops.tilefuse.cross_entropy_fwd(torch.randn(2, 5), torch.tensor([0, 1]), None, -100,
+                                             0.0, 0.0, None, 7)
     with pytest.raises(ValueError, match=r"tilefuse.rms_norm: the input must have a last dimension"):
         torch.ops.tilefuse.rms_norm_fwd(torch.tensor(1.0), torch.ones(1), 1e-6)
 

@@ -4,39 +4,66 @@
 // RUN: tilefuse-opt %s | tilefuse-opt | grep -v '^$' | diff -u %t.expected -
 // RUN: tilefuse-opt %s -canonicalize -fuse-hoist-broadcasts | grep -v '^$' | diff -u %t.expected -
 //
-// Cross-entropy forward, per row (torch.nn.functional.cross_entropy with
-// reduction='none'), with ignore_index and label smoothing eps:
-//   lse = max + log(sum(exp(logits - max)))
-//   loss = (1 - eps) * (lse - logits[target]) + eps * (lse - mean(logits))
-//   loss = 0 where target == ignore_index
-// lse is saved for the backward pass. An ignored row gathers column 0, so no
-// index ever leaves [0, n).
+// Cross-entropy forward over class indices, per row (torch.nn.functional.
+// cross_entropy with reduction='none', class weights w, ignore_index and label
+// smoothing eps over n classes), plus the z-loss. With m = max(z),
+// s = z - m, logS = log(sum(exp(s))) and lse = m + logS:
+//   nll    = w[target] * (logS - (z[target] - m))
+//   smooth = sum(w) * logS - sum(w * s)          (-sum_c w_c log_softmax(z)_c)
+//   loss   = (1 - eps) * nll + (eps != 0 ? eps / n * smooth : 0)
+//   z_loss = lse_square_scale * lse^2
+// both 0 where target == ignore_index. As in torch, the smoothing term is
+// left out when eps is 0 (a -inf logit makes it inf). w[target]
+// (target_weight, 0 where ignored) comes from the host; lse and
+// mass = (1 - eps) * w[target] + eps / n * sum(w) are saved for the backward
+// pass. An ignored row gathers column 0, so no index ever leaves [0, n).
+//
+// Here z is the logits themselves.
 module {
-  fuse.kernel @cross_entropy_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, lse: !fuse.row<f32>) {
-    %0 = fuse.constant row 0 : i64
-    %1 = fuse.constant row 0.000000e+00 : f32
-    %2 = fuse.constant scalar 1.000000e+00 : f32
-    %3 = fuse.reduce max %logits : !fuse.full<f32> to !fuse.row<f32>
-    %4 = fuse.broadcast %3 : !fuse.row<f32> to !fuse.full<f32>
-    %5 = fuse.sub %logits, %4 : !fuse.full<f32>
-    %6 = fuse.exp %5 : !fuse.full<f32>
-    %7 = fuse.reduce sum %6 : !fuse.full<f32> to !fuse.row<f32>
-    %8 = fuse.log %7 : !fuse.row<f32>
-    %9 = fuse.add %3, %8 : !fuse.row<f32>
-    %10 = fuse.broadcast %ignore_index : !fuse.scalar<i64> to !fuse.row<i64>
-    %11 = fuse.cmp ne, %target, %10 : !fuse.row<i64>
-    %12 = fuse.select %11, %target, %0 : !fuse.row<i64>
-    %13 = fuse.gather %logits[%12] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
-    %14 = fuse.sub %9, %13 : !fuse.row<f32>
-    %15 = fuse.reduce mean %logits : !fuse.full<f32> to !fuse.row<f32>
-    %16 = fuse.sub %9, %15 : !fuse.row<f32>
-    %17 = fuse.sub %2, %label_smoothing : !fuse.scalar<f32>
-    %18 = fuse.broadcast %17 : !fuse.scalar<f32> to !fuse.row<f32>
-    %19 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
-    %20 = fuse.mul %18, %14 : !fuse.row<f32>
-    %21 = fuse.mul %19, %16 : !fuse.row<f32>
-    %22 = fuse.add %20, %21 : !fuse.row<f32>
-    %23 = fuse.select %11, %22, %1 : !fuse.row<f32>
-    fuse.yield %23, %9 : !fuse.row<f32>, !fuse.row<f32>
+  fuse.kernel @cross_entropy_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %weight: !fuse.col<f32>, %target_weight: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>, mass: !fuse.row<f32>) {
+    %0 = fuse.constant row 0.000000e+00 : f32
+    %1 = fuse.constant row 0 : i64
+    %2 = fuse.constant scalar 0.000000e+00 : f32
+    %3 = fuse.constant scalar 1.000000e+00 : f32
+    %4 = fuse.sub %3, %label_smoothing : !fuse.scalar<f32>
+    %5 = fuse.row_length : !fuse.scalar<f32>
+    %6 = fuse.div %label_smoothing, %5 : !fuse.scalar<f32>
+    %7 = fuse.broadcast %ignore_index : !fuse.scalar<i64> to !fuse.row<i64>
+    %8 = fuse.cmp ne, %target, %7 : !fuse.row<i64>
+    %9 = fuse.reduce max %logits : !fuse.full<f32> to !fuse.row<f32>
+    %10 = fuse.broadcast %9 : !fuse.row<f32> to !fuse.full<f32>
+    %11 = fuse.sub %logits, %10 : !fuse.full<f32>
+    %12 = fuse.exp %11 : !fuse.full<f32>
+    %13 = fuse.reduce sum %12 : !fuse.full<f32> to !fuse.row<f32>
+    %14 = fuse.log %13 : !fuse.row<f32>
+    %15 = fuse.add %9, %14 : !fuse.row<f32>
+    %16 = fuse.select %8, %target, %1 : !fuse.row<i64>
+    %17 = fuse.gather %logits[%16] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
+    %18 = fuse.sub %17, %9 : !fuse.row<f32>
+    %19 = fuse.sub %14, %18 : !fuse.row<f32>
+    %20 = fuse.mul %target_weight, %19 : !fuse.row<f32>
+    %21 = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
+    %22 = fuse.reduce sum %21 : !fuse.full<f32> to !fuse.row<f32>
+    %23 = fuse.mul %21, %logits : !fuse.full<f32>
+    %24 = fuse.reduce sum %23 : !fuse.full<f32> to !fuse.row<f32>
+    %25 = fuse.mul %22, %15 : !fuse.row<f32>
+    %26 = fuse.sub %25, %24 : !fuse.row<f32>
+    %27 = fuse.broadcast %6 : !fuse.scalar<f32> to !fuse.row<f32>
+    %28 = fuse.mul %27, %26 : !fuse.row<f32>
+    %29 = fuse.cmp ne, %label_smoothing, %2 : !fuse.scalar<f32>
+    %30 = fuse.broadcast %29 : !fuse.scalar<i1> to !fuse.row<i1>
+    %31 = fuse.select %30, %28, %0 : !fuse.row<f32>
+    %32 = fuse.broadcast %4 : !fuse.scalar<f32> to !fuse.row<f32>
+    %33 = fuse.mul %32, %20 : !fuse.row<f32>
+    %34 = fuse.add %33, %31 : !fuse.row<f32>
+    %35 = fuse.select %8, %34, %0 : !fuse.row<f32>
+    %36 = fuse.mul %27, %22 : !fuse.row<f32>
+    %37 = fuse.mul %32, %target_weight : !fuse.row<f32>
+    %38 = fuse.add %37, %36 : !fuse.row<f32>
+    %39 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
+    %40 = fuse.mul %39, %15 : !fuse.row<f32>
+    %41 = fuse.mul %40, %15 : !fuse.row<f32>
+    %42 = fuse.select %8, %41, %0 : !fuse.row<f32>
+    fuse.yield %35, %42, %15, %38 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
   }
 }

@@ -30,11 +30,33 @@ at::Tensor layer_norm(const at::Tensor &input, at::IntArrayRef normalizedShape,
 /// silu(a) * b.
 at::Tensor swiglu(const at::Tensor &a, const at::Tensor &b);
 
-/// [N, C] logits and int64 class indices; reduction "none", "mean" or "sum".
+/// torch.nn.functional.cross_entropy: logits [N, C], [C], [N, C, d1, ...]
+/// or [..., V] with int64 class indices [N], [], [N, d1, ...] or [...];
+/// reduction "none", "mean" or "sum".
 at::Tensor cross_entropy(const at::Tensor &input, const at::Tensor &target,
                          int64_t ignoreIndex = -100,
                          std::string_view reduction = "mean",
                          double labelSmoothing = 0.0);
+
+/// The options of cross_entropy_with_z_loss and linear_cross_entropy
+/// (tilefuse.functional documents them).
+struct CrossEntropyOptions {
+  std::optional<at::Tensor> weight; // class weights [C]
+  int64_t ignoreIndex = -100;
+  std::string_view reduction = "mean";
+  double labelSmoothing = 0.0;
+  double lseSquareScale = 0.0;   // the z-loss: lse_square_scale * lse^2
+  std::optional<double> softcap; // softcap * tanh(logits / softcap)
+  /// Writes the gradient over the logits in the forward (cross_entropy
+  /// only): legal when nothing reads the logits afterwards.
+  bool inplaceBackward = false;
+};
+
+/// cross_entropy with every option (class-index or probability targets);
+/// returns (loss, z-loss), the loss including the z-loss.
+std::tuple<at::Tensor, at::Tensor>
+cross_entropy_with_z_loss(const at::Tensor &input, const at::Tensor &target,
+                          const CrossEntropyOptions &options = {});
 
 /// One torch.optim.AdamW step on `param` and its state, in place.
 void adamw_step_(const at::Tensor &param, const at::Tensor &grad,

@@ -1,0 +1,107 @@
+//===- CrossEntropy.cpp - the cross-entropy fusions -----------------------===//
+//
+// Per row, with z the logits (soft-capped: z = softcap * tanh(x / softcap)),
+// class weights w, label smoothing eps over n classes and the target
+// distribution q (hard: (1 - eps) * onehot(target) + eps / n; probabilities
+// P: (1 - eps) * P + eps / n), the loss is torch's
+//   -sum_c w_c q_c log_softmax(z)_c
+// computed as torch composes it: for class indices, (1 - eps) times the
+// weighted NLL plus, only when eps != 0, eps / n times -sum_c w_c
+// log_softmax(z)_c (so a -inf logit gives inf there, and nothing when eps is
+// 0); rows whose target is ignore_index give 0. The z-loss is
+// lse_square_scale * lse^2 (0 on ignored rows). With mass = sum_c w_c q_c,
+//   dloss/dz_c = dloss * (mass * softmax(z)_c - w_c q_c)
+//              + dz_loss * 2 * lse_square_scale * lse * softmax(z)_c
+// and soft-capping multiplies it by 1 - tanh(x / softcap)^2.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CrossEntropy.h"
+
+using namespace tilefuse::dsl;
+using tilefuse::kernels::CrossEntropyKernel;
+using Stage = tilefuse::kernels::CrossEntropyStage;
+
+void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
+                                          CrossEntropyKernel kernel) {
+  bool hard = !kernel.probs;
+  Value logits = b.input("logits", Kind::Full);
+  Value target = hard ? b.input("target", Kind::Row, DType::I64)
+                      : b.input("target", Kind::Full);
+  Value weight = b.input("weight", Kind::Col);
+  // The class weight of each row's target (0 where ignored), from the host.
+  Value targetWeight = hard ? b.input("target_weight", Kind::Row) : Value();
+  Value lse, mass, dloss, dzLoss;
+  if (kernel.stage == Stage::Backward) {
+    lse = b.input("lse", Kind::Row);
+    mass = b.input("mass", Kind::Row);
+  }
+  if (kernel.stage != Stage::Forward) {
+    dloss = b.input("dloss", Kind::Row);
+    dzLoss = b.input("dz_loss", Kind::Row);
+  }
+  Value ignoreIndex =
+      hard ? b.input("ignore_index", Kind::Scalar, DType::I64) : Value();
+  Value smoothing = b.input("label_smoothing", Kind::Scalar);
+  Value zScale = b.input("lse_square_scale", Kind::Scalar);
+  Value softcap = kernel.capped ? b.input("softcap", Kind::Scalar) : Value();
+
+  Value z = kernel.capped ? softcap * tanh(logits / softcap) : logits;
+  Value keep = 1.0 - smoothing;
+  Value uniform = smoothing / b.rowLength();
+  Value valid = hard ? target != ignoreIndex : Value();
+  Value zero = b.constant(0.0);
+  // w_c q_c; for class indices only the gradient needs it whole.
+  Value weighted = hard ? Value() : weight * (keep * target + uniform);
+
+  Value logSum, shifted;
+  if (kernel.stage != Stage::Backward) {
+    Value max = b.max(z);
+    shifted = z - max;
+    logSum = log(b.sum(exp(shifted)));
+    lse = max + logSum;
+    Value loss;
+    if (hard) {
+      // An ignored row gathers column 0: no index leaves [0, n).
+      Value index = where(valid, target, b.constant(0, DType::I64));
+      Value picked = b.gather(logits, index);
+      if (kernel.capped)
+        picked = softcap * tanh(picked / softcap);
+      Value nll = targetWeight * (logSum - (picked - max));
+      // Both sums in the max's pass: the weights need not stay on chip.
+      Value weightSum = b.sum(b.broadcastTo(weight, Kind::Full));
+      Value smooth = weightSum * lse - b.sum(weight * z);
+      Value smoothed = where(smoothing != zero, uniform * smooth, zero);
+      loss = where(valid, keep * nll + smoothed, zero);
+      mass = keep * targetWeight + uniform * weightSum;
+    } else {
+      mass = b.sum(weighted);
+      loss = mass * logSum - b.sum(weighted * shifted);
+    }
+    Value zLoss = zScale * lse * lse;
+    b.output("loss", loss);
+    b.output("z_loss", hard ? where(valid, zLoss, zero) : zLoss);
+    if (kernel.stage == Stage::Forward) {
+      b.output("lse", lse);
+      b.output("mass", mass);
+      return;
+    }
+  }
+
+  Value p = kernel.stage == Stage::Backward ? exp(z - lse)
+                                            : exp(shifted - logSum);
+  if (hard) {
+    Value onehot = cast(b.iota() == target, b.computeType());
+    weighted = keep * targetWeight * onehot + uniform * weight;
+    dloss = where(valid, dloss, zero);
+    dzLoss = where(valid, dzLoss, zero);
+  }
+  Value rowScale = dloss * mass + 2.0 * zScale * dzLoss * lse;
+  Value grad = p * rowScale - dloss * weighted;
+  if (kernel.capped) {
+    // tanh'(x / softcap) from z itself: one value per element stays live.
+    Value capTanh = z / softcap;
+    grad = grad * (1.0 - capTanh * capTanh);
+  }
+  b.output("dlogits", grad);
+}

@@ -1,0 +1,92 @@
+//===- OpSupport.h - what every tilefuse:: op file shares -------*- C++ -*-===//
+//
+// Argument checks that name the op and the argument, the shapes and dtypes
+// of per-row statistics, the autograd gate and typed handles to ops, for
+// the files that register tilefuse:: ops (TorchOps.cpp,
+// CrossEntropyOps.cpp, ...).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TILEFUSE_PYTHON_OPSUPPORT_H
+#define TILEFUSE_PYTHON_OPSUPPORT_H
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+namespace tilefuse::torch_ops {
+
+inline bool isFloatStorage(at::ScalarType type) {
+  return type == at::kFloat || type == at::kHalf || type == at::kBFloat16 ||
+         type == at::kDouble;
+}
+
+inline void checkFloat(const char *op, const char *name,
+                       const at::Tensor &tensor) {
+  TORCH_CHECK_TYPE(isFloatStorage(tensor.scalar_type()), "tilefuse.", op,
+                   ": argument '", name,
+                   "' must be a float32, float16, bfloat16 or float64 "
+                   "tensor, got ",
+                   tensor.scalar_type());
+}
+
+inline void checkSameDevice(const char *op, const char *name,
+                            const at::Tensor &tensor, const char *referenceName,
+                            const at::Tensor &reference) {
+  TORCH_CHECK_VALUE(tensor.device() == reference.device(), "tilefuse.", op,
+                    ": argument '", name, "' is on ", tensor.device(),
+                    ", but '", referenceName, "' is on ", reference.device());
+}
+
+/// A per-column parameter (a norm's weight or bias, class weights) of an op
+/// on `input`, in the input's dtype.
+inline at::Tensor checkColumn(const char *op, const char *name,
+                              const at::Tensor &tensor, const at::Tensor &input,
+                              const c10::SymInt &n) {
+  checkFloat(op, name, tensor);
+  TORCH_CHECK_VALUE(tensor.dim() == 1 && tensor.sym_size(0) == n, "tilefuse.",
+                    op, ": argument '", name, "' must have shape [", n,
+                    "] ([n]), got ", tensor.sym_sizes());
+  checkSameDevice(op, name, tensor, "input", input);
+  return tensor.to(input.scalar_type());
+}
+
+inline c10::SymIntArrayRef leadingSymDims(const at::Tensor &x) {
+  return x.sym_sizes().slice(0, x.dim() - 1);
+}
+
+/// The dtype of per-row statistics (rstd, mean, lse, loss): the compute
+/// type, f64 for float64 inputs, else f32.
+inline at::ScalarType rowDtype(const at::Tensor &x) {
+  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+inline at::Tensor emptyRows(const at::Tensor &x) {
+  return at::empty_symint(leadingSymDims(x), x.options().dtype(rowDtype(x)));
+}
+
+inline at::Tensor emptyLike(const at::Tensor &x) {
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+/// Whether a call must record an autograd graph; forward-mode AD (dual
+/// tensors) is refused rather than silently dropped.
+template <typename... Tensors>
+bool needsGraph(const char *op, const Tensors &...tensors) {
+  bool dual = (false || ... || tensors._fw_grad(/*level=*/0).defined());
+  TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.", op,
+                              ": forward-mode AD is not supported");
+  return torch::autograd::compute_requires_grad(tensors...);
+}
+
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> findOp(const char *name) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow(name, "")
+      .typed<Signature>();
+}
+
+} // namespace tilefuse::torch_ops
+
+#endif // TILEFUSE_PYTHON_OPSUPPORT_H

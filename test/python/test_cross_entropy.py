@@ -1,0 +1,361 @@
+"""tilefuse.functional.cross_entropy against torch: every form (torch's [N, C],
+[C] and [N, C, d1, ...], language models' [B, T, V]), class weights,
+probability targets, ignore_index, label smoothing, every reduction, NaN and
+infinities; the z-loss, soft-capping and the in-place gradient against the
+composition in float64."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilefuse.functional as TF
+from conftest import assert_close
+
+INF = float("inf")
+
+
+def reference(logits, target, weight=None, ignore_index=-100, reduction="mean",
+              label_smoothing=0.0, lse_square_scale=0.0, softcap=None, classes_last=False):
+    """(loss, z_loss) of the composition in float64: softcap, then
+    F.cross_entropy, plus lse_square_scale * logsumexp^2 per row ('mean' over
+    the rows not ignored). `classes_last`: [..., V] logits with [...] targets."""
+    z = logits.double()
+    if softcap is not None:
+        z = softcap * torch.tanh(z / softcap)
+    probs = target.is_floating_point()
+    t = target.double() if probs else target
+    if classes_last:
+        z, t = z.reshape(-1, z.shape[-1]), t.reshape(-1)
+    loss = F.cross_entropy(z, t, None if weight is None else weight.double(),
+                           ignore_index=ignore_index, reduction=reduction,
+                           label_smoothing=label_smoothing)
+    lse = torch.logsumexp(z, dim=0 if z.dim() == 1 else 1)
+    valid = torch.ones_like(lse, dtype=torch.bool) if probs else t != ignore_index
+    rows = torch.where(valid, lse_square_scale * lse * lse, 0.0)
+    z_loss = {"none": rows, "sum": rows.sum(), "mean": rows.sum() / valid.sum()}[reduction]
+    if reduction == "none" and classes_last:
+        loss, z_loss = loss.view(target.shape), z_loss.view(target.shape)
+    if lse_square_scale:
+        loss = loss + z_loss
+    return loss, z_loss
+
+
+def loss_and_grads(fn, logits, target):
+    """fn's loss and the gradients of the logits (and of probability
+    targets) for a fixed upstream gradient."""
+    logits = logits.detach().clone().requires_grad_(True)
+    leaves = [logits]
+    if target.is_floating_point():
+        target = target.detach().clone().requires_grad_(True)
+        leaves.append(target)
+    loss = fn(logits, target)
+    upstream = torch.randn(loss.shape, generator=torch.Generator().manual_seed(1))
+    grads = torch.autograd.grad(loss, leaves, upstream.to(loss.dtype))
+    return (loss.detach(),) + grads
+
+
+def check(dtype, fn, ref, logits, target):
+    """fn against ref (float64) on the same inputs: loss and gradients."""
+    for got, want in zip(loss_and_grads(fn, logits, target), loss_and_grads(ref, logits, target)):
+        assert_close(got, want, dtype)
+
+
+def probabilities(shape, dim=-1):
+    return torch.softmax(torch.randn(shape), dim=dim)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16],
+                         ids=str)
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_masked_logits(dtype, label_smoothing, reduction):
+    # Half of each row masked to -inf (vocabulary masking). Regression: the
+    # loss was NaN with label_smoothing=0 (0 * inf in the smoothing term);
+    # torch gives the loss of the unmasked classes, and inf with smoothing.
+    logits = torch.randn(3, 8).to(dtype)
+    logits[:, 4:] = -INF
+    target = torch.tensor([1, 2, 0])
+    options = dict(reduction=reduction, label_smoothing=label_smoothing)
+    loss = TF.cross_entropy(logits, target, **options)
+    assert loss.isfinite().all() == (label_smoothing == 0)
+    check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
+          lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 1.0])
+def test_nonfinite_logits_like_torch(weighted, label_smoothing):
+    # NaN, +inf, a row of -inf (and one that is ignored), a -inf target and
+    # a -inf class of weight 0: the loss and gradient torch gives, NaN and
+    # infinities included.
+    logits = torch.randn(7, 5)
+    logits[0, 2] = float("nan")
+    logits[1, 3] = INF
+    logits[2] = -INF
+    logits[3] = -INF
+    logits[4, 1] = -INF
+    logits[5, 3] = -INF
+    target = torch.tensor([1, 2, 0, -100, 1, 2, 4])
+    weight = torch.tensor([1.0, 2.0, 0.5, 0.0, 1.5]) if weighted else None
+    for reduction in ("none", "sum"):
+        options = dict(weight=weight, reduction=reduction, label_smoothing=label_smoothing)
+        check(torch.float32, lambda x, t: TF.cross_entropy(x, t, **options),
+              lambda x, t: F.cross_entropy(x, t, **options), logits, target)
+
+
+FORMS = {
+    # name: (logits shape, class-index target shape)
+    "[N, C]": ((6, 37), (6,)),
+    "[C]": ((37,), ()),
+    "[N, C, d1, d2]": ((2, 37, 3, 2), (2, 3, 2)),
+    "[B, T, V]": ((2, 3, 37), (2, 3)),
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("probs", [False, True], ids=["indices", "probs"])
+def test_forms_against_torch(form, reduction, weighted, probs):
+    shape, target_shape = FORMS[form]
+    if probs and form == "[B, T, V]":
+        pytest.skip("probabilities of the input's shape are torch's [N, C, d1] form")
+    logits = torch.randn(shape)
+    class_dim = 0 if len(shape) == 1 else -1 if form == "[B, T, V]" else 1
+    if probs:
+        target = probabilities(shape, class_dim)
+    else:
+        target = torch.randint(0, 37, target_shape)
+        if target.dim():
+            target.view(-1)[1] = -100
+    weight = torch.rand(37) + 0.5 if weighted else None
+    options = dict(weight=weight, reduction=reduction, label_smoothing=0.1)
+    if not probs:
+        options["ignore_index"] = -100
+    check(torch.float32, lambda x, t: TF.cross_entropy(x, t, **options),
+          lambda x, t: reference(x, t, classes_last=form == "[B, T, V]", **options)[0].float(),
+          logits, target)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("probs", [False, True], ids=["indices", "probs"])
+def test_low_precision_against_float64(dtype, probs):
+    # Compared with the composition in float64 on the same rounded inputs:
+    # torch's own half-precision CPU result is the less accurate side.
+    logits = (3 * torch.randn(9, 1003)).to(dtype)
+    target = probabilities((9, 1003)).to(dtype) if probs else torch.randint(0, 1003, (9,))
+    options = dict(weight=(torch.rand(1003) + 0.5).to(dtype), label_smoothing=0.1,
+                   lse_square_scale=1e-3, softcap=5.0)
+    check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
+          lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
+
+
+@pytest.mark.parametrize("lse_square_scale, softcap", [(1e-2, None), (0.0, 3.0), (1e-2, 3.0)])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("probs", [False, True], ids=["indices", "probs"])
+def test_z_loss_and_softcap(lse_square_scale, softcap, reduction, probs):
+    logits = 4 * torch.randn(6, 37)
+    target = probabilities((6, 37)) if probs else torch.tensor([3, -100, 0, 36, 5, 5])
+    options = dict(weight=torch.rand(37) + 0.5, reduction=reduction, label_smoothing=0.1,
+                   lse_square_scale=lse_square_scale, softcap=softcap)
+    check(torch.float32, lambda x, t: TF.cross_entropy(x, t, **options),
+          lambda x, t: reference(x, t, **options)[0].float(), logits, target)
+    loss, z_loss = TF.cross_entropy(logits, target, return_z_loss=True, **options)
+    want_loss, want_z = reference(logits, target, **options)
+    assert_close(loss, want_loss, torch.float32)
+    assert_close(z_loss, want_z, torch.float32)
+    assert not z_loss.requires_grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_vocabulary_of_128256(dtype):
+    logits = (2 * torch.randn(3, 128256)).to(dtype)
+    target = torch.tensor([0, 128255, 77777])
+    options = dict(label_smoothing=0.1, lse_square_scale=1e-4)
+    check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
+          lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
+    check(dtype, lambda x, t: TF.cross_entropy(x * 1, t, inplace_backward=True, **options),
+          lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
+
+
+@pytest.mark.parametrize("rows", [0, 1])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("probs", [False, True], ids=["indices", "probs"])
+def test_zero_and_one_rows(rows, reduction, probs):
+    logits = torch.randn(rows, 9)
+    target = probabilities((rows, 9)) if probs else torch.randint(0, 9, (rows,))
+    check(torch.float32, lambda x, t: TF.cross_entropy(x, t, reduction=reduction),
+          lambda x, t: F.cross_entropy(x, t, reduction=reduction), logits, target)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_all_targets_ignored(reduction, weighted):
+    # torch: 'mean' of nothing is NaN (its gradient 0), 'sum' 0.
+    logits, target = torch.randn(4, 9), torch.full((4,), -100)
+    options = dict(weight=torch.rand(9) if weighted else None, reduction=reduction,
+                   label_smoothing=0.1, lse_square_scale=1e-2)
+    check(torch.float32, lambda x, t: TF.cross_entropy(x, t, **options),
+          lambda x, t: reference(x, t, **options)[0].float(), logits, target)
+    check(torch.float32, lambda x, t: TF.cross_entropy(x * 1, t, inplace_backward=True, **options),
+          lambda x, t: reference(x, t, **options)[0].float(), logits, target)
+
+
+#===------------------------------------------------------------------------===#
+# The in-place gradient
+#===------------------------------------------------------------------------===#
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("probs", [False, True], ids=["indices", "probs"])
+def test_inplace_backward_through_an_lm_head(reduction, probs):
+    hidden, head = torch.randn(2, 5, 16), torch.randn(37, 16)
+    target = probabilities((2, 5, 37)).view(10, 37) if probs else torch.randint(0, 37, (2, 5))
+    options = dict(weight=torch.rand(37) + 0.5, reduction=reduction, label_smoothing=0.1,
+                   lse_square_scale=1e-2, softcap=4.0)
+
+    def step(inplace):
+        h, w = hidden.clone().requires_grad_(), head.clone().requires_grad_()
+        logits = h @ w.t()
+        if probs:
+            logits = logits.view(10, 37)
+        loss = TF.cross_entropy(logits, target, inplace_backward=inplace, **options)
+        upstream = torch.linspace(0.5, 1.5, loss.numel()).view(loss.shape)
+        loss.backward(upstream)
+        return loss.detach(), h.grad, w.grad, logits
+
+    loss, dh, dw, logits = step(True)
+    want_loss, want_dh, want_dw, want_logits = step(False)
+    for got, want in ((loss, want_loss), (dh, want_dh), (dw, want_dw)):
+        assert_close(got, want, torch.float32)
+    # The logits now hold their gradient (times the upstream gradient).
+    assert not torch.equal(logits, want_logits)
+
+
+@pytest.mark.parametrize("shape", [(4, 9), (2, 3, 9)], ids=str)
+def test_inplace_backward_writes_the_logits_storage(shape):
+    # [B, T, V] logits too: their rows are used as they are, not copied.
+    logits = torch.randn(shape).requires_grad_() * 1
+    target = torch.randint(0, 9, shape[:-1])
+    pointer = logits.data_ptr()
+    (dlogits,) = torch.autograd.grad(TF.cross_entropy(logits, target, inplace_backward=True),
+                                     logits)
+    assert dlogits.data_ptr() == pointer
+    torch.testing.assert_close(dlogits, logits.detach())
+
+
+def test_inplace_backward_without_gradient_leaves_the_logits():
+    logits, target = torch.randn(4, 9), torch.randint(0, 9, (4,))
+    before = logits.clone()
+    loss = TF.cross_entropy(logits, target, inplace_backward=True)
+    assert torch.equal(logits, before)
+    assert_close(loss, F.cross_entropy(logits, target), torch.float32)
+
+
+def test_inplace_backward_refusals():
+    target = torch.randint(0, 9, (4,))
+    leaf = torch.randn(4, 9, requires_grad=True)
+    with pytest.raises(ValueError, match=r"tilefuse.cross_entropy: inplace_backward=True writes "
+                                         r"the gradient over 'input', a leaf tensor"):
+        TF.cross_entropy(leaf, target, inplace_backward=True)
+    with pytest.raises(ValueError, match=r"a view of a leaf tensor that requires grad"):
+        TF.cross_entropy(leaf[:2], target[:2], inplace_backward=True)
+    with pytest.raises(ValueError, match=r"'input', which must be contiguous"):
+        TF.cross_entropy((leaf * 1).t(), torch.randint(0, 4, (9,)), inplace_backward=True)
+    # Something autograd saved of the logits: its backward refuses.
+    logits = leaf * 1
+    saved_use = logits.pow(2).sum()
+    loss = TF.cross_entropy(logits, target, inplace_backward=True)
+    with pytest.raises(RuntimeError, match=r"modified by an inplace operation"):
+        (loss + saved_use).backward()
+    # The backward scales the written gradient in place: it runs once.
+    loss = TF.cross_entropy(leaf * 1, target, inplace_backward=True)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match=r"can run only once"):
+        loss.backward()
+
+
+#===------------------------------------------------------------------------===#
+# gradcheck, errors, torch.compile, meta tensors
+#===------------------------------------------------------------------------===#
+
+def test_gradcheck_float64():
+    from torch.autograd import gradcheck
+    d = torch.float64
+    x = torch.randn(3, 7, dtype=d, requires_grad=True)
+    weight = torch.rand(7, dtype=d) + 0.5
+    target = torch.tensor([1, -100, 6])
+    probs = probabilities((3, 7)).to(d).requires_grad_()
+    for reduction in ("none", "mean", "sum"):
+        options = dict(weight=weight, reduction=reduction, label_smoothing=0.1,
+                       lse_square_scale=0.1, softcap=2.0)
+        assert gradcheck(lambda x: TF.cross_entropy(x, target, **options), (x,))
+        assert gradcheck(lambda x, p: TF.cross_entropy(x, p, **options), (x, probs))
+        # gradcheck runs a backward more than once, which the in-place
+        # gradient refuses: it must equal the gradient gradcheck checked.
+        check(d, lambda x, t: TF.cross_entropy(x * 1, t, inplace_backward=True, **options),
+              lambda x, t: TF.cross_entropy(x, t, **options), x, target)
+    kdim = torch.randn(2, 5, 3, dtype=d, requires_grad=True)
+    assert gradcheck(lambda x: TF.cross_entropy(x, torch.tensor([[0, 4, 2], [1, 1, 3]])), (kdim,))
+
+
+def test_errors_name_the_argument():
+    x, target = torch.randn(4, 9), torch.randint(0, 9, (4,))
+    with pytest.raises(ValueError, match=r"tilefuse.cross_entropy: 'weight' \(the class weights\) "
+                                         r"requires grad"):
+        TF.cross_entropy(x, target, weight=torch.rand(9, requires_grad=True))
+    with pytest.raises(ValueError, match=r"tilefuse.cross_entropy: argument 'weight' must have "
+                                         r"shape \[9\]"):
+        TF.cross_entropy(x, target, weight=torch.rand(8))
+    with pytest.raises(ValueError, match=r"tilefuse.cross_entropy: 'target' must have shape \[4\]"):
+        TF.cross_entropy(x, torch.randint(0, 9, (5,)))
+    with pytest.raises(TypeError, match=r"'target' must hold int64 class indices or float "
+                                        r"probabilities, got Int"):
+        TF.cross_entropy(x, target.int())
+    with pytest.raises(ValueError, match=r"probability targets .* must have the shape of 'input'"):
+        TF.cross_entropy(x, torch.rand(4, 8))
+    with pytest.raises(ValueError, match=r"ignore_index is not supported with probability targets"):
+        TF.cross_entropy(x, torch.rand(4, 9), ignore_index=1)
+    with pytest.raises(ValueError, match=r"softcap must be a positive number or None, got -1"):
+        TF.cross_entropy(x, target, softcap=-1.0)
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\], got 1.5"):
+        TF.cross_entropy(x, target, label_smoothing=1.5)
+    with pytest.raises(ValueError, match=r"reduction must be 'none', 'mean' or 'sum', got 'max'"):
+        TF.cross_entropy(x, target, reduction="max")
+    with pytest.raises(ValueError, match=r"'input' must have a class dimension of at least 1"):
+        TF.cross_entropy(torch.randn(4, 0), target)
+
+
+@pytest.mark.parametrize("inplace", [False, True], ids=["saved-logits", "inplace"])
+def test_torch_compile_fullgraph(inplace):
+    def step(hidden, head, target, probs, weight):
+        logits = hidden @ head.t()
+        loss, z_loss = TF.cross_entropy(logits, target, weight=weight, label_smoothing=0.1,
+                                        lse_square_scale=1e-2, softcap=5.0, return_z_loss=True,
+                                        inplace_backward=inplace)
+        soft = TF.cross_entropy((hidden @ head.t()).transpose(1, 2), probs, reduction="sum")
+        return loss + soft, z_loss
+
+    compiled = torch.compile(step, fullgraph=True, dynamic=True, backend="aot_eager")
+    head = torch.randn(37, 16)
+    for batch in (3, 5):
+        hidden, target = torch.randn(batch, 4, 16), torch.randint(0, 37, (batch, 4))
+        probs = probabilities((batch, 37, 4), dim=1)
+        weight = torch.rand(37) + 0.5
+        results = []
+        for fn in (compiled, step):
+            h, w = hidden.clone().requires_grad_(), head.clone().requires_grad_()
+            loss, z_loss = fn(h, w, target, probs, weight)
+            loss.backward()
+            results.append((loss, z_loss, h.grad, w.grad))
+        for got, want in zip(*results):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_meta_tensors():
+    logits = torch.empty(2, 3, 50, device="meta", dtype=torch.bfloat16)
+    target = torch.empty(2, 3, dtype=torch.int64, device="meta")
+    assert TF.cross_entropy(logits, target, reduction="none").shape == (2, 3)
+    loss, z_loss = TF.cross_entropy(logits, target, return_z_loss=True, lse_square_scale=1e-4)
+    assert (loss.shape, loss.dtype, z_loss.shape) == ((), torch.bfloat16, ())
+    probs = torch.empty(2, 3, 50, device="meta")
+    assert TF.cross_entropy(logits, probs, reduction="none").shape == (2, 50)
