@@ -145,20 +145,21 @@ Targets Targets::rows(int64_t start, int64_t length) const {
   return slice;
 }
 
-Targets cross_entropy::prepareTargets(const char *op, const Tensor &logits,
-                                      const Tensor &target,
+Targets cross_entropy::prepareTargets(const char *op, const Tensor &target,
                                       const std::optional<Tensor> &weight,
-                                      int64_t ignoreIndex, bool check) {
+                                      int64_t ignoreIndex, int64_t classes,
+                                      const at::TensorOptions &logits,
+                                      bool check) {
   Targets targets;
   targets.probs = at::isFloatingType(target.scalar_type());
-  int64_t classes = logits.size(-1);
-  auto rowOptions = logits.options().dtype(rowDtype(logits));
+  auto rowOptions = logits.dtype(
+      logits.dtype() == at::kDouble ? at::kDouble : at::kFloat);
   targets.classWeight =
-      weight ? weight->contiguous() : at::ones({classes}, logits.options());
+      weight ? weight->contiguous() : at::ones({classes}, logits);
   if (targets.probs) {
     // torch divides the 'mean' of probability targets by the rows.
     targets.weightTotal =
-        at::scalar_tensor(static_cast<double>(logits.numel() / classes),
+        at::scalar_tensor(static_cast<double>(target.numel() / classes),
                           rowOptions);
     targets.count = targets.weightTotal;
     return targets;

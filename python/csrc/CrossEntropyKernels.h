@@ -53,13 +53,14 @@ struct Targets {
   Targets rows(int64_t start, int64_t length) const;
 };
 
-/// The targets of `logits`. Class indices outside [0, n) that are not
+/// The targets of logits with `classes` classes and options `logits`
+/// (dtype, device). Class indices outside [0, n) that are not
 /// ignore_index raise an IndexError naming `op`: always on the CPU, on a GPU
 /// (where the check waits for the targets) with `check`.
-Targets prepareTargets(const char *op, const at::Tensor &logits,
-                       const at::Tensor &target,
+Targets prepareTargets(const char *op, const at::Tensor &target,
                        const std::optional<at::Tensor> &weight,
-                       int64_t ignoreIndex, bool check);
+                       int64_t ignoreIndex, int64_t classes,
+                       const at::TensorOptions &logits, bool check);
 
 /// The forward kernel: per-row (loss, z_loss, lse, mass).
 std::vector<at::Tensor> runForward(const char *op, const at::Tensor &logits,

@@ -119,7 +119,8 @@ TensorQuad crossEntropyFwd(const Tensor &logits, const Tensor &target,
   Options options = optionsOf(ignoreIndex, labelSmoothing, lseSquareScale,
                               softcap, reduction);
   Targets targets =
-      prepareTargets(kOp, logits, target, weight, ignoreIndex, /*check=*/true);
+      prepareTargets(kOp, target, weight, ignoreIndex, logits.size(-1),
+                     logits.options(), /*check=*/true);
   auto rows = runForward(kOp, logits, target, targets, options);
   auto [loss, zLoss] = reduceLoss(rows[0], rows[1], targets, options);
   return {loss, zLoss, rows[2], rows[3]};
@@ -143,8 +144,8 @@ Tensor crossEntropyBwd(const Tensor &gradLoss, const Tensor &logits,
   checkKernelArguments(logits, target);
   Options options = optionsOf(ignoreIndex, labelSmoothing, lseSquareScale,
                               softcap, reduction);
-  Targets targets = prepareTargets(kOp, logits, target, weight, ignoreIndex,
-                                   /*check=*/false);
+  Targets targets = prepareTargets(kOp, target, weight, ignoreIndex, logits.size(-1),
+                     logits.options(), /*check=*/false);
   auto [dloss, dzLoss] = rowGradients(gradLoss, targets, options.reduction,
                                       lse.sizes(), lse.scalar_type());
   return runBackward(kOp, logits, target, targets, options, lse, mass, dloss,
@@ -168,7 +169,8 @@ Tensor crossEntropyTargetBwd(const Tensor &gradLoss, const Tensor &logits,
                              std::optional<double> softcap, int64_t reduction) {
   checkKernelArguments(logits, target);
   Options options = optionsOf(-100, labelSmoothing, 0.0, softcap, reduction);
-  Targets targets = prepareTargets(kOp, logits, target, weight, -100, false);
+  Targets targets = prepareTargets(kOp, target, weight, -100, logits.size(-1),
+                                   logits.options(), /*check=*/false);
   auto [dloss, dzLoss] = rowGradients(gradLoss, targets, options.reduction,
                                       lse.sizes(), lse.scalar_type());
   Tensor z = logits.to(lse.scalar_type());
@@ -201,7 +203,8 @@ TensorPair crossEntropyFwdGrad(const Tensor &logits, const Tensor &target,
   Options options = optionsOf(ignoreIndex, labelSmoothing, lseSquareScale,
                               softcap, reduction);
   Targets targets =
-      prepareTargets(kOp, logits, target, weight, ignoreIndex, /*check=*/true);
+      prepareTargets(kOp, target, weight, ignoreIndex, logits.size(-1),
+                     logits.options(), /*check=*/true);
   Tensor one = at::ones({}, logits.options().dtype(rowDtype(logits)));
   at::IntArrayRef rows = logits.sizes().slice(0, logits.dim() - 1);
   auto [dloss, dzLoss] =

@@ -24,6 +24,7 @@ _swiglu = _ops.swiglu.default
 _cross_entropy = _ops.cross_entropy.default
 _cross_entropy_with_z_loss = _ops.cross_entropy_with_z_loss.default
 _cross_entropy_inplace_backward = _ops.cross_entropy_inplace_backward.default
+_linear_cross_entropy = _ops.linear_cross_entropy.default
 _adamw_step = _ops.adamw_step_.default
 
 
@@ -91,6 +92,33 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
         loss, z_loss = _cross_entropy_with_z_loss(*args, **options)
     else:
         return _cross_entropy(*args, **options)
+    return (loss, z_loss) if return_z_loss else loss
+
+
+def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor,
+                         bias: Tensor | None = None, *, ce_weight: Tensor | None = None,
+                         ignore_index: int = -100, reduction: str = "mean",
+                         label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
+                         softcap: float | None = None, return_z_loss: bool = False,
+                         chunk_bytes: int | None = None):
+    """cross_entropy(input @ weight.T + bias, target, ...) without ever
+    holding the [tokens, vocab] logits (a language model's head and loss).
+
+    `input` is [..., hidden], `weight` [vocab, hidden], `bias` [vocab];
+    `target` holds class indices of `input`'s leading shape or probabilities
+    [..., vocab]; `ce_weight` are class weights. The other options are
+    cross_entropy's. Tokens go in chunks whose logits take at most
+    `chunk_bytes` (default 256 MiB, at least one row): each chunk's logits
+    come from a matmul, the fused kernel turns them into the losses and, in
+    place, their gradient, and matmuls turn that into the chunk's share of
+    the gradients of `input`, `weight` and `bias` (accumulated in float32 for
+    16-bit parameters). With reduction 'mean' or 'sum' this happens in the
+    forward and the backward only scales the gradients (once: no
+    retain_graph); with 'none' the backward recomputes the chunks.
+    """
+    loss, z_loss = _linear_cross_entropy(
+        input, weight, target, bias, ce_weight, ignore_index, reduction, label_smoothing,
+        lse_square_scale=lse_square_scale, softcap=softcap, chunk_bytes=chunk_bytes)
     return (loss, z_loss) if return_z_loss else loss
 
 

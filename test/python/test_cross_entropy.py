@@ -24,8 +24,10 @@ def reference(logits, target, weight=None, ignore_index=-100, reduction="mean",
         z = softcap * torch.tanh(z / softcap)
     probs = target.is_floating_point()
     t = target.double() if probs else target
+    leading = logits.shape[:-1]
     if classes_last:
-        z, t = z.reshape(-1, z.shape[-1]), t.reshape(-1)
+        z = z.reshape(-1, z.shape[-1])
+        t = t.reshape(z.shape if probs else (-1,))
     loss = F.cross_entropy(z, t, None if weight is None else weight.double(),
                            ignore_index=ignore_index, reduction=reduction,
                            label_smoothing=label_smoothing)
@@ -34,7 +36,7 @@ def reference(logits, target, weight=None, ignore_index=-100, reduction="mean",
     rows = torch.where(valid, lse_square_scale * lse * lse, 0.0)
     z_loss = {"none": rows, "sum": rows.sum(), "mean": rows.sum() / valid.sum()}[reduction]
     if reduction == "none" and classes_last:
-        loss, z_loss = loss.view(target.shape), z_loss.view(target.shape)
+        loss, z_loss = loss.view(leading), z_loss.view(leading)
     if lse_square_scale:
         loss = loss + z_loss
     return loss, z_loss

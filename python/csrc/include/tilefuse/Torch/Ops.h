@@ -58,6 +58,17 @@ std::tuple<at::Tensor, at::Tensor>
 cross_entropy_with_z_loss(const at::Tensor &input, const at::Tensor &target,
                           const CrossEntropyOptions &options = {});
 
+/// The cross-entropy of input @ weight.T (+ bias) without the [tokens,
+/// vocab] logits: tokens in chunks whose logits take at most `chunkBytes`
+/// (default 256 MiB); `options.weight` are class weights. Returns (loss,
+/// z-loss).
+std::tuple<at::Tensor, at::Tensor>
+linear_cross_entropy(const at::Tensor &input, const at::Tensor &weight,
+                     const at::Tensor &target,
+                     const std::optional<at::Tensor> &bias = std::nullopt,
+                     const CrossEntropyOptions &options = {},
+                     std::optional<int64_t> chunkBytes = std::nullopt);
+
 /// One torch.optim.AdamW step on `param` and its state, in place.
 void adamw_step_(const at::Tensor &param, const at::Tensor &grad,
                  const at::Tensor &expAvg, const at::Tensor &expAvgSq,
