@@ -88,8 +88,8 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
     }
   }
 
-  Value p = kernel.stage == Stage::Backward ? exp(z - lse)
-                                            : exp(shifted - logSum);
+  Value p =
+      kernel.stage == Stage::Backward ? exp(z - lse) : exp(shifted - logSum);
   if (hard) {
     Value onehot = cast(b.iota() == target, b.computeType());
     weighted = keep * targetWeight * onehot + uniform * weight;

@@ -105,28 +105,26 @@ void prepareHostTargets(const char *op, Targets &targets, const Tensor &target,
 
 Reduction cross_entropy::parseReduction(const char *op,
                                         c10::string_view reduction) {
-  TORCH_CHECK_VALUE(reduction == "none" || reduction == "mean" ||
-                        reduction == "sum",
-                    "tilefuse.", op,
-                    ": reduction must be 'none', 'mean' or 'sum', got '",
-                    reduction, "'");
+  TORCH_CHECK_VALUE(
+      reduction == "none" || reduction == "mean" || reduction == "sum",
+      "tilefuse.", op, ": reduction must be 'none', 'mean' or 'sum', got '",
+      reduction, "'");
   return reduction == "none" ? None : reduction == "sum" ? Sum : Mean;
 }
 
 Reduction cross_entropy::checkReduction(const char *op, int64_t reduction) {
-  TORCH_CHECK_VALUE(reduction == None || reduction == Mean || reduction == Sum,
-                    "tilefuse.", op,
-                    ": reduction must be 0 (none), 1 (mean) or 2 (sum), got ",
-                    reduction);
+  TORCH_CHECK_VALUE(
+      reduction == None || reduction == Mean || reduction == Sum, "tilefuse.",
+      op, ": reduction must be 0 (none), 1 (mean) or 2 (sum), got ", reduction);
   return static_cast<Reduction>(reduction);
 }
 
 void cross_entropy::checkOptions(const char *op, const Options &options,
                                  bool probs) {
-  TORCH_CHECK_VALUE(options.labelSmoothing >= 0.0 &&
-                        options.labelSmoothing <= 1.0,
-                    "tilefuse.", op, ": label_smoothing must be in [0, 1], got ",
-                    options.labelSmoothing);
+  TORCH_CHECK_VALUE(
+      options.labelSmoothing >= 0.0 && options.labelSmoothing <= 1.0,
+      "tilefuse.", op, ": label_smoothing must be in [0, 1], got ",
+      options.labelSmoothing);
   TORCH_CHECK_VALUE(!options.softcap || (*options.softcap > 0.0 &&
                                          std::isfinite(*options.softcap)),
                     "tilefuse.", op,
@@ -152,15 +150,14 @@ Targets cross_entropy::prepareTargets(const char *op, const Tensor &target,
                                       bool check) {
   Targets targets;
   targets.probs = at::isFloatingType(target.scalar_type());
-  auto rowOptions = logits.dtype(
-      logits.dtype() == at::kDouble ? at::kDouble : at::kFloat);
+  auto rowOptions =
+      logits.dtype(logits.dtype() == at::kDouble ? at::kDouble : at::kFloat);
   targets.classWeight =
       weight ? weight->contiguous() : at::ones({classes}, logits);
   if (targets.probs) {
     // torch divides the 'mean' of probability targets by the rows.
-    targets.weightTotal =
-        at::scalar_tensor(static_cast<double>(target.numel() / classes),
-                          rowOptions);
+    targets.weightTotal = at::scalar_tensor(
+        static_cast<double>(target.numel() / classes), rowOptions);
     targets.count = targets.weightTotal;
     return targets;
   }
@@ -172,8 +169,7 @@ Targets cross_entropy::prepareTargets(const char *op, const Tensor &target,
   }
   Tensor valid = target.ne(ignoreIndex);
   if (check) {
-    Tensor bad =
-        target.lt(0).logical_or(target.ge(classes)).logical_and(valid);
+    Tensor bad = target.lt(0).logical_or(target.ge(classes)).logical_and(valid);
     if (bad.any().item<bool>())
       outOfRange(op, target.masked_select(bad)[0].item<int64_t>(), classes);
   }
@@ -191,12 +187,10 @@ Targets cross_entropy::prepareTargets(const char *op, const Tensor &target,
   return targets;
 }
 
-std::vector<Tensor> cross_entropy::runForward(const char *op,
-                                              const Tensor &logits,
-                                              const Tensor &target,
-                                              const Targets &targets,
-                                              const Options &options,
-                                              at::TensorList out) {
+std::vector<Tensor>
+cross_entropy::runForward(const char *op, const Tensor &logits,
+                          const Tensor &target, const Targets &targets,
+                          const Options &options, at::TensorList out) {
   return runKernel(op, Forward, logits, target, targets, options, {}, out);
 }
 
@@ -209,10 +203,11 @@ Tensor cross_entropy::runBackward(const char *op, const Tensor &logits,
                    {lse, mass, dloss, dzLoss})[0];
 }
 
-std::vector<Tensor> cross_entropy::runForwardGrad(
-    const char *op, const Tensor &logits, const Tensor &target,
-    const Targets &targets, const Options &options, const Tensor &dloss,
-    const Tensor &dzLoss, at::TensorList rowOut) {
+std::vector<Tensor>
+cross_entropy::runForwardGrad(const char *op, const Tensor &logits,
+                              const Tensor &target, const Targets &targets,
+                              const Options &options, const Tensor &dloss,
+                              const Tensor &dzLoss, at::TensorList rowOut) {
   TORCH_CHECK(logits.is_contiguous(), "tilefuse.", op,
               ": the logits the gradient is written over must be contiguous");
   std::vector<Tensor> out(rowOut.begin(), rowOut.end());

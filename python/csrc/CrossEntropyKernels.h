@@ -1,4 +1,4 @@
-//===- CrossEntropyKernels.h - running the cross-entropy fusions -*- C++ -*-===//
+//===- CrossEntropyKernels.h - running cross-entropy fusions ----*- C++ -*-===//
 //
 // What the cross-entropy ops (CrossEntropyOps.cpp) and the fused linear
 // cross-entropy (LinearCrossEntropyOps.cpp) share: the per-row values the
@@ -79,13 +79,11 @@ at::Tensor runBackward(const char *op, const at::Tensor &logits,
 
 /// Forward and backward in one kernel: per-row (loss, z_loss), and dlogits
 /// written over the contiguous `logits`.
-std::vector<at::Tensor> runForwardGrad(const char *op, const at::Tensor &logits,
-                                       const at::Tensor &target,
-                                       const Targets &targets,
-                                       const Options &options,
-                                       const at::Tensor &dloss,
-                                       const at::Tensor &dzLoss,
-                                       at::TensorList rowOut = {});
+std::vector<at::Tensor>
+runForwardGrad(const char *op, const at::Tensor &logits,
+               const at::Tensor &target, const Targets &targets,
+               const Options &options, const at::Tensor &dloss,
+               const at::Tensor &dzLoss, at::TensorList rowOut = {});
 
 /// (loss + z-loss, z-loss) reduced as `reduction` says from per-row values:
 /// 'mean' divides the loss by targets.weightTotal and the z-loss by
@@ -97,11 +95,9 @@ std::pair<at::Tensor, at::Tensor> reduceLoss(const at::Tensor &loss,
 
 /// The per-row upstream gradients (of the loss, of the z-loss) for `grad`,
 /// the gradient of the reduced loss; `rows` is the leading shape.
-std::pair<at::Tensor, at::Tensor> rowGradients(const at::Tensor &grad,
-                                               const Targets &targets,
-                                               Reduction reduction,
-                                               at::IntArrayRef rows,
-                                               at::ScalarType dtype);
+std::pair<at::Tensor, at::Tensor>
+rowGradients(const at::Tensor &grad, const Targets &targets,
+             Reduction reduction, at::IntArrayRef rows, at::ScalarType dtype);
 
 /// The shapes of reduceLoss's results for logits `logits` (meta kernels).
 at::Tensor emptyLoss(const at::Tensor &logits, Reduction reduction);

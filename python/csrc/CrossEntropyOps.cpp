@@ -2,13 +2,13 @@
 //
 // torch.nn.functional.cross_entropy as tilefuse:: ops, with the options of
 // LLM training:
-//   - cross_entropy / cross_entropy_with_z_loss / cross_entropy_inplace_backward
-//     (CompositeImplicitAutograd): torch's forms ([N, C], [C], [N, C, d1, ...]
-//     with the classes moved last by a copy, and [..., V] logits with [...]
-//     targets as language models produce them, with no copy), class weights,
-//     class-index or probability targets, ignore_index, label smoothing,
-//     every reduction; and the z-loss, soft-capping and the in-place
-//     gradient;
+//   - cross_entropy, cross_entropy_with_z_loss and
+//     cross_entropy_inplace_backward (CompositeImplicitAutograd): torch's forms
+//     ([N, C], [C], [N, C, d1, ...] with the classes moved last by a copy, and
+//     [..., V] logits with [...] targets as language models produce them, with
+//     no copy), class weights, class-index or probability targets,
+//     ignore_index, label smoothing, every reduction; and the z-loss,
+//     soft-capping and the in-place gradient;
 //   - cross_entropy_fwd / _bwd / _target_bwd: CPU and CUDA kernels (the
 //     fused kernels), Meta kernels, and an Autograd kernel for _fwd whose
 //     backward is the fused _bwd;
@@ -44,8 +44,8 @@ using TensorPair = std::tuple<Tensor, Tensor>;
 using TensorQuad = std::tuple<Tensor, Tensor, Tensor, Tensor>;
 
 using FwdOp = TensorQuad(const Tensor &, const Tensor &,
-                         const std::optional<Tensor> &, int64_t, double,
-                         double, std::optional<double>, int64_t);
+                         const std::optional<Tensor> &, int64_t, double, double,
+                         std::optional<double>, int64_t);
 using FwdGradOp = TensorPair(const Tensor &, const Tensor &,
                              const std::optional<Tensor> &, int64_t, double,
                              double, std::optional<double>, int64_t);
@@ -136,15 +136,16 @@ TensorQuad crossEntropyFwdMeta(const Tensor &logits, const Tensor &,
 }
 
 Tensor crossEntropyBwd(const Tensor &gradLoss, const Tensor &logits,
-                       const Tensor &target, const std::optional<Tensor> &weight,
-                       const Tensor &lse, const Tensor &mass,
-                       int64_t ignoreIndex, double labelSmoothing,
-                       double lseSquareScale, std::optional<double> softcap,
-                       int64_t reduction) {
+                       const Tensor &target,
+                       const std::optional<Tensor> &weight, const Tensor &lse,
+                       const Tensor &mass, int64_t ignoreIndex,
+                       double labelSmoothing, double lseSquareScale,
+                       std::optional<double> softcap, int64_t reduction) {
   checkKernelArguments(logits, target);
   Options options = optionsOf(ignoreIndex, labelSmoothing, lseSquareScale,
                               softcap, reduction);
-  Targets targets = prepareTargets(kOp, target, weight, ignoreIndex, logits.size(-1),
+  Targets targets =
+      prepareTargets(kOp, target, weight, ignoreIndex, logits.size(-1),
                      logits.options(), /*check=*/false);
   auto [dloss, dzLoss] = rowGradients(gradLoss, targets, options.reduction,
                                       lse.sizes(), lse.scalar_type());
@@ -209,8 +210,8 @@ TensorPair crossEntropyFwdGrad(const Tensor &logits, const Tensor &target,
   at::IntArrayRef rows = logits.sizes().slice(0, logits.dim() - 1);
   auto [dloss, dzLoss] =
       rowGradients(one, targets, options.reduction, rows, one.scalar_type());
-  auto losses = runForwardGrad(kOp, logits, target, targets, options, dloss,
-                               dzLoss);
+  auto losses =
+      runForwardGrad(kOp, logits, target, targets, options, dloss, dzLoss);
   auto [loss, zLoss] = reduceLoss(losses[0], losses[1], targets, options);
   return {loss, zLoss};
 }
@@ -258,18 +259,17 @@ void saveOptions(AutogradContext *ctx, int64_t ignoreIndex,
 }
 
 struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
-  static variable_list forward(AutogradContext *ctx, const Tensor &logits,
-                               const Tensor &target,
-                               const std::optional<Tensor> &weight,
-                               int64_t ignoreIndex, double labelSmoothing,
-                               double lseSquareScale,
-                               std::optional<double> softcap,
-                               int64_t reduction) {
+  static variable_list
+  forward(AutogradContext *ctx, const Tensor &logits, const Tensor &target,
+          const std::optional<Tensor> &weight, int64_t ignoreIndex,
+          double labelSmoothing, double lseSquareScale,
+          std::optional<double> softcap, int64_t reduction) {
     at::AutoDispatchBelowADInplaceOrView below;
     auto [loss, zLoss, lse, mass] =
         fwdOp().call(logits, target, weight, ignoreIndex, labelSmoothing,
                      lseSquareScale, softcap, reduction);
-    ctx->save_for_backward({logits, target, lse, mass, weight.value_or(Tensor())});
+    ctx->save_for_backward(
+        {logits, target, lse, mass, weight.value_or(Tensor())});
     saveOptions(ctx, ignoreIndex, labelSmoothing, lseSquareScale, softcap,
                 reduction);
     ctx->mark_non_differentiable({zLoss, lse, mass});
@@ -293,10 +293,10 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     auto softcap = data["softcap"].toOptional<double>();
     int64_t reduction = data["reduction"].toInt();
     if (ctx->needs_input_grad(0))
-      result[0] = bwdOp.call(grads[0], logits, target, weight, lse, saved[3],
-                             data["ignore_index"].toInt(), labelSmoothing,
-                             data["lse_square_scale"].toDouble(), softcap,
-                             reduction);
+      result[0] =
+          bwdOp.call(grads[0], logits, target, weight, lse, saved[3],
+                     data["ignore_index"].toInt(), labelSmoothing,
+                     data["lse_square_scale"].toDouble(), softcap, reduction);
     if (ctx->needs_input_grad(1))
       result[1] = targetBwdOp.call(grads[0], logits, target, weight, lse,
                                    labelSmoothing, softcap, reduction);
@@ -325,13 +325,11 @@ void checkWritable(const Tensor &logits) {
 
 struct InplaceCrossEntropyFunction
     : torch::autograd::Function<InplaceCrossEntropyFunction> {
-  static variable_list forward(AutogradContext *ctx, const Tensor &logits,
-                               const Tensor &target,
-                               const std::optional<Tensor> &weight,
-                               int64_t ignoreIndex, double labelSmoothing,
-                               double lseSquareScale,
-                               std::optional<double> softcap,
-                               int64_t reduction) {
+  static variable_list
+  forward(AutogradContext *ctx, const Tensor &logits, const Tensor &target,
+          const std::optional<Tensor> &weight, int64_t ignoreIndex,
+          double labelSmoothing, double lseSquareScale,
+          std::optional<double> softcap, int64_t reduction) {
     checkWritable(logits);
     Tensor loss, zLoss;
     {
@@ -411,9 +409,11 @@ TensorPair classesLast(const Tensor &input, const Tensor &target) {
   TORCH_CHECK_VALUE(input.dim() >= 3 &&
                         target.sym_sizes() == leadingSymDims(input),
                     "tilefuse.cross_entropy: 'target' must have shape ",
-                    c10::SymIntArrayRef(torchForm), " (torch's [N, d1, ...] "
+                    c10::SymIntArrayRef(torchForm),
+                    " (torch's [N, d1, ...] "
                     "for 'input' [N, C, d1, ...]) or ",
-                    leadingSymDims(input), " (classes last, as [B, T] for "
+                    leadingSymDims(input),
+                    " (classes last, as [B, T] for "
                     "[B, T, V] logits), got ",
                     target.sym_sizes());
   return {input, target};
@@ -440,10 +440,9 @@ TensorPair crossEntropyImpl(const Tensor &input, const Tensor &target,
     TORCH_CHECK_VALUE(!targets.requires_grad(),
                       "tilefuse.cross_entropy: inplace_backward=True cannot "
                       "give 'target' a gradient");
-    std::tie(loss, zLoss) =
-        fwdGradOp().call(logits, targets, classWeight, ignoreIndex,
-                         labelSmoothing, lseSquareScale, softcap,
-                         options.reduction);
+    std::tie(loss, zLoss) = fwdGradOp().call(
+        logits, targets, classWeight, ignoreIndex, labelSmoothing,
+        lseSquareScale, softcap, options.reduction);
   } else {
     std::tie(loss, zLoss, std::ignore, std::ignore) =
         fwdOp().call(logits, targets, classWeight, ignoreIndex, labelSmoothing,
@@ -457,8 +456,8 @@ Tensor crossEntropy(const Tensor &input, const Tensor &target,
                     c10::string_view reduction, double labelSmoothing,
                     double lseSquareScale, std::optional<double> softcap) {
   return std::get<0>(crossEntropyImpl(input, target, weight, ignoreIndex,
-                                      reduction, labelSmoothing,
-                                      lseSquareScale, softcap, false));
+                                      reduction, labelSmoothing, lseSquareScale,
+                                      softcap, false));
 }
 
 TensorPair crossEntropyWithZLoss(const Tensor &input, const Tensor &target,
@@ -471,13 +470,12 @@ TensorPair crossEntropyWithZLoss(const Tensor &input, const Tensor &target,
                           labelSmoothing, lseSquareScale, softcap, false);
 }
 
-TensorPair crossEntropyInplaceBackward(const Tensor &input, const Tensor &target,
-                                       const std::optional<Tensor> &weight,
-                                       int64_t ignoreIndex,
-                                       c10::string_view reduction,
-                                       double labelSmoothing,
-                                       double lseSquareScale,
-                                       std::optional<double> softcap) {
+TensorPair
+crossEntropyInplaceBackward(const Tensor &input, const Tensor &target,
+                            const std::optional<Tensor> &weight,
+                            int64_t ignoreIndex, c10::string_view reduction,
+                            double labelSmoothing, double lseSquareScale,
+                            std::optional<double> softcap) {
   return crossEntropyImpl(input, target, weight, ignoreIndex, reduction,
                           labelSmoothing, lseSquareScale, softcap, true);
 }
@@ -520,20 +518,20 @@ tilefuse::ops::cross_entropy_with_z_loss(const at::Tensor &input,
   "float? softcap, int reduction"
 
 TORCH_LIBRARY_FRAGMENT(tilefuse, m) {
-  m.def("cross_entropy(Tensor input, Tensor target, " TILEFUSE_CROSS_ENTROPY_OPTIONS
-        ") -> Tensor");
-  m.def("cross_entropy_with_z_loss(Tensor input, Tensor target, "
-        TILEFUSE_CROSS_ENTROPY_OPTIONS ") -> (Tensor, Tensor)");
-  m.def("cross_entropy_inplace_backward(Tensor(a!) input, Tensor target, "
-        TILEFUSE_CROSS_ENTROPY_OPTIONS ") -> (Tensor, Tensor)");
+  m.def("cross_entropy(Tensor input, Tensor "
+        "target, " TILEFUSE_CROSS_ENTROPY_OPTIONS ") -> Tensor");
+  m.def("cross_entropy_with_z_loss(Tensor input, Tensor "
+        "target, " TILEFUSE_CROSS_ENTROPY_OPTIONS ") -> (Tensor, Tensor)");
+  m.def("cross_entropy_inplace_backward(Tensor(a!) input, Tensor "
+        "target, " TILEFUSE_CROSS_ENTROPY_OPTIONS ") -> (Tensor, Tensor)");
   // reduction: 0 none, 1 mean, 2 sum (at::Reduction). Returns the loss, the
   // z-loss, and each row's lse and mass (what the backward takes).
-  m.def("cross_entropy_fwd(Tensor logits, Tensor target, Tensor? weight, "
-        TILEFUSE_CROSS_ENTROPY_KERNEL_OPTIONS
+  m.def("cross_entropy_fwd(Tensor logits, Tensor target, Tensor? "
+        "weight, " TILEFUSE_CROSS_ENTROPY_KERNEL_OPTIONS
         ") -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("cross_entropy_bwd(Tensor grad_loss, Tensor logits, Tensor target, "
-        "Tensor? weight, Tensor lse, Tensor mass, "
-        TILEFUSE_CROSS_ENTROPY_KERNEL_OPTIONS ") -> Tensor");
+        "Tensor? weight, Tensor lse, Tensor "
+        "mass, " TILEFUSE_CROSS_ENTROPY_KERNEL_OPTIONS ") -> Tensor");
   m.def("cross_entropy_target_bwd(Tensor grad_loss, Tensor logits, "
         "Tensor target, Tensor? weight, Tensor lse, float label_smoothing, "
         "float? softcap, int reduction) -> Tensor");
@@ -622,8 +620,8 @@ TORCH_LIBRARY_IMPL(tilefuse, ADInplaceOrView, m) {
            {
              at::AutoDispatchBelowADInplaceOrView below;
              result = fwdGradOp().call(logits, target, weight, ignoreIndex,
-                                       labelSmoothing, lseSquareScale,
-                                       softcap, reduction);
+                                       labelSmoothing, lseSquareScale, softcap,
+                                       reduction);
            }
            torch::autograd::increment_version(logits);
            return result;

@@ -54,8 +54,8 @@ using TensorFive = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
 
 using FwdOp = TensorPair(const Tensor &, const Tensor &,
                          const std::optional<Tensor> &, const Tensor &,
-                         const std::optional<Tensor> &, int64_t, double,
-                         double, std::optional<double>, int64_t, int64_t);
+                         const std::optional<Tensor> &, int64_t, double, double,
+                         std::optional<double>, int64_t, int64_t);
 using FwdGradOp = TensorFive(const Tensor &, const Tensor &,
                              const std::optional<Tensor> &, const Tensor &,
                              const std::optional<Tensor> &, int64_t, double,
@@ -94,10 +94,10 @@ struct Problem {
 
 Problem problemOf(const Tensor &input, const Tensor &weight,
                   const std::optional<Tensor> &bias, const Tensor &target,
-                  const std::optional<Tensor> &classWeight,
-                  int64_t ignoreIndex, double labelSmoothing,
-                  double lseSquareScale, std::optional<double> softcap,
-                  int64_t reduction, int64_t chunkRows, bool checkTargets) {
+                  const std::optional<Tensor> &classWeight, int64_t ignoreIndex,
+                  double labelSmoothing, double lseSquareScale,
+                  std::optional<double> softcap, int64_t reduction,
+                  int64_t chunkRows, bool checkTargets) {
   TORCH_CHECK_VALUE(input.dim() == 2 && weight.dim() == 2 &&
                         input.size(1) == weight.size(1) && chunkRows >= 1,
                     "tilefuse.linear_cross_entropy: expected [rows, hidden] "
@@ -108,13 +108,13 @@ Problem problemOf(const Tensor &input, const Tensor &weight,
   Targets targets =
       prepareTargets(kOp, target, classWeight, ignoreIndex, weight.size(0),
                      input.options(), checkTargets);
-  return {input.contiguous(), weight, bias, target.contiguous(),
+  return {input.contiguous(), weight,  bias,     target.contiguous(),
           std::move(targets), options, chunkRows};
 }
 
 /// Where the chunks put their results; undefined tensors are not computed.
 struct Results {
-  Tensor loss, zLoss;          // [rows], compute dtype
+  Tensor loss, zLoss;            // [rows], compute dtype
   Tensor dinput, dweight, dbias; // dweight and dbias accumulate
 };
 
@@ -152,8 +152,7 @@ void runChunks(const Problem &problem, const Tensor &dloss,
                const Tensor &dzLoss, Results &results) {
   int64_t rows = problem.rows();
   int64_t chunk = std::min(problem.chunkRows, std::max<int64_t>(rows, 1));
-  Tensor buffer =
-      at::empty({chunk, problem.vocab()}, problem.input.options());
+  Tensor buffer = at::empty({chunk, problem.vocab()}, problem.input.options());
   Tensor weightT = problem.weight.t();
   for (int64_t start = 0; start < rows; start += chunk) {
     int64_t length = std::min(chunk, rows - start);
@@ -250,9 +249,8 @@ TensorFive linearCrossEntropyFwdGrad(
     const Tensor &input, const Tensor &weight,
     const std::optional<Tensor> &bias, const Tensor &target,
     const std::optional<Tensor> &classWeight, int64_t ignoreIndex,
-    double labelSmoothing, double lseSquareScale,
-    std::optional<double> softcap, int64_t reduction, int64_t chunkRows,
-    GradMask mask) {
+    double labelSmoothing, double lseSquareScale, std::optional<double> softcap,
+    int64_t reduction, int64_t chunkRows, GradMask mask) {
   Problem problem = problemOf(input, weight, bias, target, classWeight,
                               ignoreIndex, labelSmoothing, lseSquareScale,
                               softcap, reduction, chunkRows, true);
@@ -262,9 +260,9 @@ TensorFive linearCrossEntropyFwdGrad(
   results.loss = losses.loss;
   results.zLoss = losses.zLoss;
   Tensor one = at::ones({}, results.loss.options());
-  auto [dloss, dzLoss] = rowGradients(one, problem.targets,
-                                      problem.options.reduction,
-                                      {problem.rows()}, one.scalar_type());
+  auto [dloss, dzLoss] =
+      rowGradients(one, problem.targets, problem.options.reduction,
+                   {problem.rows()}, one.scalar_type());
   runChunks(problem, dloss, dzLoss, results);
   auto [loss, zLoss] =
       reduceLoss(results.loss, results.zLoss, problem.targets, problem.options);
@@ -276,9 +274,8 @@ TensorTriple linearCrossEntropyBwd(
     const Tensor &gradLoss, const Tensor &input, const Tensor &weight,
     const std::optional<Tensor> &bias, const Tensor &target,
     const std::optional<Tensor> &classWeight, int64_t ignoreIndex,
-    double labelSmoothing, double lseSquareScale,
-    std::optional<double> softcap, int64_t reduction, int64_t chunkRows,
-    GradMask mask) {
+    double labelSmoothing, double lseSquareScale, std::optional<double> softcap,
+    int64_t reduction, int64_t chunkRows, GradMask mask) {
   Problem problem = problemOf(input, weight, bias, target, classWeight,
                               ignoreIndex, labelSmoothing, lseSquareScale,
                               softcap, reduction, chunkRows, false);
@@ -317,9 +314,8 @@ TensorFive linearCrossEntropyFwdGradMeta(
     const Tensor &input, const Tensor &weight,
     const std::optional<Tensor> &bias, const Tensor &target,
     const std::optional<Tensor> &classWeight, int64_t ignoreIndex,
-    double labelSmoothing, double lseSquareScale,
-    std::optional<double> softcap, int64_t reduction, int64_t chunkRows,
-    GradMask mask) {
+    double labelSmoothing, double lseSquareScale, std::optional<double> softcap,
+    int64_t reduction, int64_t chunkRows, GradMask mask) {
   auto [loss, zLoss] = linearCrossEntropyFwdMeta(
       input, weight, bias, target, classWeight, ignoreIndex, labelSmoothing,
       lseSquareScale, softcap, reduction, chunkRows);
@@ -327,11 +323,13 @@ TensorFive linearCrossEntropyFwdGradMeta(
   return {loss, zLoss, dinput, dweight, dbias};
 }
 
-TensorTriple linearCrossEntropyBwdMeta(
-    const Tensor &, const Tensor &input, const Tensor &weight,
-    const std::optional<Tensor> &bias, const Tensor &,
-    const std::optional<Tensor> &, int64_t, double, double,
-    std::optional<double>, int64_t, int64_t, GradMask mask) {
+TensorTriple linearCrossEntropyBwdMeta(const Tensor &, const Tensor &input,
+                                       const Tensor &weight,
+                                       const std::optional<Tensor> &bias,
+                                       const Tensor &,
+                                       const std::optional<Tensor> &, int64_t,
+                                       double, double, std::optional<double>,
+                                       int64_t, int64_t, GradMask mask) {
   return gradientsMeta(input, weight, bias, mask);
 }
 
@@ -341,15 +339,12 @@ TensorTriple linearCrossEntropyBwdMeta(
 
 struct LinearCrossEntropyFunction
     : torch::autograd::Function<LinearCrossEntropyFunction> {
-  static variable_list forward(AutogradContext *ctx, const Tensor &input,
-                               const Tensor &weight,
-                               const std::optional<Tensor> &bias,
-                               const Tensor &target,
-                               const std::optional<Tensor> &classWeight,
-                               int64_t ignoreIndex, double labelSmoothing,
-                               double lseSquareScale,
-                               std::optional<double> softcap,
-                               int64_t reduction, int64_t chunkRows) {
+  static variable_list
+  forward(AutogradContext *ctx, const Tensor &input, const Tensor &weight,
+          const std::optional<Tensor> &bias, const Tensor &target,
+          const std::optional<Tensor> &classWeight, int64_t ignoreIndex,
+          double labelSmoothing, double lseSquareScale,
+          std::optional<double> softcap, int64_t reduction, int64_t chunkRows) {
     static auto fwdGradOp =
         findOp<FwdGradOp>("tilefuse::linear_cross_entropy_fwd_grad");
     GradMask mask = {input.requires_grad(), weight.requires_grad(),
@@ -358,10 +353,9 @@ struct LinearCrossEntropyFunction
     Tensor loss, zLoss;
     if (reduction == None) {
       // Each row's upstream gradient is known only in the backward.
-      std::tie(loss, zLoss) =
-          fwdOp().call(input, weight, bias, target, classWeight, ignoreIndex,
-                       labelSmoothing, lseSquareScale, softcap, reduction,
-                       chunkRows);
+      std::tie(loss, zLoss) = fwdOp().call(
+          input, weight, bias, target, classWeight, ignoreIndex, labelSmoothing,
+          lseSquareScale, softcap, reduction, chunkRows);
       ctx->save_for_backward({input, weight, bias.value_or(Tensor()), target,
                               classWeight.value_or(Tensor())});
       ctx->saved_data["ignore_index"] = ignoreIndex;
@@ -371,8 +365,8 @@ struct LinearCrossEntropyFunction
       ctx->saved_data["chunk_rows"] = chunkRows;
     } else {
       auto [total, z, dinput, dweight, dbias] = fwdGradOp.call(
-          input, weight, bias, target, classWeight, ignoreIndex,
-          labelSmoothing, lseSquareScale, softcap, reduction, chunkRows, mask);
+          input, weight, bias, target, classWeight, ignoreIndex, labelSmoothing,
+          lseSquareScale, softcap, reduction, chunkRows, mask);
       loss = total;
       zLoss = z;
       ctx->save_for_backward({dinput, dweight, dbias});
@@ -398,13 +392,13 @@ struct LinearCrossEntropyFunction
       auto optional = [](const Tensor &t) {
         return t.defined() ? std::optional<Tensor>(t) : std::nullopt;
       };
-      std::tie(gradients[0], gradients[1], gradients[2]) = bwdOp.call(
-          grads[0], saved[0], saved[1], optional(saved[2]), saved[3],
-          optional(saved[4]), data["ignore_index"].toInt(),
-          data["label_smoothing"].toDouble(),
-          data["lse_square_scale"].toDouble(),
-          data["softcap"].toOptional<double>(), None,
-          data["chunk_rows"].toInt(), mask);
+      std::tie(gradients[0], gradients[1], gradients[2]) =
+          bwdOp.call(grads[0], saved[0], saved[1], optional(saved[2]), saved[3],
+                     optional(saved[4]), data["ignore_index"].toInt(),
+                     data["label_smoothing"].toDouble(),
+                     data["lse_square_scale"].toDouble(),
+                     data["softcap"].toOptional<double>(), None,
+                     data["chunk_rows"].toInt(), mask);
     } else {
       // The forward computed the gradients for an upstream gradient of 1;
       // scaling them in place keeps no second copy, so it happens once.
@@ -447,11 +441,11 @@ TensorPair linearCrossEntropy(const Tensor &input, const Tensor &weight,
   TORCH_CHECK_VALUE(input.dim() >= 1, "tilefuse.linear_cross_entropy: "
                                       "'input' must be [..., hidden], got a "
                                       "0-d tensor");
-  TORCH_CHECK_VALUE(weight.dim() == 2 && weight.sym_size(1) == input.sym_size(-1) &&
-                        weight.sym_size(0) >= 1,
-                    "tilefuse.linear_cross_entropy: 'weight' must be [vocab, ",
-                    input.sym_size(-1), "] ([vocab, hidden]), got ",
-                    weight.sym_sizes());
+  TORCH_CHECK_VALUE(
+      weight.dim() == 2 && weight.sym_size(1) == input.sym_size(-1) &&
+          weight.sym_size(0) >= 1,
+      "tilefuse.linear_cross_entropy: 'weight' must be [vocab, ",
+      input.sym_size(-1), "] ([vocab, hidden]), got ", weight.sym_sizes());
   TORCH_CHECK_TYPE(weight.scalar_type() == input.scalar_type(),
                    "tilefuse.linear_cross_entropy: 'weight' is ",
                    weight.scalar_type(), ", 'input' is ", input.scalar_type());
@@ -491,9 +485,10 @@ TensorPair linearCrossEntropy(const Tensor &input, const Tensor &weight,
                      "tilefuse.linear_cross_entropy: 'target' must hold int64 "
                      "class indices or float probabilities, got ",
                      target.scalar_type());
-    TORCH_CHECK_VALUE(target.sym_sizes() == rows,
-                      "tilefuse.linear_cross_entropy: 'target' must have shape ",
-                      rows, ", got ", target.sym_sizes());
+    TORCH_CHECK_VALUE(
+        target.sym_sizes() == rows,
+        "tilefuse.linear_cross_entropy: 'target' must have shape ", rows,
+        ", got ", target.sym_sizes());
     flatTarget = target.reshape({-1});
   }
   checkSameDevice(kOp, "target", target, "input", input);
@@ -501,15 +496,16 @@ TensorPair linearCrossEntropy(const Tensor &input, const Tensor &weight,
                   parseReduction(kOp, reduction)};
   checkOptions(kOp, options, probs);
   int64_t budget = chunkBytes.value_or(kDefaultChunkBytes);
-  TORCH_CHECK_VALUE(budget > 0, "tilefuse.linear_cross_entropy: chunk_bytes "
-                                "must be positive, got ",
+  TORCH_CHECK_VALUE(budget > 0,
+                    "tilefuse.linear_cross_entropy: chunk_bytes "
+                    "must be positive, got ",
                     budget);
   int64_t rowBytes = vocab.guard_int(__FILE__, __LINE__) * input.element_size();
   int64_t chunkRows = std::max<int64_t>(1, budget / rowBytes);
-  auto [loss, zLoss] = fwdOp().call(
-      input.reshape_symint({-1, input.sym_size(-1)}), weight, bias, flatTarget,
-      ceWeight, ignoreIndex, labelSmoothing, lseSquareScale, softcap,
-      options.reduction, chunkRows);
+  auto [loss, zLoss] =
+      fwdOp().call(input.reshape_symint({-1, input.sym_size(-1)}), weight, bias,
+                   flatTarget, ceWeight, ignoreIndex, labelSmoothing,
+                   lseSquareScale, softcap, options.reduction, chunkRows);
   if (options.reduction == None) {
     loss = loss.view_symint(rows);
     zLoss = zLoss.view_symint(rows);
@@ -520,17 +516,16 @@ TensorPair linearCrossEntropy(const Tensor &input, const Tensor &weight,
 } // namespace
 
 std::tuple<at::Tensor, at::Tensor> tilefuse::ops::linear_cross_entropy(
-    const at::Tensor &input, const at::Tensor &weight,
-    const at::Tensor &target, const std::optional<at::Tensor> &bias,
-    const CrossEntropyOptions &options, std::optional<int64_t> chunkBytes) {
+    const at::Tensor &input, const at::Tensor &weight, const at::Tensor &target,
+    const std::optional<at::Tensor> &bias, const CrossEntropyOptions &options,
+    std::optional<int64_t> chunkBytes) {
   static auto op = findOp<PublicOp>("tilefuse::linear_cross_entropy");
   TORCH_CHECK_VALUE(!options.inplaceBackward,
                     "tilefuse.linear_cross_entropy: inplaceBackward does not "
                     "apply (the logits are chunks the op owns)");
   return op.call(input, weight, target, bias, options.weight,
-                 options.ignoreIndex, options.reduction,
-                 options.labelSmoothing, options.lseSquareScale,
-                 options.softcap, chunkBytes);
+                 options.ignoreIndex, options.reduction, options.labelSmoothing,
+                 options.lseSquareScale, options.softcap, chunkBytes);
 }
 
 #define TILEFUSE_LINEAR_CE_KERNEL_ARGUMENTS                                    \
@@ -550,8 +545,8 @@ TORCH_LIBRARY_FRAGMENT(tilefuse, m) {
   // empty).
   m.def("linear_cross_entropy_fwd_grad(" TILEFUSE_LINEAR_CE_KERNEL_ARGUMENTS
         ", bool[3] grad_mask) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
-  m.def("linear_cross_entropy_bwd(Tensor grad_loss, "
-        TILEFUSE_LINEAR_CE_KERNEL_ARGUMENTS
+  m.def("linear_cross_entropy_bwd(Tensor "
+        "grad_loss, " TILEFUSE_LINEAR_CE_KERNEL_ARGUMENTS
         ", bool[3] grad_mask) -> (Tensor, Tensor, Tensor)");
 }
 

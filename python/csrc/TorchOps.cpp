@@ -562,8 +562,7 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
   m.impl("adamw_step_", adamwStepAutograd);
   m.impl("launch_fusion", launchFusionAutograd);
   // Backward kernels have no backward: differentiating them raises.
-  for (const char *op :
-       {"rms_norm_bwd", "layer_norm_bwd", "swiglu_bwd"})
+  for (const char *op : {"rms_norm_bwd", "layer_norm_bwd", "swiglu_bwd"})
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
 }
 

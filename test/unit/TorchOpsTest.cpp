@@ -10,7 +10,10 @@
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/layer_norm.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/logsumexp.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/rand.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/rms_norm.h>
@@ -51,6 +54,44 @@ TEST(TorchOps, GradientsThroughTheFusedBackward) {
   auto want = torch::autograd::grad({reference}, {x, w});
   expectClose(got[0], want[0]);
   expectClose(got[1], want[1]);
+}
+
+TEST(TorchOps, CrossEntropyOptionsAndLinearCrossEntropy) {
+  at::manual_seed(0);
+  at::Tensor hidden = at::randn({2, 5, 16}), head = at::randn({37, 16});
+  at::Tensor target = at::randint(0, 37, {2, 5});
+  tilefuse::ops::CrossEntropyOptions options;
+  options.weight = at::rand({37}).add(0.5);
+  options.labelSmoothing = 0.1;
+  options.lseSquareScale = 1e-2;
+  // [B, T, V] logits with [B, T] targets; the composition in ATen.
+  at::Tensor logits = at::linear(hidden, head);
+  at::Tensor rows = logits.view({-1, 37});
+  at::Tensor lse = at::logsumexp(rows, {1});
+  at::Tensor zLoss = lse.square().mean().mul(1e-2);
+  at::Tensor want =
+      at::cross_entropy_loss(rows, target.view(-1), options.weight,
+                             at::Reduction::Mean, -100, 0.1)
+          .add(zLoss);
+  auto [loss, z] =
+      tilefuse::ops::cross_entropy_with_z_loss(logits, target, options);
+  expectClose(loss, want);
+  expectClose(z, zLoss);
+  at::Tensor h = hidden.clone().requires_grad_();
+  at::Tensor w = head.clone().requires_grad_();
+  auto [fused, fusedZ] = tilefuse::ops::linear_cross_entropy(
+      h, w, target, std::nullopt, options, /*chunkBytes=*/3 * 37 * 4);
+  expectClose(fused, want);
+  fused.backward();
+  at::Tensor rh = hidden.clone().requires_grad_();
+  at::Tensor rw = head.clone().requires_grad_();
+  at::Tensor refRows = at::linear(rh, rw).view({-1, 37});
+  at::cross_entropy_loss(refRows, target.view(-1), options.weight,
+                         at::Reduction::Mean, -100, 0.1)
+      .add(at::logsumexp(refRows, {1}).square().mean().mul(1e-2))
+      .backward();
+  expectClose(h.grad(), rh.grad());
+  expectClose(w.grad(), rw.grad());
 }
 
 TEST(TorchOps, AdamWStepInPlace) {
