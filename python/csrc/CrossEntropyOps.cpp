@@ -437,9 +437,6 @@ TensorPair crossEntropyImpl(const Tensor &input, const Tensor &target,
   }
   Tensor loss, zLoss;
   if (inplace && needsGraph(kOp, logits)) {
-    TORCH_CHECK_VALUE(!targets.requires_grad(),
-                      "tilefuse.cross_entropy: inplace_backward=True cannot "
-                      "give 'target' a gradient");
     std::tie(loss, zLoss) = fwdGradOp().call(
         logits, targets, classWeight, ignoreIndex, labelSmoothing,
         lseSquareScale, softcap, options.reduction);

@@ -191,9 +191,20 @@ void runChunks(const Problem &problem, const Tensor &dloss,
   }
 }
 
-/// Room for the gradients `mask` asks for (undefined where it does not).
-Results allocateGradients(const Problem &problem, GradMask mask) {
+/// Room for the per-row losses.
+Results lossRows(const Problem &problem) {
+  auto rowOptions = problem.input.options().dtype(rowDtype(problem.input));
   Results results;
+  results.loss = at::empty({problem.rows()}, rowOptions);
+  results.zLoss = at::empty({problem.rows()}, rowOptions);
+  return results;
+}
+
+/// Every chunk with the gradients `mask` asks for, for `grad`, the upstream
+/// gradient of the reduced loss.
+Results runWithGradients(const Problem &problem, const Tensor &grad,
+                         GradMask mask) {
+  Results results = lossRows(problem);
   auto options = problem.input.options();
   auto accumulator = options.dtype(accumulatorDtype(problem));
   if (mask[0])
@@ -201,15 +212,13 @@ Results allocateGradients(const Problem &problem, GradMask mask) {
   // Zeros where no chunk may write (no rows).
   if (mask[1])
     results.dweight = at::zeros(problem.weight.sizes(), accumulator);
-  if (mask[2])
+  if (mask[2] && problem.bias)
     results.dbias = at::zeros({problem.vocab()}, accumulator);
+  auto [dloss, dzLoss] =
+      rowGradients(grad, problem.targets, problem.options.reduction,
+                   {problem.rows()}, results.loss.scalar_type());
+  runChunks(problem, dloss, dzLoss, results);
   return results;
-}
-
-Results lossRows(const Problem &problem) {
-  auto rowOptions = problem.input.options().dtype(rowDtype(problem.input));
-  return {at::empty({problem.rows()}, rowOptions),
-          at::empty({problem.rows()}, rowOptions)};
 }
 
 /// The gradients in their parameters' dtypes; an empty tensor for each
@@ -254,16 +263,8 @@ TensorFive linearCrossEntropyFwdGrad(
   Problem problem = problemOf(input, weight, bias, target, classWeight,
                               ignoreIndex, labelSmoothing, lseSquareScale,
                               softcap, reduction, chunkRows, true);
-  mask[2] = mask[2] && bias.has_value();
-  Results results = allocateGradients(problem, mask);
-  Results losses = lossRows(problem);
-  results.loss = losses.loss;
-  results.zLoss = losses.zLoss;
-  Tensor one = at::ones({}, results.loss.options());
-  auto [dloss, dzLoss] =
-      rowGradients(one, problem.targets, problem.options.reduction,
-                   {problem.rows()}, one.scalar_type());
-  runChunks(problem, dloss, dzLoss, results);
+  Results results = runWithGradients(
+      problem, at::ones({}, input.options().dtype(rowDtype(input))), mask);
   auto [loss, zLoss] =
       reduceLoss(results.loss, results.zLoss, problem.targets, problem.options);
   auto [dinput, dweight, dbias] = finishGradients(problem, results);
@@ -279,16 +280,7 @@ TensorTriple linearCrossEntropyBwd(
   Problem problem = problemOf(input, weight, bias, target, classWeight,
                               ignoreIndex, labelSmoothing, lseSquareScale,
                               softcap, reduction, chunkRows, false);
-  mask[2] = mask[2] && bias.has_value();
-  Results results = allocateGradients(problem, mask);
-  Results losses = lossRows(problem);
-  results.loss = losses.loss;
-  results.zLoss = losses.zLoss;
-  auto [dloss, dzLoss] =
-      rowGradients(gradLoss, problem.targets, problem.options.reduction,
-                   {problem.rows()}, results.loss.scalar_type());
-  runChunks(problem, dloss, dzLoss, results);
-  return finishGradients(problem, results);
+  return finishGradients(problem, runWithGradients(problem, gradLoss, mask));
 }
 
 TensorPair linearCrossEntropyFwdMeta(const Tensor &input, const Tensor &,

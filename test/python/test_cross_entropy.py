@@ -327,6 +327,19 @@ def test_errors_name_the_argument():
         TF.cross_entropy(torch.randn(4, 0), target)
 
 
+def assert_compiled_matches_eager(compiled, step, leaves, args):
+    """step(*leaves, *args) -> (loss, ...) and its compiled form: the same
+    outputs and gradients of `leaves`."""
+    results = []
+    for fn in (compiled, step):
+        copies = [leaf.clone().requires_grad_() for leaf in leaves]
+        loss, *rest = fn(*copies, *args)
+        loss.backward()
+        results.append((loss, *rest, *(copy.grad for copy in copies)))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("inplace", [False, True], ids=["saved-logits", "inplace"])
 def test_torch_compile_fullgraph(inplace):
     def step(hidden, head, target, probs, weight):
@@ -342,15 +355,8 @@ def test_torch_compile_fullgraph(inplace):
     for batch in (3, 5):
         hidden, target = torch.randn(batch, 4, 16), torch.randint(0, 37, (batch, 4))
         probs = probabilities((batch, 37, 4), dim=1)
-        weight = torch.rand(37) + 0.5
-        results = []
-        for fn in (compiled, step):
-            h, w = hidden.clone().requires_grad_(), head.clone().requires_grad_()
-            loss, z_loss = fn(h, w, target, probs, weight)
-            loss.backward()
-            results.append((loss, z_loss, h.grad, w.grad))
-        for got, want in zip(*results):
-            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert_compiled_matches_eager(compiled, step, (hidden, head),
+                                      (target, probs, torch.rand(37) + 0.5))
 
 
 def test_meta_tensors():

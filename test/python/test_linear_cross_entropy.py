@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import tilefuse.functional as TF
 from conftest import assert_close
-from test_cross_entropy import probabilities, reference
+from test_cross_entropy import assert_compiled_matches_eager, probabilities, reference
 
 
 def composition(input, weight, target, bias=None, ce_weight=None, **options):
@@ -151,14 +151,7 @@ def test_torch_compile_fullgraph(reduction):
     head = torch.randn(37, 16)
     for batch in (3, 5):
         hidden, target = torch.randn(batch, 4, 16), torch.randint(0, 37, (batch, 4))
-        results = []
-        for fn in (compiled, step):
-            h, w = hidden.clone().requires_grad_(), head.clone().requires_grad_()
-            loss, z_loss = fn(h, w, target)
-            loss.backward()
-            results.append((loss, z_loss, h.grad, w.grad))
-        for got, want in zip(*results):
-            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert_compiled_matches_eager(compiled, step, (hidden, head), (target,))
 
 
 def test_meta_tensors():
