@@ -63,6 +63,20 @@ std::vector<Tensor> runKernel(const char *op, Stage stage, const Tensor &logits,
                    logits.sizes(), out);
 }
 
+/// The class weights when none are given. On the CPU filled here: ATen's
+/// fill runs a parallel region (its threads then spin) for a few hundred
+/// kilobytes.
+Tensor ones(int64_t classes, const at::TensorOptions &options) {
+  if (!options.device().is_cpu())
+    return at::ones({classes}, options);
+  Tensor weight = at::empty({classes}, options);
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, weight.scalar_type(), "ones", [&] {
+        std::fill_n(weight.mutable_data_ptr<scalar_t>(), classes, scalar_t(1));
+      });
+  return weight;
+}
+
 [[noreturn]] void outOfRange(const char *op, int64_t index, int64_t classes) {
   TORCH_CHECK_INDEX(false, "tilefuse.", op, ": target ", index,
                     " is out of bounds for ", classes, " classes");
@@ -152,8 +166,7 @@ Targets cross_entropy::prepareTargets(const char *op, const Tensor &target,
   targets.probs = at::isFloatingType(target.scalar_type());
   auto rowOptions =
       logits.dtype(logits.dtype() == at::kDouble ? at::kDouble : at::kFloat);
-  targets.classWeight =
-      weight ? weight->contiguous() : at::ones({classes}, logits);
+  targets.classWeight = weight ? weight->contiguous() : ones(classes, logits);
   if (targets.probs) {
     // torch divides the 'mean' of probability targets by the rows.
     targets.weightTotal = at::scalar_tensor(
