@@ -116,11 +116,12 @@ Problem problemOf(const Tensor &input, const Tensor &weight,
 struct Results {
   Tensor loss, zLoss;            // [rows], compute dtype
   Tensor dinput, dweight, dbias; // dweight and dbias accumulate
+  Tensor weightPartial;          // a chunk's 16-bit dweight, on the CPU
 };
 
 /// The accumulator of a gradient summed over chunks: f32 for 16-bit
-/// parameters when there is more than one chunk (each chunk's matmul
-/// accumulates in f32; rounding every partial sum to 16 bits would not).
+/// parameters when there is more than one chunk (rounding the running sum
+/// to 16 bits after every chunk would lose what each chunk adds).
 at::ScalarType accumulatorDtype(const Problem &problem) {
   at::ScalarType dtype = problem.weight.scalar_type();
   bool wide = dtype == at::kFloat || dtype == at::kDouble;
@@ -128,8 +129,9 @@ at::ScalarType accumulatorDtype(const Problem &problem) {
 }
 
 /// dweight (+)= dlogits.T @ input for one chunk.
-void accumulateWeightGrad(Tensor &dweight, const Tensor &dlogits,
+void accumulateWeightGrad(Results &results, const Tensor &dlogits,
                           const Tensor &input, bool first) {
+  Tensor &dweight = results.dweight;
   if (dweight.scalar_type() == dlogits.scalar_type()) {
     if (first)
       at::mm_out(dweight, dlogits.t(), input);
@@ -140,8 +142,11 @@ void accumulateWeightGrad(Tensor &dweight, const Tensor &dlogits,
     at::addmm_out(dweight, dweight, dlogits.t(), input, at::kFloat,
                   /*beta=*/first ? 0 : 1);
   } else {
-    dweight.addmm_(dlogits.t().to(at::kFloat), input.to(at::kFloat),
-                   /*beta=*/first ? 0 : 1);
+    // ATen's CPU matmul has no f32 output for 16-bit operands: the chunk's
+    // product (accumulated in f32 inside the matmul) rounds once to 16 bits,
+    // then adds up in f32.
+    at::mm_out(results.weightPartial, dlogits.t(), input);
+    dweight.add_(results.weightPartial);
   }
 }
 
@@ -180,7 +185,7 @@ void runChunks(const Problem &problem, const Tensor &dloss,
       at::mm_out(rows, logits, problem.weight);
     }
     if (results.dweight.defined())
-      accumulateWeightGrad(results.dweight, logits, input, start == 0);
+      accumulateWeightGrad(results, logits, input, start == 0);
     if (results.dbias.defined()) {
       Tensor sum = logits.sum(0, false, results.dbias.scalar_type());
       if (start == 0)
@@ -210,8 +215,11 @@ Results runWithGradients(const Problem &problem, const Tensor &grad,
   if (mask[0])
     results.dinput = at::empty(problem.input.sizes(), options);
   // Zeros where no chunk may write (no rows).
-  if (mask[1])
+  if (mask[1]) {
     results.dweight = at::zeros(problem.weight.sizes(), accumulator);
+    if (accumulator.dtype() != options.dtype() && !options.device().is_cuda())
+      results.weightPartial = at::empty(problem.weight.sizes(), options);
+  }
   if (mask[2] && problem.bias)
     results.dbias = at::zeros({problem.vocab()}, accumulator);
   auto [dloss, dzLoss] =
