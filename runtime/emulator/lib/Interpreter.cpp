@@ -233,6 +233,17 @@ private:
                    uint64_t address, unsigned bytes, bool store);
   bool arriveAtShuffle(Thread &thread);
   bool resolveStalled();
+  /// Fails for a read of shared memory no thread wrote before the barrier
+  /// (or the end) that closes the interval it happened in.
+  bool checkUnwrittenReads() {
+    if (!unwrittenRead.thread)
+      return true;
+    return fail(*unwrittenRead.thread, *unwrittenRead.fn, unwrittenRead.pc,
+                kLaunchFailed,
+                llvm::formatv("read of uninitialized shared memory: no thread "
+                              "of the block wrote {0}",
+                              unwrittenRead.where));
+  }
   void makeReady(Thread &thread) {
     thread.state = Thread::State::Ready;
     ready.push_back(thread.linear);
@@ -248,6 +259,12 @@ private:
   std::vector<uint8_t> shared;
   std::vector<Shadow> shadow;
   uint32_t epoch = 0, blockEpoch = 0;
+  struct UnwrittenRead {
+    const Thread *thread = nullptr;
+    const Function *fn = nullptr;
+    uint32_t pc = 0;
+    std::string where;
+  } unwrittenRead;
   unsigned lastBuffer = 0;
 };
 
@@ -469,11 +486,10 @@ bool BlockRunner::checkShared(const Thread &thread, const Function &fn,
       cell.writer = me;
       cell.writeLine = line;
     } else {
-      if (cell.writeEpoch < blockEpoch)
-        return fail(thread, fn, pc, kLaunchFailed,
-                    llvm::formatv("read of uninitialized shared memory: no "
-                                  "thread of the block wrote {0}",
-                                  where()));
+      // Reported at the next barrier unless another thread writes the
+      // byte before it (then it is a race).
+      if (cell.writeEpoch < blockEpoch && !unwrittenRead.thread)
+        unwrittenRead = {&thread, &fn, pc, where()};
       if (cell.writeEpoch == epoch && cell.writer != me)
         return fail(thread, fn, pc, kLaunchFailed,
                     llvm::formatv("shared-memory race on {0}: {1} wrote it at "
@@ -763,14 +779,17 @@ Stop BlockRunner::execute(Thread &thread) {
     // Everything else in floating point.
     case Op::FloatGeneric: {
       const FloatForm &form = fn->floatForms[in.imm];
+      auto operand = [&](unsigned i) { // unary and binary forms lack some
+        return r[i] == kNoSlot ? 0 : R[r[i]];
+      };
       if (form.lanes == 1) {
-        R[r[0]] = evaluate(form, R[r[1]], R[r[2]], R[r[3]]);
+        R[r[0]] = evaluate(form, operand(1), operand(2), operand(3));
         break;
       }
       uint64_t result = 0;
       for (unsigned lane = 0; lane < 2; ++lane) {
         auto half = [&](unsigned i) {
-          return r[i] == kNoSlot ? 0 : (R[r[i]] >> (16 * lane)) & 0xFFFF;
+          return (operand(i) >> (16 * lane)) & 0xFFFF;
         };
         result |= evaluate(form, half(1), half(2), half(3)) << (16 * lane);
       }
@@ -1013,6 +1032,8 @@ bool BlockRunner::resolveStalled() {
                               "never complete: it waits for {1}",
                               waiting.shuffleMask, missing));
   }
+  if (!checkUnwrittenReads())
+    return false;
   if (!atBarrier)
     return true; // every thread exited: the block is done
   const Thread &first = *atBarrier;
@@ -1041,6 +1062,7 @@ bool BlockRunner::run(unsigned index) {
   ctaid[1] = index / launch.grid[0] % launch.grid[1];
   ctaid[2] = index / (launch.grid[0] * launch.grid[1]);
   blockEpoch = ++epoch;
+  unwrittenRead = {};
   // Shared memory starts as a fixed pattern, so that results never depend
   // on which host thread ran the block (reading it unwritten is an error).
   std::fill(shared.begin(), shared.end(), 0xFF);
