@@ -132,11 +132,16 @@ llvm::Expected<CudaDriver &> CudaDriver::global() {
     auto *global = new Global;
     std::string library = "libcuda.so.1";
     if (selectedTarget().kind == TargetSelection::Kind::Emulate) {
-      // Beside this library (the package), else wherever the dynamic
-      // linker finds it (a program linked with it).
-      library = emulatorPath();
-      if (library.empty() || !llvm::sys::fs::exists(library))
-        library = "libtilefuse_emulator.so";
+      // The one already loaded (a program linked with it, like _C), else
+      // the one beside this library (the package), else wherever the
+      // dynamic linker finds it.
+      library = "libtilefuse_emulator.so";
+      void *loaded = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+      if (loaded)
+        dlclose(loaded);
+      else if (std::string beside = emulatorPath();
+               !beside.empty() && llvm::sys::fs::exists(beside))
+        library = beside;
     }
     llvm::Expected<std::unique_ptr<CudaDriver>> driver = load(library);
     if (driver)

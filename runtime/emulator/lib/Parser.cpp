@@ -1114,8 +1114,11 @@ llvm::Expected<uint32_t> Decoder::source(const RawInstr &instr,
     reads.back().push_back(op.reg.slot);
     return op.reg.slot;
   case Operand::Imm: {
-    if (type.kind == Type::Pred)
-      return fail(instr, "an immediate predicate");
+    if (type.kind == Type::Pred) { // 0 is false, any other integer true
+      if (op.literal != 'i')
+        return fail(instr, "a floating-point predicate literal");
+      return constant(op.value != 0);
+    }
     bool floatType = type.kind == Type::Float && !type.pair;
     if (floatType && type.format == FloatFormat::F32 && op.literal != 'f')
       return fail(instr, "an .f32 operand needs a 0f literal");

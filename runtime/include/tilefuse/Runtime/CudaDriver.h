@@ -50,9 +50,10 @@ public:
   static llvm::Expected<std::unique_ptr<CudaDriver>>
   load(const std::string &library);
   /// The process's driver: libcuda.so.1, or the emulator under
-  /// TILEFUSE_TARGET=emulate (beside the library holding this code, else
-  /// found by the dynamic linker), opened on the first call; the error, if
-  /// it could not be, on every call.
+  /// TILEFUSE_TARGET=emulate (the one the process has loaded, else the one
+  /// beside the library holding this code, else wherever the dynamic
+  /// linker finds it), opened on the first call; the error, if it could
+  /// not be, on every call.
   static llvm::Expected<CudaDriver &> global();
   /// Where the emulator library is looked for first (beside the shared
   /// object that holds this code).
