@@ -405,12 +405,15 @@ Values makeInputs(const KernelInfo &info, int64_t rows, uint32_t seed) {
       continue;
     }
     auto &values = in.floats[port.name];
+    values.reserve(count);
     Dtype dtype = dtypeOf(port.dtype);
+    bool positive = port.name == "exp_avg_sq" || port.name == "rstd";
+    bool weight = port.name == "weight";
     for (size_t i = 0; i < count; ++i) {
       double value = normal(rng);
-      if (port.name == "exp_avg_sq" || port.name == "rstd")
+      if (positive)
         value = std::abs(value) + 0.1;
-      if (port.name == "weight")
+      if (weight)
         value = 1.0 + 0.1 * value;
       values.push_back(roundTo(static_cast<float>(value), dtype));
     }

@@ -183,9 +183,9 @@ struct BufferRange {
 
 struct Traffic {
   uint64_t loadedBytes = 0, storedBytes = 0, loads = 0, stores = 0;
-  uint64_t blockUnique = 0, launchUnique = 0;
+  uint64_t blockUnique = 0;
   std::vector<uint32_t> blockStamps; // per 32-byte sector: block + 1
-  std::vector<uint64_t> launchBits;  // per sector: touched this launch
+  std::vector<uint64_t> launchBits;  // per sector: touched by these blocks
 };
 
 /// What every block of a launch shares.
@@ -413,11 +413,7 @@ bool BlockRunner::checkGlobal(const Thread &thread, const Function &fn,
         counter.blockStamps[sector] = blockIndex + 1;
         counter.blockUnique += 32;
       }
-      uint64_t bit = uint64_t(1) << (sector % 64);
-      if (!(counter.launchBits[sector / 64] & bit)) {
-        counter.launchBits[sector / 64] |= bit;
-        counter.launchUnique += 32;
-      }
+      counter.launchBits[sector / 64] |= uint64_t(1) << (sector % 64);
     }
   }
   return true;
@@ -1146,10 +1142,8 @@ std::optional<LaunchError> tilefuse::emulator::execute(const Launch &launch,
   record.declaredRegisters = kernel.declaredRegisters;
   record.sharedBytes = kernel.staticSharedBytes + launch.dynamicSharedBytes;
 
-  unsigned workers = launch.trafficDetail
-                         ? 1
-                         : std::max(1u, std::min(launch.hostThreads,
-                                                 context.blockCount / 2));
+  unsigned workers =
+      std::max(1u, std::min(launch.hostThreads, context.blockCount / 2));
   std::vector<std::unique_ptr<BlockRunner>> runners;
   for (unsigned i = 0; i < workers; ++i)
     runners.push_back(std::make_unique<BlockRunner>(context));
@@ -1205,13 +1199,22 @@ std::optional<LaunchError> tilefuse::emulator::execute(const Launch &launch,
       buffer.loads += traffic.loads;
       buffer.stores += traffic.stores;
       buffer.blockUniqueBytes += traffic.blockUnique;
-      buffer.launchUniqueBytes += traffic.launchUnique;
     }
     if (runner.error && failedAt[w] < errorBlock) {
       errorBlock = failedAt[w];
       error = runner.error;
     }
   }
+  // Sectors any block touched: the union of every runner's.
+  if (launch.trafficDetail)
+    for (size_t i = 0; i < context.bufferNames.size(); ++i) {
+      std::vector<uint64_t> touched = runners[0]->traffic[i].launchBits;
+      for (unsigned w = 1; w < workers; ++w)
+        for (size_t word = 0; word < touched.size(); ++word)
+          touched[word] |= runners[w]->traffic[i].launchBits[word];
+      for (uint64_t word : touched)
+        record.buffers[i].launchUniqueBytes += 32 * llvm::popcount(word);
+    }
   record.seconds = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - start)
                        .count();

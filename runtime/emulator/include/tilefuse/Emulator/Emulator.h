@@ -111,8 +111,8 @@ bool setDevice(const std::string &chip, int multiprocessors = 0);
 std::string deviceChip();
 int deviceMultiprocessors();
 
-/// Counts distinct sectors per block and per launch (BufferTraffic); runs
-/// blocks on one host thread while on. Off by default.
+/// Counts distinct sectors per block and per launch (BufferTraffic). Off
+/// by default (it costs memory and time per access).
 void setTrafficDetail(bool on);
 
 /// Host threads running independent blocks (default: the hardware's
