@@ -208,21 +208,10 @@ TEST_F(CpuNumerics, NaNAndInfPropagate) {
     std::unique_ptr<CompiledFusion> fusion = compile(name, Dtype::F32, n, true);
     ASSERT_TRUE(fusion);
     Values in = makeInputs(fusion->info, rows, /*seed=*/3);
-    // A NaN in row 2 and +Inf in row 4 of the first full input.
-    for (const PortInfo &port : fusion->info.inputs) {
-      if (port.kind != Kind::Full || !isFloatDtype(port.dtype))
-        continue;
-      in.floats[port.name][2 * n + 5] = NAN;
-      in.floats[port.name][4 * n + 9] = INFINITY;
-      break;
-    }
-    Values expected;
-    reference(in, rows, n, expected);
+    addNaNAndInf(fusion->info, in);
     Values actual = run(*fusion, *executor, in, rows, true);
-    for (const PortInfo &port : fusion->info.outputs)
-      expectClose(port.name, actual.floats.at(port.name),
-                  expected.floats.at(port.name), toleranceFor(port.dtype),
-                  columnScale(port, rows));
+    tilefuse::testing::expectMatchesReference(fusion->info, reference, in,
+                                              actual, rows);
   }
 }
 

@@ -216,20 +216,9 @@ TEST_F(EmulatedNumerics, NaNAndInfPropagate) {
     auto kernel = compile(name, Dtype::F32, n, true, "sm_90");
     ASSERT_TRUE(kernel);
     Values in = makeInputs(kernel->info, rows, /*seed=*/3);
-    for (const PortInfo &port : kernel->info.inputs) {
-      if (port.kind != Kind::Full || !isFloatDtype(port.dtype))
-        continue;
-      in.floats[port.name][2 * n + 5] = NAN;
-      in.floats[port.name][4 * n + 9] = INFINITY;
-      break;
-    }
-    Values expected;
-    reference(in, rows, n, expected);
+    addNaNAndInf(kernel->info, in);
     Values actual = run(*driver, kernel, in, rows, true);
-    for (const PortInfo &port : kernel->info.outputs)
-      expectClose(port.name, actual.floats.at(port.name),
-                  expected.floats.at(port.name), toleranceFor(port.dtype),
-                  columnScale(port, rows));
+    expectMatchesReference(kernel->info, reference, in, actual, rows);
   }
 }
 

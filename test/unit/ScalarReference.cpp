@@ -496,6 +496,16 @@ double columnScale(const PortInfo &port, int64_t rows) {
   return port.kind == Kind::Col ? std::sqrt(std::max<int64_t>(rows, 1)) : 1.0;
 }
 
+void addNaNAndInf(const KernelInfo &info, Values &in) {
+  for (const PortInfo &port : info.inputs) {
+    if (port.kind != Kind::Full || !isFloatDtype(port.dtype))
+      continue;
+    in.floats[port.name][2 * info.n + 5] = NAN;
+    in.floats[port.name][4 * info.n + 9] = INFINITY;
+    return;
+  }
+}
+
 void expectMatchesReference(const KernelInfo &info, const Reference &reference,
                             const Values &in, const Values &actual,
                             int64_t rows) {

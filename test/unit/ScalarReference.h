@@ -103,6 +103,10 @@ void expectClose(const std::string &what, const std::vector<double> &actual,
 /// Column reductions sum `rows` terms: the tolerance grows with sqrt(rows).
 double columnScale(const PortInfo &port, int64_t rows);
 
+/// A NaN in row 2 and +Inf in row 4 of the kernel's first full float input
+/// (rows >= 5, n >= 10): they must propagate as in PyTorch.
+void addNaNAndInf(const KernelInfo &info, Values &in);
+
 /// Compares every output in `actual` with `reference` of `in`, rounded to
 /// the output's storage type.
 void expectMatchesReference(const KernelInfo &info, const Reference &reference,

@@ -296,6 +296,14 @@ private:
   // Module structure.
   llvm::Error parseDirective();
   llvm::Error parseFunction(bool entry);
+  struct ParamDeclaration {
+    std::string name;
+    uint32_t bytes = 0, align = 0;
+    bool pointer = false;
+  };
+  /// After `.param`: `[.align N] .type [.ptr [.space] [.align N]]
+  /// name[[N]]`; the alignment defaults to the type's size.
+  llvm::Expected<ParamDeclaration> parseParamDeclaration();
   llvm::Error parseParamList(RawFunction &raw, bool kernel,
                              std::vector<KernelParam> &params);
   llvm::Error parseBody(RawFunction &raw);
@@ -509,9 +517,46 @@ llvm::Error Parser::parseFunction(bool entry) {
   return llvm::Error::success();
 }
 
-/// `( .param [.align N] .type [.ptr [.space] [.align N]] name[[N]], ... )`.
-/// Kernel parameters get offsets in the launch's parameter buffer; a
-/// device function's in its frame's .param space.
+llvm::Expected<Parser::ParamDeclaration> Parser::parseParamDeclaration() {
+  ParamDeclaration decl;
+  if (accept(".align")) {
+    llvm::Expected<uint64_t> value = integer();
+    if (!value)
+      return value.takeError();
+    decl.align = *value;
+  }
+  std::optional<Type> type = typeNamed(next().text.drop_front());
+  if (!type || type->kind == Type::Pred)
+    return error("unsupported .param type");
+  if (accept(".ptr")) {
+    decl.pointer = true;
+    accept(".global") || accept(".shared") || accept(".const") ||
+        accept(".local");
+    if (accept(".align")) // the pointee's alignment
+      if (llvm::Expected<uint64_t> ignored = integer(); !ignored)
+        return ignored.takeError();
+  }
+  const Token &name = next();
+  if (name.kind != Token::Word)
+    return error("expected a parameter name");
+  decl.name = name.text.str();
+  decl.bytes = type->bits / 8;
+  if (accept("[")) {
+    llvm::Expected<uint64_t> count = integer();
+    if (!count)
+      return count.takeError();
+    decl.bytes *= *count;
+    if (llvm::Error error = expect("]"))
+      return std::move(error);
+  }
+  if (!decl.align)
+    decl.align = std::max<uint32_t>(type->bits / 8, 1);
+  decl.pointer |= type->bits == 64;
+  return decl;
+}
+
+/// `( .param ..., ... )`. Kernel parameters get offsets in the launch's
+/// parameter buffer; a device function's in its frame's .param space.
 llvm::Error Parser::parseParamList(RawFunction &raw, bool kernel,
                                    std::vector<KernelParam> &params) {
   Function &fn = *raw.function;
@@ -519,45 +564,13 @@ llvm::Error Parser::parseParamList(RawFunction &raw, bool kernel,
   while (!accept(")")) {
     if (llvm::Error error = expect(".param"))
       return error;
-    uint32_t align = 0;
-    if (accept(".align")) {
-      llvm::Expected<uint64_t> value = integer();
-      if (!value)
-        return value.takeError();
-      align = *value;
-    }
-    std::optional<Type> type = typeNamed(next().text.drop_front());
-    if (!type || type->kind == Type::Pred)
-      return error("unsupported .param type");
-    bool pointer = false;
-    if (accept(".ptr")) {
-      pointer = true;
-      accept(".global") || accept(".shared") || accept(".const") ||
-          accept(".local");
-      if (accept(".align"))
-        if (llvm::Expected<uint64_t> ignored = integer(); !ignored)
-          return ignored.takeError();
-    }
-    const Token &name = next();
-    if (name.kind != Token::Word)
-      return error("expected a parameter name");
-    uint32_t bytes = type->bits / 8;
-    if (accept("[")) {
-      llvm::Expected<uint64_t> count = integer();
-      if (!count)
-        return count.takeError();
-      bytes *= *count;
-      if (llvm::Error error = expect("]"))
-        return error;
-    }
-    if (!align)
-      align = std::max<uint32_t>(type->bits / 8, 1);
-    offset = (offset + align - 1) / align * align;
-    KernelParam param{name.text.str(), offset, bytes,
-                      pointer || type->bits == 64};
-    params.push_back(param);
-    scopes.front().params[name.text] = ParamVar{kernel, offset, bytes};
-    offset += bytes;
+    llvm::Expected<ParamDeclaration> decl = parseParamDeclaration();
+    if (!decl)
+      return decl.takeError();
+    offset = (offset + decl->align - 1) / decl->align * decl->align;
+    params.push_back({decl->name, offset, decl->bytes, decl->pointer});
+    scopes.front().params[decl->name] = ParamVar{kernel, offset, decl->bytes};
+    offset += decl->bytes;
     accept(",");
   }
   if (!kernel)
@@ -597,32 +610,14 @@ llvm::Error Parser::parseStatement(RawFunction &raw) {
   if (token.text == ".param") {
     // A call's argument or result variable, in this frame's .param space.
     next();
-    uint32_t align = 0;
-    if (accept(".align")) {
-      llvm::Expected<uint64_t> value = integer();
-      if (!value)
-        return value.takeError();
-      align = *value;
-    }
-    std::optional<Type> type = typeNamed(next().text.drop_front());
-    if (!type || type->kind == Type::Pred)
-      return error("unsupported .param type");
-    const Token &name = next();
-    uint32_t bytes = type->bits / 8;
-    if (accept("[")) {
-      llvm::Expected<uint64_t> count = integer();
-      if (!count)
-        return count.takeError();
-      bytes *= *count;
-      if (llvm::Error error = expect("]"))
-        return error;
-    }
-    if (!align)
-      align = std::max<uint32_t>(type->bits / 8, 1);
+    llvm::Expected<ParamDeclaration> decl = parseParamDeclaration();
+    if (!decl)
+      return decl.takeError();
     Function &fn = *raw.function;
-    uint32_t offset = (fn.paramBytes + align - 1) / align * align;
-    scopes.back().params[name.text] = ParamVar{false, offset, bytes};
-    fn.paramBytes = offset + bytes;
+    uint32_t offset =
+        (fn.paramBytes + decl->align - 1) / decl->align * decl->align;
+    scopes.back().params[decl->name] = ParamVar{false, offset, decl->bytes};
+    fn.paramBytes = offset + decl->bytes;
     return expect(";");
   }
   if (token.text == ".pragma" || token.text == ".loc" ||
