@@ -72,6 +72,11 @@ constexpr double kMemoryLanes = 32; // load/store units
 /// An IEEE div/sqrt/rcp is an SFU seed refined by ~8 FMA-class
 /// instructions on the GPU (ptxas expands it).
 constexpr double kDivisionIssue = 9;
+/// Bytes of loads in flight per SM that sustain the peak (Little's law);
+/// the latency this implies, 32 KiB x 132 / 4.8 TB/s = 0.9 us, is the
+/// model's loaded memory latency.
+constexpr double kInFlightPerSM = 32 * 1024;
+constexpr double kLatency = kInFlightPerSM * kSMs / kPeakBytesPerSecond;
 } // namespace h200
 
 /// Blocks of `threads` threads using `registers` registers each that fit on
@@ -197,6 +202,7 @@ struct Result {
   int64_t n = 0, modelRows = 0, emulatedRows = 0;
   TileConfig tile;
   int registers = 0, finalizeRegisters = 0, spills = 0, blocksPerSM = 0;
+  double inFlightPerSM = 0; // bytes of loads in flight, main kernel
   int64_t grid = 0; // of the modeled launch
   double bytesPerRow = 0, idealPerRow = 0, passes = 0;
   double instructionsPerIdealByte = 0, hbmBytesPerRow = 0, fraction = 0;
@@ -446,17 +452,36 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
         std::max({issue, sfu, f64, memory}) / (active * h200::kClock);
     double memorySeconds =
         launchHbm / (h200::kPeakBytesPerSecond * active / h200::kSMs);
-    double launchSeconds = std::max(issueSeconds, memorySeconds);
+    // Latency: each SM keeps its threads' bytes per round trip in flight.
+    double loaded = 0;
+    for (const emu::BufferTraffic &buffer : launch.buffers)
+      loaded += buffer.loadedBytes;
+    int launchOccupancy =
+        finalize ? blocksPerSM(launch.block[0], result.finalizeRegisters,
+                               launch.sharedBytes)
+                 : occupancy;
+    double threadsPerSM =
+        double(launch.block[0]) *
+        std::min<double>(launchOccupancy, std::ceil(double(grid) / active));
+    double inFlight = launch.loadRoundTrips
+                          ? loaded / launch.loadRoundTrips * threadsPerSM
+                          : h200::kInFlightPerSM;
+    if (!finalize)
+      result.inFlightPerSM = inFlight;
+    double latencySeconds =
+        launchHbm * h200::kLatency / (std::max(inFlight, 1.0) * active);
+    double launchSeconds =
+        std::max({issueSeconds, memorySeconds, latencySeconds});
     seconds += launchSeconds;
     // What bounds the launch that takes longest.
     if (launchSeconds > slowest) {
       slowest = launchSeconds;
       std::string what =
-          memorySeconds >= issueSeconds
-              ? "HBM"
-              : (sfu >= issue && sfu >= memory ? "SFU"
-                 : memory >= issue             ? "LSU"
-                                               : "issue");
+          latencySeconds > std::max(memorySeconds, issueSeconds) ? "latency"
+          : memorySeconds >= issueSeconds                          ? "HBM"
+          : sfu >= issue && sfu >= memory                          ? "SFU"
+          : memory >= issue                                        ? "LSU"
+                                                                   : "issue";
       if (active < h200::kSMs)
         what += llvm::formatv(", {0} blocks", grid).str();
       result.limit = (finalize ? "finalize: " : "") + what;
@@ -496,6 +521,7 @@ static llvm::json::Value toJSON(const Result &r) {
       {"finalize_registers", r.finalizeRegisters},
       {"spill_bytes", r.spills},
       {"blocks_per_sm", r.blocksPerSM},
+      {"in_flight_bytes_per_sm", r.inFlightPerSM},
       {"bytes_per_row", r.bytesPerRow},
       {"ideal_bytes_per_row", r.idealPerRow},
       {"bytes_per_row_by_buffer", std::move(buffers)},
@@ -526,15 +552,20 @@ int main(int argc, char **argv) {
 
   llvm::outs() << llvm::formatv(
       "H200 model: {0} TB/s HBM, {1} SMs, {2} registers and {3} threads per "
-      "SM, {4} MB L2, {5} GHz; {6} rows per launch. Budget: {7:f1} "
-      "thread-instructions per byte at full bandwidth.\n\n",
+      "SM, {4} MB L2, {5} GHz, {6:f2} us memory latency; {7} rows per "
+      "launch. Budget: {8:f1} thread-instructions per byte, {9:f0} KiB in "
+      "flight per SM at full bandwidth.\n\n",
       h200::kPeakBytesPerSecond / 1e12, h200::kSMs, h200::kRegistersPerSM,
-      h200::kThreadsPerSM, 50, h200::kClock / 1e9, modelRows.getValue(),
-      h200::kIssueLanes * h200::kSMs * h200::kClock / h200::kPeakBytesPerSecond);
+      h200::kThreadsPerSM, 50, h200::kClock / 1e9, h200::kLatency * 1e6,
+      modelRows.getValue(),
+      h200::kIssueLanes * h200::kSMs * h200::kClock / h200::kPeakBytesPerSecond,
+      h200::kInFlightPerSM / 1024);
   llvm::outs() << "| kernel | dtype | n | bytes/row | ideal/row | ratio | "
-                  "passes | instr/ideal B | regs | blocks/SM | est. HBM | "
-                  "limit |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+                  "passes | instr/ideal B | regs | blocks/SM | KiB in flight/SM "
+                  "| est. HBM | limit |\n"
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   llvm::json::Array json;
+  std::vector<Result> results;
   uint64_t instructions = 0;
   double seconds = 0;
   int failures = 0;
@@ -551,18 +582,44 @@ int main(int argc, char **argv) {
         const Result &r = *result;
         llvm::outs() << llvm::formatv(
             "| {0} | {1} | {2} | {3:f0} | {4:f0} | {5:f2} | {6:f2} | {7:f2} | "
-            "{8}{9} | {10} | {11:f0}% | {12} |\n",
+            "{8}{9} | {10} | {11:f0} | {12:f0}% | {13} |\n",
             r.kernel, r.dtype, r.n, r.bytesPerRow, r.idealPerRow,
             r.bytesPerRow / r.idealPerRow, r.passes, r.instructionsPerIdealByte,
             r.registers,
             r.finalizeRegisters ? llvm::formatv("+{0}", r.finalizeRegisters).str()
                                 : "",
-            r.blocksPerSM, 100 * r.fraction, r.limit);
+            r.blocksPerSM, r.inFlightPerSM / 1024, 100 * r.fraction, r.limit);
         llvm::outs().flush();
         instructions += r.emulatedInstructions;
         seconds += r.emulatedSeconds;
         json.push_back(toJSON(r));
+        results.push_back(r);
       }
+  // The same, one line per kernel and dtype: estimated fraction of HBM
+  // bandwidth (bytes per row against the ideal) at each n.
+  llvm::outs() << "\n| kernel | dtype |";
+  for (int64_t n : ns)
+    llvm::outs() << " n = " << n << " |";
+  llvm::outs() << "\n|---|---|";
+  for (size_t i = 0; i < ns.size(); ++i)
+    llvm::outs() << "---|";
+  llvm::outs() << "\n";
+  for (const std::string &name : names)
+    for (const std::string &dtype : dtypes) {
+      llvm::outs() << "| " << name << " | " << dtype << " |";
+      for (int64_t n : ns) {
+        auto r = llvm::find_if(results, [&](const Result &r) {
+          return r.kernel == name && r.dtype == dtype && r.n == n;
+        });
+        if (r == results.end())
+          llvm::outs() << " failed |";
+        else
+          llvm::outs() << llvm::formatv(" {0:f0}% ({1:f2}x) |",
+                                        100 * r->fraction,
+                                        r->bytesPerRow / r->idealPerRow);
+      }
+      llvm::outs() << "\n";
+    }
   llvm::outs() << llvm::formatv(
       "\nThe emulator ran {0:e2} thread-instructions in {1:f1} s ({2:e2} per "
       "second, traffic detail on).\n",

@@ -167,6 +167,8 @@ struct Thread {
   // What it brought to a shuffle.
   uint32_t shuffleValue = 0, shuffleB = 0, shuffleC = 0, shuffleMask = 0;
   uint8_t shuffleMode = 0;
+  /// Traffic detail: registers its outstanding global loads will write.
+  llvm::SmallVector<uint32_t, 16> pendingLoads;
 };
 
 /// Who last touched a byte of shared memory, per barrier interval.
@@ -216,12 +218,20 @@ public:
   bool run(unsigned index);
 
   uint64_t counts[kCounters] = {};
-  uint64_t barriers = 0, shuffles = 0;
+  uint64_t barriers = 0, shuffles = 0, roundTrips = 0;
   std::vector<Traffic> traffic;
   std::optional<LaunchError> error;
 
 private:
-  Stop execute(Thread &thread);
+  /// Runs `thread` until it stops; `Detail` also counts the thread's round
+  /// trips to memory (see LaunchRecord::loadRoundTrips).
+  template <bool Detail> Stop execute(Thread &thread);
+  void endRoundTrip(Thread &thread) {
+    if (!thread.pendingLoads.empty()) {
+      ++roundTrips;
+      thread.pendingLoads.clear();
+    }
+  }
   void makeFrame(Thread &thread, const Function &fn, uint32_t base);
   bool fail(const Thread &thread, const Function &fn, uint32_t pc, int code,
             const llvm::Twine &what);
@@ -543,7 +553,7 @@ inline void storeFrom(const uint64_t *registers, const Instr &in,
     std::memcpy(address + i * in.size, &registers[in.r[i]], in.size);
 }
 
-Stop BlockRunner::execute(Thread &thread) {
+template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
   const Function *fn = thread.frames.back().fn;
   const Instr *code = fn->code.data();
   uint64_t *R = thread.stack.data() + thread.frames.back().base;
@@ -563,6 +573,20 @@ Stop BlockRunner::execute(Thread &thread) {
     if (in.guardSense && (R[in.guard] != 0) != (in.guardSense == 1))
       continue;
     const uint32_t *r = in.r;
+    if constexpr (Detail) {
+      // ptxas schedules independent loads early, so a thread waits for
+      // its loads only where they must complete: a load whose address or
+      // a store whose data comes from one (the next loads cannot pass an
+      // aliasing store), and control flow.
+      bool boundary = in.op == Op::Bra;
+      if ((in.op == Op::LdGlobal || in.op == Op::StGlobal) &&
+          !thread.pendingLoads.empty())
+        for (unsigned i = 0; i < 6 && !boundary; ++i)
+          boundary = (in.sources >> i & 1) &&
+                     llvm::is_contained(thread.pendingLoads, r[i]);
+      if (boundary)
+        endRoundTrip(thread);
+    }
     switch (in.op) {
     // Moves.
     case Op::Mov: R[r[0]] = R[r[1]]; break;
@@ -591,6 +615,10 @@ Stop BlockRunner::execute(Thread &thread) {
                        false))
         return Stop::Error;
       loadInto(R, in, reinterpret_cast<const uint8_t *>(address));
+      if constexpr (Detail)
+        for (unsigned i = 0; i < in.count; ++i)
+          if (r[i] != kNoSlot)
+            thread.pendingLoads.push_back(r[i]);
       break;
     }
     case Op::StGlobal: {
@@ -829,6 +857,8 @@ Stop BlockRunner::execute(Thread &thread) {
       pc = static_cast<uint32_t>(in.imm);
       break;
     case Op::Call: {
+      if constexpr (Detail)
+        endRoundTrip(thread);
       const CallSite &site = fn->calls[in.imm];
       const Function &callee = *context.module.functions[site.callee];
       uint32_t base = thread.frames.back().base + context.frameWords.lookup(fn);
@@ -847,6 +877,8 @@ Stop BlockRunner::execute(Thread &thread) {
       break;
     }
     case Op::Ret: {
+      if constexpr (Detail)
+        endRoundTrip(thread);
       if (thread.frames.size() == 1) {
         thread.pc = pc;
         return Stop::Exit;
@@ -866,10 +898,14 @@ Stop BlockRunner::execute(Thread &thread) {
       break;
     }
     case Op::Bar:
+      if constexpr (Detail)
+        endRoundTrip(thread);
       thread.pc = pc;
       thread.waitPc = pc - 1;
       return Stop::Barrier;
     case Op::Shfl:
+      if constexpr (Detail)
+        endRoundTrip(thread);
       thread.pc = pc;
       thread.waitPc = pc - 1;
       thread.shuffleValue = static_cast<uint32_t>(R[r[2]]);
@@ -1066,6 +1102,7 @@ bool BlockRunner::run(unsigned index) {
   readyHead = 0;
   for (Thread &thread : threads) {
     thread.frames.clear();
+    thread.pendingLoads.clear();
     thread.pc = 0;
     thread.branchBudget = kBranchBudget;
     makeFrame(thread, context.kernel, 0);
@@ -1075,7 +1112,8 @@ bool BlockRunner::run(unsigned index) {
   for (;;) {
     while (readyHead < ready.size()) {
       Thread &thread = threads[ready[readyHead++]];
-      switch (execute(thread)) {
+      switch (launch.trafficDetail ? execute<true>(thread)
+                                   : execute<false>(thread)) {
       case Stop::Exit: thread.state = Thread::State::Exited; break;
       case Stop::Barrier: thread.state = Thread::State::Barrier; break;
       case Stop::Shuffle:
@@ -1191,6 +1229,7 @@ std::optional<LaunchError> tilefuse::emulator::execute(const Launch &launch,
       record.instructions[c] += runner.counts[c];
     record.barriers += runner.barriers;
     record.shuffles += runner.shuffles;
+    record.loadRoundTrips += runner.roundTrips;
     for (size_t i = 0; i < runner.traffic.size(); ++i) {
       const Traffic &traffic = runner.traffic[i];
       BufferTraffic &buffer = record.buffers[i];

@@ -1176,6 +1176,12 @@ llvm::Expected<uint32_t> Decoder::predicateDestination(const RawInstr &instr,
       return slot_.takeError();                                                \
     (out).r[index] = *slot_;                                                   \
   } while (false)
+/// The same for a source operand (Instr::sources).
+#define TILEFUSE_SOURCE(out, index, expr)                                      \
+  do {                                                                         \
+    TILEFUSE_SLOT(out, index, expr);                                           \
+    (out).sources |= 1 << (index);                                             \
+  } while (false)
 
 llvm::Error Decoder::memory(const RawInstr &instr, Modifiers &mods, bool load,
                             Instr &out) {
@@ -1231,7 +1237,7 @@ llvm::Error Decoder::memory(const RawInstr &instr, Modifiers &mods, bool load,
     if (load)
       TILEFUSE_SLOT(out, i, destination(instr, *values[i], *type));
     else
-      TILEFUSE_SLOT(out, i, source(instr, *values[i], *type));
+      TILEFUSE_SOURCE(out, i, source(instr, *values[i], *type));
   }
 
   // The address.
@@ -1275,12 +1281,13 @@ llvm::Error Decoder::memory(const RawInstr &instr, Modifiers &mods, bool load,
       return fail(instr, "global addresses are 64-bit");
     reads.back().push_back(base->reg.slot);
     out.r[4] = base->reg.slot;
+    out.sources |= 1 << 4;
     if (base->reg.bits == 32)
       out.flags |= kAddress32;
     return llvm::Error::success();
   }
   if (base->kind == Operand::Name && shared) {
-    TILEFUSE_SLOT(out, 4, source(instr, *base, Type{Type::Bit, 64}));
+    TILEFUSE_SOURCE(out, 4, source(instr, *base, Type{Type::Bit, 64}));
     return llvm::Error::success();
   }
   return fail(instr, "unsupported address");
@@ -1296,14 +1303,14 @@ llvm::Error Decoder::move(const RawInstr &instr, Modifiers &mods, Instr &out) {
   if (type->kind == Type::Pred) {
     out.op = Op::Mov;
     TILEFUSE_SLOT(out, 0, predicateDestination(instr, to));
-    TILEFUSE_SLOT(out, 1, predicateSource(instr, from));
+    TILEFUSE_SOURCE(out, 1, predicateSource(instr, from));
     return llvm::Error::success();
   }
   bool pack = from.kind == Operand::Vector, unpack = to.kind == Operand::Vector;
   if (!pack && !unpack) {
     out.op = Op::Mov;
     TILEFUSE_SLOT(out, 0, destination(instr, to, *type));
-    TILEFUSE_SLOT(out, 1, source(instr, from, *type));
+    TILEFUSE_SOURCE(out, 1, source(instr, from, *type));
     return llvm::Error::success();
   }
   // {a, b} <-> one register: the first element is the low bits.
@@ -1323,14 +1330,14 @@ llvm::Error Decoder::move(const RawInstr &instr, Modifiers &mods, Instr &out) {
   out.size = elementBits;
   for (size_t i = 0; i < count; ++i) {
     if (pack)
-      TILEFUSE_SLOT(out, i, source(instr, vector.elements[i], element));
+      TILEFUSE_SOURCE(out, i, source(instr, vector.elements[i], element));
     else
       TILEFUSE_SLOT(out, i, destination(instr, vector.elements[i], element));
   }
   if (pack)
     TILEFUSE_SLOT(out, 4, destination(instr, to, *type));
   else
-    TILEFUSE_SLOT(out, 4, source(instr, from, *type));
+    TILEFUSE_SOURCE(out, 4, source(instr, from, *type));
   return llvm::Error::success();
 }
 
@@ -1373,8 +1380,8 @@ llvm::Error Decoder::conversion(const RawInstr &instr, Modifiers &mods,
                                             : Op::CvtBF16x2F32;
     TILEFUSE_SLOT(out, 0, destination(instr, instr.operands[0],
                                       Type{Type::Bit, 32}));
-    TILEFUSE_SLOT(out, 1, source(instr, instr.operands[1], *from));
-    TILEFUSE_SLOT(out, 2, source(instr, instr.operands[2], *from));
+    TILEFUSE_SOURCE(out, 1, source(instr, instr.operands[1], *from));
+    TILEFUSE_SOURCE(out, 2, source(instr, instr.operands[2], *from));
     return llvm::Error::success();
   }
   std::optional<ScalarType> toType = scalarTypeOf(*to),
@@ -1407,7 +1414,7 @@ llvm::Error Decoder::conversion(const RawInstr &instr, Modifiers &mods,
   // .bf16 (PTX: "Operand Size Exceeding Instruction-Type Size").
   TILEFUSE_SLOT(out, 0, destination(instr, instr.operands[0],
                                     toFloat ? Type{Type::Bit, to->bits} : *to));
-  TILEFUSE_SLOT(out, 1, source(instr, instr.operands[1],
+  TILEFUSE_SOURCE(out, 1, source(instr, instr.operands[1],
                                fromFloat ? Type{Type::Bit, from->bits} : *from));
   auto is = [&](ScalarType t, ScalarType f) {
     return form.to == t && form.from == f && !form.ftz && !form.sat &&
@@ -1521,7 +1528,7 @@ llvm::Error Decoder::floating(const RawInstr &instr, Modifiers &mods,
     return error;
   TILEFUSE_SLOT(out, 0, destination(instr, instr.operands[0], type));
   for (unsigned i = 0; i < arity; ++i)
-    TILEFUSE_SLOT(out, i + 1, source(instr, instr.operands[i + 1], type));
+    TILEFUSE_SOURCE(out, i + 1, source(instr, instr.operands[i + 1], type));
 
   out.kind = f64 ? InstructionClass::Double : InstructionClass::Arithmetic;
   if (approximate || (form.approx && (*kind == FloatKind::Sqrt ||
@@ -1613,9 +1620,9 @@ llvm::Error Decoder::integer(const RawInstr &instr, Modifiers &mods,
     if (base != "and" && base != "or" && base != "xor" && !unary)
       return fail(instr, "not a predicate instruction");
     TILEFUSE_SLOT(out, 0, predicateDestination(instr, instr.operands[0]));
-    TILEFUSE_SLOT(out, 1, predicateSource(instr, instr.operands[1]));
+    TILEFUSE_SOURCE(out, 1, predicateSource(instr, instr.operands[1]));
     if (!unary)
-      TILEFUSE_SLOT(out, 2, predicateSource(instr, instr.operands[2]));
+      TILEFUSE_SOURCE(out, 2, predicateSource(instr, instr.operands[2]));
     return llvm::Error::success();
   }
   std::optional<IntType> intType = intTypeOf(type);
@@ -1700,7 +1707,7 @@ llvm::Error Decoder::integer(const RawInstr &instr, Modifiers &mods,
       operandType = shiftType;
     if (first == Op::MadWideU16 && i == 2)
       operandType = destinationType;
-    TILEFUSE_SLOT(out, i + 1, source(instr, instr.operands[i + 1], operandType));
+    TILEFUSE_SOURCE(out, i + 1, source(instr, instr.operands[i + 1], operandType));
   }
   return llvm::Error::success();
 }
@@ -1757,8 +1764,8 @@ llvm::Error Decoder::setp(const RawInstr &instr, Modifiers &mods,
     return fail(instr, "setp with two destinations (p|q) is not implemented");
   out.compare = static_cast<uint8_t>(*compare);
   TILEFUSE_SLOT(out, 0, predicateDestination(instr, instr.operands[0]));
-  TILEFUSE_SLOT(out, 1, source(instr, instr.operands[1], *type));
-  TILEFUSE_SLOT(out, 2, source(instr, instr.operands[2], *type));
+  TILEFUSE_SOURCE(out, 1, source(instr, instr.operands[1], *type));
+  TILEFUSE_SOURCE(out, 2, source(instr, instr.operands[2], *type));
   if (ftz)
     out.flags |= kSubnormalFlush;
   if (!floating) {
@@ -1888,9 +1895,9 @@ llvm::Error Decoder::decodeOne(const RawInstr &instr, Instr &out) {
       return error;
     out.op = Op::Selp;
     TILEFUSE_SLOT(out, 0, destination(instr, instr.operands[0], *type));
-    TILEFUSE_SLOT(out, 1, source(instr, instr.operands[1], *type));
-    TILEFUSE_SLOT(out, 2, source(instr, instr.operands[2], *type));
-    TILEFUSE_SLOT(out, 3, predicateSource(instr, instr.operands[3]));
+    TILEFUSE_SOURCE(out, 1, source(instr, instr.operands[1], *type));
+    TILEFUSE_SOURCE(out, 2, source(instr, instr.operands[2], *type));
+    TILEFUSE_SOURCE(out, 3, predicateSource(instr, instr.operands[3]));
     return llvm::Error::success();
   }
   if (base == "bar" || base == "barrier") {
@@ -1933,7 +1940,7 @@ llvm::Error Decoder::decodeOne(const RawInstr &instr, Instr &out) {
       TILEFUSE_SLOT(out, 1, predicateDestination(instr, predicate));
     }
     for (unsigned i = 1; i < 5; ++i)
-      TILEFUSE_SLOT(out, i + 1, source(instr, instr.operands[i], u32));
+      TILEFUSE_SOURCE(out, i + 1, source(instr, instr.operands[i], u32));
     return llvm::Error::success();
   }
   std::optional<Type> type = mods.takeType();

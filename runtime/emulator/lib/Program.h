@@ -136,6 +136,8 @@ struct Instr {
   /// Op-specific: access size and vector count, compare, form index.
   uint8_t size = 0, count = 0;
   uint8_t compare = 0, flags = 0;
+  /// Bit i: r[i] is a register the instruction reads (not the guard).
+  uint8_t sources = 0;
   /// Index into Function::sources.
   uint32_t source = 0;
 };

@@ -86,6 +86,13 @@ struct LaunchRecord {
   /// Barriers completed (once per block per bar.sync) and warp shuffles
   /// completed (once per group of lanes that exchanged).
   uint64_t barriers = 0, shuffles = 0;
+  /// Under setTrafficDetail(true): how many times a thread had to wait for
+  /// its outstanding global loads, as a GPU scheduling loads as early as
+  /// dependences allow would: at a load whose address, or a store whose
+  /// data, one of them produces (later loads cannot pass a store that may
+  /// alias), at a branch, barrier, shuffle, call or the end. Loaded bytes
+  /// per round trip are the bytes a thread keeps in flight.
+  uint64_t loadRoundTrips = 0;
   /// 32-bit registers each thread declares (a .b64 counts twice; ptxas
   /// allocates its own, usually fewer) and static shared bytes per block.
   unsigned declaredRegisters = 0, sharedBytes = 0;
