@@ -143,6 +143,9 @@ constexpr uint16_t kManyThreads = 0xFFFF;
 /// Taken branches one thread may run in one block before it is stopped as
 /// a runaway (no kernel of this project comes near).
 constexpr uint64_t kBranchBudget = uint64_t(1) << 32;
+/// Device-function calls one thread may nest (recursion without end stops
+/// here instead of exhausting memory).
+constexpr size_t kMaxCallDepth = 1024;
 
 struct Frame {
   const Function *fn;
@@ -859,6 +862,10 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
     case Op::Call: {
       if constexpr (Detail)
         endRoundTrip(thread);
+      if (thread.frames.size() >= kMaxCallDepth)
+        return failAt(kLaunchFailed,
+                      llvm::formatv("calls nested deeper than {0}",
+                                    kMaxCallDepth));
       const CallSite &site = fn->calls[in.imm];
       const Function &callee = *context.module.functions[site.callee];
       uint32_t base = thread.frames.back().base + context.frameWords.lookup(fn);
