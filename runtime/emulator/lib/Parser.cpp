@@ -237,7 +237,6 @@ struct RawFunction {
   std::vector<SharedDecl> shared;   // this function's own .shared arrays
   /// Register slots that are real registers (not specials or constants).
   llvm::BitVector registerSlots;
-  llvm::StringMap<uint32_t> specialSlots;
   std::map<uint64_t, uint32_t> constantSlots;
   std::vector<std::string> slotNames;
   unsigned bodyLine = 0;
@@ -299,7 +298,6 @@ private:
   struct ParamDeclaration {
     std::string name;
     uint32_t bytes = 0, align = 0;
-    bool pointer = false;
   };
   /// After `.param`: `[.align N] .type [.ptr [.space] [.align N]]
   /// name[[N]]`; the alignment defaults to the type's size.
@@ -529,7 +527,6 @@ llvm::Expected<Parser::ParamDeclaration> Parser::parseParamDeclaration() {
   if (!type || type->kind == Type::Pred)
     return error("unsupported .param type");
   if (accept(".ptr")) {
-    decl.pointer = true;
     accept(".global") || accept(".shared") || accept(".const") ||
         accept(".local");
     if (accept(".align")) // the pointee's alignment
@@ -551,7 +548,6 @@ llvm::Expected<Parser::ParamDeclaration> Parser::parseParamDeclaration() {
   }
   if (!decl.align)
     decl.align = std::max<uint32_t>(type->bits / 8, 1);
-  decl.pointer |= type->bits == 64;
   return decl;
 }
 
@@ -568,7 +564,7 @@ llvm::Error Parser::parseParamList(RawFunction &raw, bool kernel,
     if (!decl)
       return decl.takeError();
     offset = (offset + decl->align - 1) / decl->align * decl->align;
-    params.push_back({decl->name, offset, decl->bytes, decl->pointer});
+    params.push_back({decl->name, offset, decl->bytes});
     scopes.front().params[decl->name] = ParamVar{kernel, offset, decl->bytes};
     offset += decl->bytes;
     accept(",");

@@ -165,10 +165,10 @@ struct SharedArray {
   bool dynamic = false; // .extern .shared: sized by the launch
 };
 
+/// A .param variable of a function's signature.
 struct KernelParam {
   std::string name;
   uint32_t offset = 0, bytes = 0;
-  bool pointer = false; // .u64/.b64: may hold a device address
 };
 
 struct Function {

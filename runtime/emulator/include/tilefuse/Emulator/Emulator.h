@@ -122,9 +122,9 @@ int deviceMultiprocessors();
 /// by default (it costs memory and time per access).
 void setTrafficDetail(bool on);
 
-/// Host threads running independent blocks (default: the hardware's
-/// concurrency, or TILEFUSE_EMULATE_THREADS). Results and the reported
-/// error do not depend on it.
+/// Host threads running independent blocks (0: the default, the
+/// hardware's concurrency or TILEFUSE_EMULATE_THREADS). Results and the
+/// reported error do not depend on it.
 void setHostThreads(unsigned threads);
 
 } // namespace tilefuse::emulator
