@@ -56,8 +56,8 @@ protected:
 
   /// Loads test/emulator/`name`.ptx; returns the driver's result.
   int load(const std::string &name) {
-    auto file = llvm::MemoryBuffer::getFile(std::string(TILEFUSE_EMULATOR_PTX_DIR) +
-                                            "/" + name + ".ptx");
+    auto file = llvm::MemoryBuffer::getFile(
+        std::string(TILEFUSE_EMULATOR_PTX_DIR) + "/" + name + ".ptx");
     EXPECT_TRUE(static_cast<bool>(file)) << name;
     if (!file)
       return -1;
@@ -290,7 +290,8 @@ TEST_F(EmulatorChecks, ShufflesFollowThePtxIsa) {
     EXPECT_EQ(out[4 * lane + 1], lane == 31 ? 31 : lane + 1 + 100)
         << "down 1, and its predicate";
     EXPECT_EQ(out[4 * lane + 2], lane ^ 3) << "bfly 3";
-    EXPECT_EQ(out[4 * lane + 3], (lane & 16) | 5) << "idx 5 in 16-lane segments";
+    EXPECT_EQ(out[4 * lane + 3], (lane & 16) | 5)
+        << "idx 5 in 16-lane segments";
   }
   std::vector<tilefuse::emulator::LaunchRecord> launches =
       tilefuse::emulator::takeLaunches();

@@ -1,4 +1,4 @@
-//===- Emulator.h - the PTX emulator: device, launches, counters -*- C++ -*-===//
+//===- Emulator.h - the PTX emulator: device, launches ----------*- C++ -*-===//
 //
 // libtilefuse_emulator.so runs PTX on the host. It exports, with C linkage,
 // the CUDA driver entry points CudaDriver resolves (cuInit ...
