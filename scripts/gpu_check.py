@@ -316,9 +316,11 @@ def numerics_cases(op: str, dry: bool, device: str):
 
                     torch.manual_seed(n)
                     rows = rows_for(n, dry)
+                    compiles = torch.ops.tilefuse.compile_count()
                     outputs = CASES[op](rows, n, dtype, device, aligned, torch, F)
                     checks = [judge(*output) for output in outputs]
                     return {"rows": rows, "checks": checks,
+                            "compiles": torch.ops.tilefuse.compile_count() - compiles,
                             "ok": all(check["ok"] for check in checks)}
                 yield name, run
 
