@@ -70,3 +70,15 @@ function(tilefuse_static_llvm_libraries out)
   endwhile()
   set(${out} ${TILEFUSE_STATIC_MLIR_LIBRARIES} ${llvm_libraries} PARENT_SCOPE)
 endfunction()
+
+# Makes the shared library `target` self-contained: built into lib/ (where
+# the bundle is packed from), exporting only what `version_script` lists,
+# unused sections dropped, no undefined symbol left, stripped.
+function(tilefuse_self_contained target version_script)
+  set_target_properties(${target} PROPERTIES
+    LINK_DEPENDS ${version_script}
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
+  target_link_options(${target} PRIVATE
+    -Wl,--version-script=${version_script}
+    -Wl,--gc-sections -Wl,--as-needed -Wl,-z,defs -Wl,--strip-all)
+endfunction()

@@ -8,13 +8,8 @@
 # LLVM never interposes on, or is interposed by, another LLVM in the process
 # (Triton's, which torch.compile loads). The ops register themselves with
 # PyTorch's dispatcher from static initializers, which need no export.
-set_target_properties(tilefuse_torch PROPERTIES
-  LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/csrc/tilefuse_torch.map
-  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib
-  INSTALL_RPATH "$ORIGIN;$ORIGIN/../torch/lib")
-target_link_options(tilefuse_torch PRIVATE
-  -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/csrc/tilefuse_torch.map
-  -Wl,--gc-sections -Wl,--as-needed -Wl,-z,defs -Wl,--strip-all)
+tilefuse_self_contained(tilefuse_torch ${CMAKE_CURRENT_SOURCE_DIR}/csrc/tilefuse_torch.map)
+set_target_properties(tilefuse_torch PROPERTIES INSTALL_RPATH "$ORIGIN;$ORIGIN/../torch/lib")
 
 # libdevice (the CUDA math library as LLVM bitcode, ~450 KiB) ships beside
 # the library for machines without a CUDA toolkit; the compiler looks for a
