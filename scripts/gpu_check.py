@@ -194,8 +194,17 @@ def case_rms_norm(rows, n, dtype, device, aligned, torch, F):
     rstd64 = torch.rsqrt(x64.square().mean(-1) + eps)
     y64 = x64 * rstd64[:, None] * w64
     dx64, dw64 = grads(y64, (x64, w64), dy.double())
+    dx_terms, dw_terms = norm_gradient_scales(dy, w, rstd64)
     return [("y", y, yt, y64), ("rstd", rstd, rstdt, rstd64),
-            ("dx", dx, dxt, dx64), ("dweight", dw, dwt, dw64)]
+            ("dx", dx, dxt, dx64, dx_terms), ("dweight", dw, dwt, dw64, dw_terms)]
+
+
+def norm_gradient_scales(dy, w, rstd):
+    """The size of the terms a norm's dx and dweight sum (xhat is of size 1
+    by construction): what their error is judged against where the terms
+    cancel (n = 1 above all)."""
+    dy64 = dy.double()
+    return rstd.detach()[:, None] * (dy64 * w.double()).abs(), dy64.abs().sum(0)
 
 
 def case_layer_norm(rows, n, dtype, device, aligned, torch, F):
@@ -216,9 +225,11 @@ def case_layer_norm(rows, n, dtype, device, aligned, torch, F):
     x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
     y64, mean64, rstd64 = torch.ops.aten.native_layer_norm(x64, (n,), w64, b64, eps)
     dx64, dw64, db64 = grads(y64, (x64, w64, b64), dy.double())
+    dx_terms, dw_terms = norm_gradient_scales(dy, w, rstd64.view(-1))
     return [("y", y, yt, y64), ("mean", mean, meant.view(-1), mean64.view(-1)),
             ("rstd", rstd, rstdt.view(-1), rstd64.view(-1)),
-            ("dx", dx, dxt, dx64), ("dweight", dw, dwt, dw64), ("dbias", db, dbt, db64)]
+            ("dx", dx, dxt, dx64, dx_terms), ("dweight", dw, dwt, dw64, dw_terms),
+            ("dbias", db, dbt, db64)]
 
 
 def case_swiglu(rows, n, dtype, device, aligned, torch, F):
