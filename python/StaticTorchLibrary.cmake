@@ -27,4 +27,4 @@ else()
   message(WARNING "No CUDA toolkit's libdevice.10.bc was found: the "
                   "self-contained library will need one on the GPU machine")
 endif()
-install(TARGETS tilefuse_torch LIBRARY DESTINATION tilefuse)
+install(TARGETS tilefuse_torch tilefuse_emulator LIBRARY DESTINATION tilefuse)
