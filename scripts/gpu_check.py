@@ -40,11 +40,13 @@ import concurrent.futures
 import json
 import math
 import os
+import queue
 import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,7 +135,7 @@ def error_ulps(value, reference, dtype, floor=0.0) -> float:
     say it). Mismatched non-finite values count as infinite error."""
     import torch
 
-    value, reference = value.double(), reference.double()
+    value, reference = value.detach().double(), reference.detach().double()
     floor = torch.as_tensor(floor, dtype=torch.float64, device=reference.device)
     floor = floor.expand_as(reference)
     finite = torch.isfinite(reference)
@@ -841,10 +843,17 @@ def child(args) -> int:
 # ---------------------------------------------------------------------------
 
 
+# A case that prints nothing for this long is killed (inductor's first
+# compile of a bandwidth case is the slowest); the emulator is slower.
+CASE_TIMEOUT_S = {False: 150, True: 600}
+_log_lock = threading.Lock()
+
+
 def run_group(group: str, args, deadline: float, env: dict) -> list[dict]:
     """Runs `group` in child processes until every case has a result; a case
-    whose process died is recorded as a fault (with the process's stderr:
-    the driver's PTX JIT log) and the group resumes after it."""
+    whose process died or hung is recorded as a fault (with the process's
+    stderr: the driver's PTX JIT log) and the group resumes after it. Every
+    child's stderr is kept in gpu_check.log."""
     results: list[dict] = []
     skip = 0
     while True:
@@ -852,45 +861,55 @@ def run_group(group: str, args, deadline: float, env: dict) -> list[dict]:
                    "--library", args.library, "--skip", str(skip)]
         if args.dry_run:
             command.append("--dry-run")
-        remaining = deadline - time.monotonic()
-        if remaining <= 5:
+        if deadline - time.monotonic() <= 5:
             results.append({"case": f"{group} (rest)", "ok": False,
                             "error": "not run: the time budget is spent"})
             return results
-        started = None
+        started, hung = None, None
         with tempfile.TemporaryFile("w+") as stderr:
             process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr,
                                        text=True, env=env)
+            lines: queue.Queue = queue.Queue()
+            threading.Thread(target=lambda: [lines.put(l) for l in process.stdout] +
+                             [lines.put(None)], daemon=True).start()
             try:
-                for line in process.stdout:
+                while True:
+                    wait = min(deadline - time.monotonic(), CASE_TIMEOUT_S[args.dry_run])
+                    try:
+                        line = lines.get(timeout=max(wait, 0))
+                    except queue.Empty:
+                        hung = ("killed: the time budget is spent"
+                                if time.monotonic() >= deadline else
+                                f"killed: no result in {CASE_TIMEOUT_S[args.dry_run]} s")
+                        break
+                    if line is None:
+                        break
                     if line.startswith("CASE "):
-                        started = line.split(" ", 2)[2].strip()
-                        skip = int(line.split(" ", 2)[1])
+                        _, index, started = line.rstrip("\n").split(" ", 2)
+                        skip = int(index)
                     elif line.startswith("RESULT "):
                         results.append(json.loads(line[7:]))
                         print(format_result(group, results[-1]), flush=True)
                         started, skip = None, skip + 1
-                    if time.monotonic() > deadline:
-                        process.kill()
-                process.wait()
             finally:
                 if process.poll() is None:
                     process.kill()
-                    process.wait()
+                process.wait()
             stderr.seek(0)
             log = stderr.read()
-        if process.returncode == 0 and started is None:
+        if log:
+            with _log_lock, open(os.path.join(args.out, "gpu_check.log"), "a") as f:
+                f.write(f"=== {group}, from case {skip} ===\n{log}\n")
+        if process.returncode == 0 and started is None and hung is None:
             return results
-        timed_out = time.monotonic() > deadline
         results.append({
             "case": started or f"{group} (loading)", "ok": False,
-            "error": ("killed: the time budget is spent" if timed_out else
-                      f"the process died (exit status {process.returncode})"),
+            "error": hung or f"the process died (exit status {process.returncode})",
             "log": log[-20000:]})
         print(format_result(group, results[-1]), flush=True)
         if log:
             print(log[-20000:], file=sys.stderr, flush=True)
-        if started is None or timed_out:
+        if started is None or time.monotonic() >= deadline:
             return results
         skip += 1
 
@@ -1030,6 +1049,10 @@ def main() -> int:
         sys.exit("gpu_check: no CUDA device; use --dry-run here")
     load_seconds = load_library(args.library)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if not args.dry_run:  # the PTX JIT's report of every kernel, in gpu_check.log
+        env["TILEFUSE_LOG"] = "compile,jit"
+    if os.path.exists(os.path.join(args.out, "gpu_check.log")):
+        os.remove(os.path.join(args.out, "gpu_check.log"))
     # A fresh kernel cache: first calls compile, dsl-disk loads from it.
     env["TILEFUSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilefuse-cache-")
     info = environment(args.library)
