@@ -1,4 +1,4 @@
-//===- traffic.cpp - the built-ins' global traffic, emulated, and an H200 model -===//
+//===- traffic.cpp - emulated traffic and an H200 model -------------------===//
 //
 // For each built-in at bf16 and f32 and each row length n: compile it for
 // sm_90, ask `ptxas -v` for its registers, run it in the PTX emulator
@@ -87,7 +87,8 @@ static int blocksPerSM(int64_t threads, int registers, int64_t sharedBytes) {
   int64_t byRegisters =
       perWarp ? h200::kRegistersPerSM / (perWarp * warps) : h200::kBlocksPerSM;
   int64_t byThreads = h200::kThreadsPerSM / threads;
-  int64_t byShared = h200::kSharedPerSM / (sharedBytes + 1024); // + 1 KiB reserved
+  int64_t byShared =
+      h200::kSharedPerSM / (sharedBytes + 1024); // + 1 KiB reserved
   return static_cast<int>(std::min<int64_t>(
       {h200::kBlocksPerSM, byRegisters, byThreads, byShared}));
 }
@@ -103,7 +104,8 @@ struct PtxasReport {
 
 static llvm::Expected<PtxasReport> ptxasReport(const std::string &ptx) {
   const char *cuda = std::getenv("CUDA_PATH");
-  std::string ptxas = std::string(cuda ? cuda : "/usr/local/cuda") + "/bin/ptxas";
+  std::string ptxas =
+      std::string(cuda ? cuda : "/usr/local/cuda") + "/bin/ptxas";
   if (!llvm::sys::fs::exists(ptxas))
     return llvm::createStringError("ptxas not found at " + ptxas +
                                    " (set CUDA_PATH)");
@@ -341,10 +343,10 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   // The ideal: full tensors once, per-row values once, per-column inputs
   // once per block, per-column outputs once.
   int64_t modelGrid =
-      persistent
-          ? std::min<int64_t>((fullRows + tile.rowsPerBlock - 1) / tile.rowsPerBlock,
-                              tile.blocksPerSM * h200::kSMs)
-          : (fullRows + tile.rowsPerBlock - 1) / tile.rowsPerBlock;
+      persistent ? std::min<int64_t>((fullRows + tile.rowsPerBlock - 1) /
+                                         tile.rowsPerBlock,
+                                     tile.blocksPerSM * h200::kSMs)
+                 : (fullRows + tile.rowsPerBlock - 1) / tile.rowsPerBlock;
   result.grid = modelGrid;
   // `essential` counts per-column inputs once per launch instead: the
   // least HBM traffic there is, the numerator of the bandwidth fraction.
@@ -379,7 +381,8 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   int occupancy = blocksPerSM(tile.threadsPerBlock(), result.registers,
                               launches[0].sharedBytes);
   result.blocksPerSM = occupancy;
-  int64_t resident = std::min<int64_t>(modelGrid, int64_t(occupancy) * h200::kSMs);
+  int64_t resident =
+      std::min<int64_t>(modelGrid, int64_t(occupancy) * h200::kSMs);
   double bytes = 0, hbm = 0, fullInputLoads = 0, seconds = 0, slowest = 0;
   uint64_t instructions = 0;
   for (size_t l = 0; l < launches.size(); ++l) {
@@ -432,7 +435,8 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
     // moved their slices: it misses when those do not fit.
     bool privateSpills = privateWorkingSet > h200::kL2Bytes;
     for (const Share &share : shares) {
-      bool misses = share.shared ? share.unique > h200::kL2Bytes : privateSpills;
+      bool misses =
+          share.shared ? share.unique > h200::kL2Bytes : privateSpills;
       launchHbm += share.unique +
                    (misses ? std::max(0.0, share.requested - share.unique) : 0);
     }
@@ -442,7 +446,8 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
     };
     double all = double(launch.totalInstructions()) * scale;
     double division = count(emu::InstructionClass::Division);
-    double issue = (all + division * (h200::kDivisionIssue - 1)) / h200::kIssueLanes;
+    double issue =
+        (all + division * (h200::kDivisionIssue - 1)) / h200::kIssueLanes;
     double sfu = (count(emu::InstructionClass::Transcendental) + division) /
                  h200::kSfuLanes;
     double f64 = count(emu::InstructionClass::Double) / h200::kF64Lanes;
@@ -494,10 +499,11 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   }
   result.bytesPerRow = bytes / fullRows;
   result.hbmBytesPerRow = hbm / fullRows;
-  result.passes = idealFullInputs > 0 ? fullInputLoads / (idealFullInputs * rows)
-                                      : 0;
+  result.passes =
+      idealFullInputs > 0 ? fullInputLoads / (idealFullInputs * rows) : 0;
   result.instructionsPerIdealByte = instructions * scale / (ideal * fullRows);
-  result.fraction = (essential * fullRows / h200::kPeakBytesPerSecond) / seconds;
+  result.fraction =
+      (essential * fullRows / h200::kPeakBytesPerSecond) / seconds;
   return result;
 }
 
@@ -560,10 +566,11 @@ int main(int argc, char **argv) {
       modelRows.getValue(),
       h200::kIssueLanes * h200::kSMs * h200::kClock / h200::kPeakBytesPerSecond,
       h200::kInFlightPerSM / 1024);
-  llvm::outs() << "| kernel | dtype | n | bytes/row | ideal/row | ratio | "
-                  "passes | instr/ideal B | regs | blocks/SM | KiB in flight/SM "
-                  "| est. HBM | limit |\n"
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  llvm::outs()
+      << "| kernel | dtype | n | bytes/row | ideal/row | ratio | "
+         "passes | instr/ideal B | regs | blocks/SM | KiB in flight/SM "
+         "| est. HBM | limit |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   llvm::json::Array json;
   std::vector<Result> results;
   uint64_t instructions = 0;
@@ -586,8 +593,9 @@ int main(int argc, char **argv) {
             r.kernel, r.dtype, r.n, r.bytesPerRow, r.idealPerRow,
             r.bytesPerRow / r.idealPerRow, r.passes, r.instructionsPerIdealByte,
             r.registers,
-            r.finalizeRegisters ? llvm::formatv("+{0}", r.finalizeRegisters).str()
-                                : "",
+            r.finalizeRegisters
+                ? llvm::formatv("+{0}", r.finalizeRegisters).str()
+                : "",
             r.blocksPerSM, r.inFlightPerSM / 1024, 100 * r.fraction, r.limit);
         llvm::outs().flush();
         instructions += r.emulatedInstructions;

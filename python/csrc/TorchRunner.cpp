@@ -269,18 +269,20 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
         extents.push_back({port.name.c_str(), nullptr, 0});
         continue;
       }
-      extents.push_back({port.name.c_str(), input->data_ptr(), input->nbytes()});
+      extents.push_back(
+          {port.name.c_str(), input->data_ptr(), input->nbytes()});
       ++input;
     }
     for (auto i : c10::irange(info.outputs.size()))
       extents.push_back({info.outputs[i].name.c_str(), outputs[i].data_ptr(),
                          outputs[i].nbytes()});
     for (auto i : c10::irange(workspaces.size()))
-      extents.push_back({names[i].c_str(), workspaces[i].data_ptr(),
-                         workspaces[i].nbytes()});
+      extents.push_back(
+          {names[i].c_str(), workspaces[i].data_ptr(), workspaces[i].nbytes()});
     llvm::Error error = driver->launch(gpuKernel, arguments, workspacePointers,
                                        rows, deviceIndex, nullptr, extents);
-    TORCH_CHECK(!error, "tilefuse.", op, ": ", llvm::toString(std::move(error)));
+    TORCH_CHECK(!error, "tilefuse.", op, ": ",
+                llvm::toString(std::move(error)));
     return outputs;
   }
   c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);

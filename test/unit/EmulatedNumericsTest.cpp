@@ -42,7 +42,8 @@ protected:
                                         int multiprocessors = 0) {
     EXPECT_TRUE(emulator::setDevice(chip, multiprocessors));
     auto driver = CudaDriver::load(TILEFUSE_EMULATOR_LIBRARY);
-    EXPECT_TRUE(static_cast<bool>(driver)) << llvm::toString(driver.takeError());
+    EXPECT_TRUE(static_cast<bool>(driver))
+        << llvm::toString(driver.takeError());
     if (!driver)
       return nullptr;
     EXPECT_TRUE((*driver)->emulated());
@@ -115,7 +116,8 @@ protected:
     std::vector<void *> workspaces;
     for (size_t i = 0; i < partials.size(); ++i) {
       workspaces.push_back(partials[i].data());
-      extents.push_back({names[i].c_str(), partials[i].data(), partials[i].size});
+      extents.push_back(
+          {names[i].c_str(), partials[i].data(), partials[i].size});
     }
     llvm::Error error = driver.launch(kernel, arguments.pointers, workspaces,
                                       rows, 0, nullptr, extents);
@@ -249,7 +251,8 @@ TEST_F(EmulatedNumerics, CountersMatchTheKernelsTraffic) {
         << buffer.name << ": 16-byte accesses";
   }
   EXPECT_EQ(record.barriers, 0u);
-  EXPECT_GT(record.instructions[size_t(emulator::InstructionClass::Memory)], 0u);
+  EXPECT_GT(record.instructions[size_t(emulator::InstructionClass::Memory)],
+            0u);
 
   auto rmsNorm = compile("rms_norm_fwd", Dtype::F32, n, true, "sm_90");
   ASSERT_TRUE(rmsNorm);

@@ -56,8 +56,8 @@ protected:
 
   /// Loads test/emulator/`name`.ptx; returns the driver's result.
   int load(const std::string &name) {
-    auto file = llvm::MemoryBuffer::getFile(std::string(TILEFUSE_EMULATOR_PTX_DIR) +
-                                            "/" + name + ".ptx");
+    auto file = llvm::MemoryBuffer::getFile(
+        std::string(TILEFUSE_EMULATOR_PTX_DIR) + "/" + name + ".ptx");
     EXPECT_TRUE(static_cast<bool>(file)) << name;
     if (!file)
       return -1;
@@ -102,7 +102,7 @@ TEST_F(EmulatorChecks, OutOfBoundsStore) {
               {"out-of-bounds global store of 4 bytes",
                "0 bytes past the end of buffer 'out' (96 bytes",
                "kernel oob_store, block (0, 0, 0), thread (24, 0, 0)",
-               "PTX line 14: `st.global.u32 \t[%rd3], %r1;`"});
+               "PTX line 18: `st.global.u32 \t[%rd3], %r4;`"});
   // Wide enough, it runs.
   out.resize(32);
   pointer = out.data();
@@ -110,6 +110,32 @@ TEST_F(EmulatorChecks, OutOfBoundsStore) {
                    {{"out", out.data(), out.size() * 4}}),
             0);
   EXPECT_EQ(out[31], 31u);
+}
+
+/// Blocks run on several host threads; the error reported is the lowest
+/// failing block's, however many there are.
+TEST_F(EmulatorChecks, TheErrorDoesNotDependOnHostThreads) {
+  ASSERT_EQ(load("oob_store"), 0);
+  void *function = nullptr;
+  ASSERT_EQ(cuModuleGetFunction(&function, module, "oob_store"), 0);
+  std::vector<uint32_t> out(5 * 32 + 7); // blocks 5 to 15 overrun it
+  void *pointer = out.data();
+  void *params[] = {&pointer};
+  std::string first;
+  for (unsigned threads : {1u, 2u, 3u}) {
+    tilefuse::emulator::setHostThreads(threads);
+    TilefuseEmulatorBuffer buffer{"out", out.data(), out.size() * 4};
+    tilefuseEmulatorSetBuffers(&buffer, 1);
+    int result = cuLaunchKernel(function, 16, 1, 1, 32, 1, 1, 0, nullptr,
+                                params, nullptr);
+    EXPECT_EQ(result, kIllegalAddress);
+    if (first.empty())
+      first = message(result);
+    EXPECT_EQ(message(result), first) << threads << " host threads";
+  }
+  tilefuse::emulator::setHostThreads(0);
+  EXPECT_NE(first.find("block (5, 0, 0), thread (7, 0, 0)"), std::string::npos)
+      << first;
 }
 
 TEST_F(EmulatorChecks, SharedMemoryRace) {
@@ -264,7 +290,8 @@ TEST_F(EmulatorChecks, ShufflesFollowThePtxIsa) {
     EXPECT_EQ(out[4 * lane + 1], lane == 31 ? 31 : lane + 1 + 100)
         << "down 1, and its predicate";
     EXPECT_EQ(out[4 * lane + 2], lane ^ 3) << "bfly 3";
-    EXPECT_EQ(out[4 * lane + 3], (lane & 16) | 5) << "idx 5 in 16-lane segments";
+    EXPECT_EQ(out[4 * lane + 3], (lane & 16) | 5)
+        << "idx 5 in 16-lane segments";
   }
   std::vector<tilefuse::emulator::LaunchRecord> launches =
       tilefuse::emulator::takeLaunches();

@@ -291,7 +291,9 @@ size_t elementCount(Kind kind, int64_t rows, int64_t n) {
   return 0;
 }
 
-bool isFloatDtype(const std::string &dtype) { return dtype[0] == 'f' || dtype == "bf16"; }
+bool isFloatDtype(const std::string &dtype) {
+  return dtype[0] == 'f' || dtype == "bf16";
+}
 
 Dtype dtypeOf(const std::string &dtype) {
   if (dtype == "bf16")
@@ -319,7 +321,8 @@ std::vector<double> loadFloats(const void *data, const std::string &type,
   std::vector<double> values(count);
   for (size_t i = 0; i < count; ++i) {
     uint32_t bits = 0;
-    std::memcpy(&bits, static_cast<const uint8_t *>(data) + i * dtypeBytes(dtype),
+    std::memcpy(&bits,
+                static_cast<const uint8_t *>(data) + i * dtypeBytes(dtype),
                 dtypeBytes(dtype));
     values[i] = fromBits(bits, dtype);
   }
@@ -346,7 +349,8 @@ Arguments makeArguments(const KernelInfo &info, const Values &in, int64_t rows,
     const PortInfo &port = info.inputs[i];
     if (port.kind == Kind::Scalar) {
       if (isFloatDtype(port.dtype)) {
-        arguments.floatScalars[i] = static_cast<float>(in.scalars.at(port.name));
+        arguments.floatScalars[i] =
+            static_cast<float>(in.scalars.at(port.name));
         arguments.pointers.push_back(&arguments.floatScalars[i]);
       } else {
         arguments.intScalars[i] = in.intScalars.at(port.name);

@@ -404,7 +404,8 @@ int cuLaunchKernel(void *function, unsigned gridX, unsigned gridY,
   const LoadedFunction &loaded = *static_cast<LoadedFunction *>(function);
   const Function &kernel = *loaded.function;
   if (extra)
-    return failWith(kInvalidValue, "the extra launch argument is not supported");
+    return failWith(kInvalidValue,
+                    "the extra launch argument is not supported");
   unsigned threads = blockX * blockY * blockZ;
   if (!gridX || !gridY || !gridZ || !threads || threads > 1024 ||
       blockZ > 64 || gridY > 65535 || gridZ > 65535)

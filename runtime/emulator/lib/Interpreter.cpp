@@ -379,9 +379,9 @@ bool BlockRunner::checkGlobal(const Thread &thread, const Function &fn,
       } else {
         const BufferRange *best = &ranges.front();
         auto distance = [&](const BufferRange &r) {
-          return address < r.begin ? r.begin - address
-                                   : address + bytes - std::min(r.end,
-                                                                address + bytes);
+          return address < r.begin
+                     ? r.begin - address
+                     : address + bytes - std::min(r.end, address + bytes);
         };
         for (const BufferRange &r : ranges)
           if (distance(r) < distance(*best))
@@ -440,7 +440,8 @@ bool BlockRunner::checkShared(const Thread &thread, const Function &fn,
   for (const SharedArray &candidate : context.kernel.shared) {
     uint64_t size = candidate.dynamic ? launch.dynamicSharedBytes
                                       : candidate.bytes;
-    if (address >= candidate.offset && address + bytes <= candidate.offset + size)
+    if (address >= candidate.offset &&
+        address + bytes <= candidate.offset + size)
       array = &candidate;
   }
   if (!array) {

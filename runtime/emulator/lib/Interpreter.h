@@ -1,4 +1,4 @@
-//===- Interpreter.h - run a kernel launch on the host -----------*- C++ -*-===//
+//===- Interpreter.h - run a kernel launch on the host ----------*- C++ -*-===//
 
 #ifndef TILEFUSE_EMULATOR_INTERPRETER_H
 #define TILEFUSE_EMULATOR_INTERPRETER_H

@@ -162,16 +162,19 @@ uint64_t numerics::evaluate(const FloatForm &form, uint64_t aBits,
   // Exact or rounded-to-odd for f32 and narrower; f64 rounds here.
   switch (form.kind) {
   case FloatKind::Add:
-    result = f64 ? (directed ? directedF64(form.kind, rounding, a, b, 0) : a + b)
-                 : sumToOdd(a, b);
+    result =
+        f64 ? (directed ? directedF64(form.kind, rounding, a, b, 0) : a + b)
+            : sumToOdd(a, b);
     break;
   case FloatKind::Sub:
-    result = f64 ? (directed ? directedF64(form.kind, rounding, a, b, 0) : a - b)
-                 : sumToOdd(a, -b);
+    result =
+        f64 ? (directed ? directedF64(form.kind, rounding, a, b, 0) : a - b)
+            : sumToOdd(a, -b);
     break;
   case FloatKind::Mul:
-    result = f64 ? (directed ? directedF64(form.kind, rounding, a, b, 0) : a * b)
-                 : a * b; // exact: at most 48 significant bits
+    result =
+        f64 ? (directed ? directedF64(form.kind, rounding, a, b, 0) : a * b)
+            : a * b; // exact: at most 48 significant bits
     break;
   case FloatKind::Fma:
     result = f64 ? (directed ? directedF64(form.kind, rounding, a, b, c)
@@ -281,7 +284,8 @@ uint64_t numerics::convert(const ConversionForm &form, uint64_t bits) {
     bits &= toMask;
     if (toSigned && toBits < 64) {
       unsigned shift = 64 - toBits;
-      bits = static_cast<uint64_t>(static_cast<int64_t>(bits << shift) >> shift);
+      bits =
+          static_cast<uint64_t>(static_cast<int64_t>(bits << shift) >> shift);
     }
     return bits;
   }

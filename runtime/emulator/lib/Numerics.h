@@ -1,4 +1,4 @@
-//===- Numerics.h - PTX floating point, bit for bit --------------*- C++ -*-===//
+//===- Numerics.h - PTX floating point, bit for bit -------------*- C++ -*-===//
 //
 // PTX arithmetic is IEEE 754 with an explicit rounding per instruction. The
 // host computes in round-to-nearest: operations the host does exactly in

@@ -237,7 +237,6 @@ struct RawFunction {
   std::vector<SharedDecl> shared;   // this function's own .shared arrays
   /// Register slots that are real registers (not specials or constants).
   llvm::BitVector registerSlots;
-  llvm::StringMap<uint32_t> specialSlots;
   std::map<uint64_t, uint32_t> constantSlots;
   std::vector<std::string> slotNames;
   unsigned bodyLine = 0;
@@ -289,7 +288,8 @@ private:
                                peek().text));
   }
   llvm::Error error(const llvm::Twine &message) const {
-    return errorAt(peek().line, message, current ? current->function->name : "");
+    return errorAt(peek().line, message,
+                   current ? current->function->name : "");
   }
   llvm::Expected<uint64_t> integer();
 
@@ -299,7 +299,6 @@ private:
   struct ParamDeclaration {
     std::string name;
     uint32_t bytes = 0, align = 0;
-    bool pointer = false;
   };
   /// After `.param`: `[.align N] .type [.ptr [.space] [.align N]]
   /// name[[N]]`; the alignment defaults to the type's size.
@@ -343,9 +342,10 @@ llvm::Expected<uint64_t> Parser::integer() {
   const Token &token = next();
   uint64_t value = 0;
   if (token.kind != Token::Number || token.text.getAsInteger(0, value))
-    return errorAt(token.line,
-                   llvm::formatv("expected an integer, found '{0}'", token.text),
-                   current ? current->function->name : "");
+    return errorAt(
+        token.line,
+        llvm::formatv("expected an integer, found '{0}'", token.text),
+        current ? current->function->name : "");
   return value;
 }
 
@@ -390,7 +390,8 @@ llvm::Error Parser::parseDirective() {
         version.take_while([](char c) { return std::isdigit(c); })
             .getAsInteger(10, module->smVersion))
       return errorAt(target.line,
-                     llvm::formatv("unknown .target '{0}'", module->target), "");
+                     llvm::formatv("unknown .target '{0}'", module->target),
+                     "");
     while (accept(","))
       next(); // texmode_*, debug: no effect on execution
     return llvm::Error::success();
@@ -529,7 +530,6 @@ llvm::Expected<Parser::ParamDeclaration> Parser::parseParamDeclaration() {
   if (!type || type->kind == Type::Pred)
     return error("unsupported .param type");
   if (accept(".ptr")) {
-    decl.pointer = true;
     accept(".global") || accept(".shared") || accept(".const") ||
         accept(".local");
     if (accept(".align")) // the pointee's alignment
@@ -551,7 +551,6 @@ llvm::Expected<Parser::ParamDeclaration> Parser::parseParamDeclaration() {
   }
   if (!decl.align)
     decl.align = std::max<uint32_t>(type->bits / 8, 1);
-  decl.pointer |= type->bits == 64;
   return decl;
 }
 
@@ -568,7 +567,7 @@ llvm::Error Parser::parseParamList(RawFunction &raw, bool kernel,
     if (!decl)
       return decl.takeError();
     offset = (offset + decl->align - 1) / decl->align * decl->align;
-    params.push_back({decl->name, offset, decl->bytes, decl->pointer});
+    params.push_back({decl->name, offset, decl->bytes});
     scopes.front().params[decl->name] = ParamVar{kernel, offset, decl->bytes};
     offset += decl->bytes;
     accept(",");
@@ -1397,7 +1396,8 @@ llvm::Error Decoder::conversion(const RawInstr &instr, Modifiers &mods,
     if (rounding && !form.integerRounding)
       return fail(instr, "a same-size float conversion takes only an integer "
                          "rounding (.rni ...)");
-  } else if ((narrowing || (toFloat && !fromFloat) || (!toFloat && fromFloat)) &&
+  } else if ((narrowing || (toFloat && !fromFloat) ||
+              (!toFloat && fromFloat)) &&
              !rounding) {
     return fail(instr, "this conversion needs a rounding modifier");
   } else if (rounding && !narrowing && toFloat == fromFloat) {
@@ -1414,8 +1414,9 @@ llvm::Error Decoder::conversion(const RawInstr &instr, Modifiers &mods,
   // .bf16 (PTX: "Operand Size Exceeding Instruction-Type Size").
   TILEFUSE_SLOT(out, 0, destination(instr, instr.operands[0],
                                     toFloat ? Type{Type::Bit, to->bits} : *to));
-  TILEFUSE_SOURCE(out, 1, source(instr, instr.operands[1],
-                               fromFloat ? Type{Type::Bit, from->bits} : *from));
+  TILEFUSE_SOURCE(out, 1,
+                  source(instr, instr.operands[1],
+                         fromFloat ? Type{Type::Bit, from->bits} : *from));
   auto is = [&](ScalarType t, ScalarType f) {
     return form.to == t && form.from == f && !form.ftz && !form.sat &&
            !form.integerRounding && form.rounding == Rounding::Nearest;
@@ -1608,7 +1609,8 @@ llvm::Error Decoder::integer(const RawInstr &instr, Modifiers &mods,
   if (type.kind == Type::Pred) {
     // Logic on predicates.
     if (!mods.empty())
-      return fail(instr, llvm::formatv("unsupported modifier {0}", mods.rest()));
+      return fail(instr,
+                  llvm::formatv("unsupported modifier {0}", mods.rest()));
     bool unary = base == "not";
     if (llvm::Error error = operands(instr, unary ? 2 : 3))
       return error;
@@ -1707,7 +1709,8 @@ llvm::Error Decoder::integer(const RawInstr &instr, Modifiers &mods,
       operandType = shiftType;
     if (first == Op::MadWideU16 && i == 2)
       operandType = destinationType;
-    TILEFUSE_SOURCE(out, i + 1, source(instr, instr.operands[i + 1], operandType));
+    TILEFUSE_SOURCE(out, i + 1,
+                    source(instr, instr.operands[i + 1], operandType));
   }
   return llvm::Error::success();
 }
@@ -1794,7 +1797,8 @@ llvm::Error Decoder::control(const RawInstr &instr, Modifiers &mods,
   mods.take("uni");
   if (base == "bra") {
     if (!mods.empty())
-      return fail(instr, llvm::formatv("unsupported modifier {0}", mods.rest()));
+      return fail(instr,
+                  llvm::formatv("unsupported modifier {0}", mods.rest()));
     if (llvm::Error error = operands(instr, 1))
       return error;
     const Operand &target = instr.operands[0];
@@ -2113,7 +2117,8 @@ llvm::Error Decoder::run() {
                    "the function can run past its last instruction", fn.name);
   // Labels after the last instruction point past the end.
   for (const Instr &instr : fn.code)
-    if (instr.op == Op::Bra && instr.imm >= static_cast<int64_t>(fn.code.size()))
+    if (instr.op == Op::Bra &&
+        instr.imm >= static_cast<int64_t>(fn.code.size()))
       return errorAt(fn.sources[instr.source].line,
                      "a branch to the end of the function", fn.name);
   insertDefinednessChecks();

@@ -1,4 +1,4 @@
-//===- Program.h - PTX decoded once per module for the interpreter -*- C++ -*-===//
+//===- Program.h - PTX decoded for the interpreter --------------*- C++ -*-===//
 //
 // The parser (Parser.cpp) turns PTX text into Functions of Instrs: every
 // operand is a slot in the thread's register frame (immediates, special
@@ -65,7 +65,8 @@ enum class Op : uint16_t {
 #define TILEFUSE_EMU_OP(name) name,
   TILEFUSE_EMU_OPS(TILEFUSE_EMU_OP)
 #undef TILEFUSE_EMU_OP
-#define TILEFUSE_EMU_OP(name) name##U16, name##S16, name##U32, name##S32, name##U64, name##S64,
+#define TILEFUSE_EMU_OP(name)                                                  \
+  name##U16, name##S16, name##U32, name##S32, name##U64, name##S64,
   TILEFUSE_EMU_INT_OPS(TILEFUSE_EMU_OP)
 #undef TILEFUSE_EMU_OP
   Count
@@ -165,10 +166,10 @@ struct SharedArray {
   bool dynamic = false; // .extern .shared: sized by the launch
 };
 
+/// A .param variable of a function's signature.
 struct KernelParam {
   std::string name;
   uint32_t offset = 0, bytes = 0;
-  bool pointer = false; // .u64/.b64: may hold a device address
 };
 
 struct Function {

@@ -1,4 +1,4 @@
-//===- Emulator.h - the PTX emulator: device, launches, counters -*- C++ -*-===//
+//===- Emulator.h - the PTX emulator: device, launches ----------*- C++ -*-===//
 //
 // libtilefuse_emulator.so runs PTX on the host. It exports, with C linkage,
 // the CUDA driver entry points CudaDriver resolves (cuInit ...
@@ -122,9 +122,9 @@ int deviceMultiprocessors();
 /// by default (it costs memory and time per access).
 void setTrafficDetail(bool on);
 
-/// Host threads running independent blocks (default: the hardware's
-/// concurrency, or TILEFUSE_EMULATE_THREADS). Results and the reported
-/// error do not depend on it.
+/// Host threads running independent blocks (0: the default, the
+/// hardware's concurrency or TILEFUSE_EMULATE_THREADS). Results and the
+/// reported error do not depend on it.
 void setHostThreads(unsigned threads);
 
 } // namespace tilefuse::emulator
