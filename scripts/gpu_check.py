@@ -835,6 +835,9 @@ def child(args) -> int:
             result = {"ok": False, "error": f"{type(error).__name__}: {error}"}
         result["seconds"] = round(time.perf_counter() - start, 3)
         print("RESULT " + json.dumps({"case": name, **result}), flush=True)
+        if "error" in result and device == "cuda":
+            # A CUDA error can poison the context: the rest in a new process.
+            os._exit(RESTART_EXIT)
     return 0
 
 
@@ -847,6 +850,8 @@ def child(args) -> int:
 # compile of a bandwidth case is the slowest); the emulator is slower.
 CASE_TIMEOUT_S = {False: 150, True: 600}
 _log_lock = threading.Lock()
+# A child's exit status asking for the rest of its group in a new process.
+RESTART_EXIT = 75
 
 
 def run_group(group: str, args, deadline: float, env: dict) -> list[dict]:
@@ -900,8 +905,11 @@ def run_group(group: str, args, deadline: float, env: dict) -> list[dict]:
         if log:
             with _log_lock, open(os.path.join(args.out, "gpu_check.log"), "a") as f:
                 f.write(f"=== {group}, from case {skip} ===\n{log}\n")
-        if process.returncode == 0 and started is None and hung is None:
-            return results
+        if started is None and hung is None:
+            if process.returncode == RESTART_EXIT:
+                continue
+            if process.returncode == 0:
+                return results
         results.append({
             "case": started or f"{group} (loading)", "ok": False,
             "error": hung or f"the process died (exit status {process.returncode})",
