@@ -234,21 +234,27 @@ def case_layer_norm(rows, n, dtype, device, aligned, torch, F):
             ("dbias", db, dbt, db64)]
 
 
-def case_swiglu(rows, n, dtype, device, aligned, torch, F):
-    ops = torch.ops.tilefuse
-    make = lambda: tensor((rows, n), dtype, device, aligned, lambda s: 2 * torch.randn(s))
-    a, b, dc = make(), make(), make()
-    c = ops.swiglu_fwd(a, b)
-    da, db = ops.swiglu_bwd(dc, a, b)
+def glu_case(op: str, activation: str, *options):
+    """silu(a) * b (op "swiglu") or gelu(a) * b (op "geglu", `options`:
+    its approximate=0 exact, 1 tanh)."""
+    def case(rows, n, dtype, device, aligned, torch, F):
+        ops = torch.ops.tilefuse
+        act = {"silu": F.silu, "gelu": lambda t: F.gelu(t, approximate="none"),
+               "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[activation]
+        make = lambda: tensor((rows, n), dtype, device, aligned, lambda s: 2 * torch.randn(s))
+        a, b, dc = make(), make(), make()
+        c = getattr(ops, f"{op}_fwd")(a, b, *options)
+        da, db = getattr(ops, f"{op}_bwd")(dc, a, b, *options)
 
-    at, bt = (t.detach().clone().requires_grad_() for t in (a, b))
-    ct = F.silu(at) * bt
-    dat, dbt = grads(ct, (at, bt), dc)
+        at, bt = (t.detach().clone().requires_grad_() for t in (a, b))
+        ct = act(at) * bt
+        dat, dbt = grads(ct, (at, bt), dc)
 
-    a64, b64 = (t.detach().double().requires_grad_() for t in (a, b))
-    c64 = F.silu(a64) * b64
-    da64, db64 = grads(c64, (a64, b64), dc.double())
-    return [("c", c, ct, c64), ("da", da, dat, da64), ("db", db, dbt, db64)]
+        a64, b64 = (t.detach().double().requires_grad_() for t in (a, b))
+        c64 = act(a64) * b64
+        da64, db64 = grads(c64, (a64, b64), dc.double())
+        return [("c", c, ct, c64), ("da", da, dat, da64), ("db", db, dbt, db64)]
+    return case
 
 
 def case_cross_entropy(rows, n, dtype, device, aligned, torch, F):
@@ -308,9 +314,15 @@ def case_adamw(rows, n, dtype, device, aligned, torch, F):
             ("exp_avg_sq", exp_avg_sq, v, v64)]
 
 
-CASES = {"rms_norm": case_rms_norm, "layer_norm": case_layer_norm,
-         "swiglu": case_swiglu, "cross_entropy": case_cross_entropy,
-         "adamw": case_adamw}
+# Each built-in's numerics group: its case and the op it needs (a library
+# without that op, older or newer, leaves the group out and says so).
+CASES = {"rms_norm": (case_rms_norm, "rms_norm_fwd"),
+         "layer_norm": (case_layer_norm, "layer_norm_fwd"),
+         "swiglu": (glu_case("swiglu", "silu"), "swiglu_fwd"),
+         "geglu": (glu_case("geglu", "gelu", 0), "geglu_fwd"),
+         "geglu_tanh": (glu_case("geglu", "gelu_tanh", 1), "geglu_fwd"),
+         "cross_entropy": (case_cross_entropy, "cross_entropy_fwd"),
+         "adamw": (case_adamw, "adamw_step_")}
 
 
 def numerics_cases(op: str, dry: bool, device: str):
@@ -330,7 +342,7 @@ def numerics_cases(op: str, dry: bool, device: str):
                     torch.manual_seed(n)
                     rows = rows_for(n, dry)
                     compiles = torch.ops.tilefuse.compile_count()
-                    outputs = CASES[op](rows, n, dtype, device, aligned, torch, F)
+                    outputs = CASES[op][0](rows, n, dtype, device, aligned, torch, F)
                     checks = [judge(*output) for output in outputs]
                     return {"rows": rows, "checks": checks,
                             "compiles": torch.ops.tilefuse.compile_count() - compiles,
@@ -1071,7 +1083,9 @@ def main() -> int:
     info["load_library_ms"] = round(load_seconds * 1e3, 1)
     print(json.dumps(info), flush=True)
 
-    groups = group_names(list(CASES))
+    present = [op for op, (_, needs) in CASES.items() if hasattr(torch.ops.tilefuse, needs)]
+    info["not_in_library"] = [op for op in CASES if op not in present]
+    groups = group_names(present)
     if args.only:
         groups = [g for g in groups if g in args.only or g.split(":")[0] in args.only]
     deadline = started + (GPU_BUDGET_S if not args.dry_run else 30 * 60)
