@@ -301,8 +301,8 @@ llvm::Error CudaDriver::loadModule(void **module, const GpuKernel &kernel) {
                     errors.data(), reinterpret_cast<void *>(kJitLogBytes),
                     reinterpret_cast<void *>(uintptr_t(logJit))};
   llvm::Error error =
-      check(api->moduleLoadDataEx(module, kernel.ptx.c_str(), std::size(options),
-                                  options, values),
+      check(api->moduleLoadDataEx(module, kernel.ptx.c_str(),
+                                  std::size(options), options, values),
             "cuModuleLoadDataEx", name);
   info.resize(std::strlen(info.c_str()));
   errors.resize(std::strlen(errors.c_str()));

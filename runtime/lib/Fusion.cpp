@@ -36,9 +36,8 @@ llvm::Expected<std::shared_ptr<Fusion>> Fusion::parse(llvm::StringRef ir) {
   auto kernels = module->getOps<fuse::KernelOp>();
   int64_t count = std::distance(kernels.begin(), kernels.end());
   if (count != 1)
-    return llvm::createStringError(
-        llvm::formatv("fuse IR must hold exactly one fuse.kernel, got {0}",
-                      count));
+    return llvm::createStringError(llvm::formatv(
+        "fuse IR must hold exactly one fuse.kernel, got {0}", count));
   return std::make_shared<Fusion>(std::move(module));
 }
 

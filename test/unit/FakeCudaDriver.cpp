@@ -59,7 +59,8 @@ int cuModuleLoadData(void **module, const void *image) {
 int cuModuleLoadDataEx(void **module, const void *image, unsigned count,
                        int *options, void **values) {
   for (unsigned i = 0; i < count; ++i)
-    if (options[i] == 5 && !state.jitErrorLog.empty()) // CU_JIT_ERROR_LOG_BUFFER
+    if (options[i] == 5 &&
+        !state.jitErrorLog.empty()) // CU_JIT_ERROR_LOG_BUFFER
       std::strcpy(static_cast<char *>(values[i]), state.jitErrorLog.c_str());
   if (state.loadResult)
     return state.loadResult;
