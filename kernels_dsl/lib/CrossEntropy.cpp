@@ -1,9 +1,9 @@
 //===- CrossEntropy.cpp - the cross-entropy fusions -----------------------===//
 //
 // Per row, with z the logits (soft-capped: z = softcap * tanh(x / softcap)),
-// class weights w, label smoothing eps over n classes and the target
-// distribution q (hard: (1 - eps) * onehot(target) + eps / n; probabilities
-// P: (1 - eps) * P + eps / n), the loss is torch's
+// class weights w (1 in the kernels without them), label smoothing eps over n
+// classes and the target distribution q (hard: (1 - eps) * onehot(target) + eps
+// / n; probabilities P: (1 - eps) * P + eps / n), the loss is torch's
 //   -sum_c w_c q_c log_softmax(z)_c
 // computed as torch composes it: for class indices, (1 - eps) times the
 // weighted NLL plus, only when eps != 0, eps / n times -sum_c w_c
@@ -25,16 +25,21 @@ using Stage = tilefuse::kernels::CrossEntropyStage;
 void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
                                           CrossEntropyKernel kernel) {
   bool hard = !kernel.probs;
+  // Without class weights (class indices only) w is 1: no weight inputs,
+  // and mass is 1 (0 on ignored rows, which the gradient masks anyway).
+  bool weighted = kernel.probs || kernel.weighted;
   Value logits = b.input("logits", Kind::Full);
   Value target = hard ? b.input("target", Kind::Row, DType::I64)
                       : b.input("target", Kind::Full);
-  Value weight = b.input("weight", Kind::Col);
+  Value weight = weighted ? b.input("weight", Kind::Col) : Value();
   // The class weight of each row's target (0 where ignored), from the host.
-  Value targetWeight = hard ? b.input("target_weight", Kind::Row) : Value();
+  Value targetWeight =
+      hard && weighted ? b.input("target_weight", Kind::Row) : Value();
   Value lse, mass, dloss, dzLoss;
   if (kernel.stage == Stage::Backward) {
     lse = b.input("lse", Kind::Row);
-    mass = b.input("mass", Kind::Row);
+    if (weighted)
+      mass = b.input("mass", Kind::Row);
   }
   if (kernel.stage != Stage::Forward) {
     dloss = b.input("dloss", Kind::Row);
@@ -52,7 +57,7 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
   Value valid = hard ? target != ignoreIndex : Value();
   Value zero = b.constant(0.0);
   // w_c q_c; for class indices only the gradient needs it whole.
-  Value weighted = hard ? Value() : weight * (keep * target + uniform);
+  Value weightedTarget = hard ? Value() : weight * (keep * target + uniform);
 
   Value logSum, shifted;
   if (kernel.stage != Stage::Backward) {
@@ -67,23 +72,31 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
       Value picked = b.gather(logits, index);
       if (kernel.capped)
         picked = softcap * tanh(picked / softcap);
-      Value nll = targetWeight * (logSum - (picked - max));
-      // Both sums in the max's pass: the weights need not stay on chip.
-      Value weightSum = b.sum(b.broadcastTo(weight, Kind::Full));
-      Value smooth = weightSum * lse - b.sum(weight * z);
-      Value smoothed = where(smoothing != zero, uniform * smooth, zero);
+      Value nll = logSum - (picked - max);
+      // -sum_c w_c log_softmax(z)_c / n, its sums in the max's pass (the
+      // weights need not stay on chip).
+      Value smooth;
+      if (weighted) {
+        Value weightSum = b.sum(b.broadcastTo(weight, Kind::Full));
+        smooth = (weightSum * lse - b.sum(weight * z)) / b.rowLength();
+        nll = targetWeight * nll;
+        mass = keep * targetWeight + uniform * weightSum;
+      } else {
+        smooth = lse - b.mean(z);
+      }
+      Value smoothed = where(smoothing != zero, smoothing * smooth, zero);
       loss = where(valid, keep * nll + smoothed, zero);
-      mass = keep * targetWeight + uniform * weightSum;
     } else {
-      mass = b.sum(weighted);
-      loss = mass * logSum - b.sum(weighted * shifted);
+      mass = b.sum(weightedTarget);
+      loss = mass * logSum - b.sum(weightedTarget * shifted);
     }
     Value zLoss = zScale * lse * lse;
     b.output("loss", loss);
     b.output("z_loss", hard ? where(valid, zLoss, zero) : zLoss);
     if (kernel.stage == Stage::Forward) {
       b.output("lse", lse);
-      b.output("mass", mass);
+      if (weighted)
+        b.output("mass", mass);
       return;
     }
   }
@@ -92,12 +105,14 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
       kernel.stage == Stage::Backward ? exp(z - lse) : exp(shifted - logSum);
   if (hard) {
     Value onehot = cast(b.iota() == target, b.computeType());
-    weighted = keep * targetWeight * onehot + uniform * weight;
+    weightedTarget = weighted ? keep * targetWeight * onehot + uniform * weight
+                              : keep * onehot + uniform;
     dloss = where(valid, dloss, zero);
     dzLoss = where(valid, dzLoss, zero);
   }
-  Value rowScale = dloss * mass + 2.0 * zScale * dzLoss * lse;
-  Value grad = p * rowScale - dloss * weighted;
+  Value zTerm = 2.0 * zScale * dzLoss * lse;
+  Value rowScale = weighted ? dloss * mass + zTerm : dloss + zTerm;
+  Value grad = p * rowScale - dloss * weightedTarget;
   if (kernel.capped) {
     // tanh'(x / softcap) from z itself: one value per element stays live.
     Value capTanh = z / softcap;

@@ -19,7 +19,8 @@ namespace {
 
 enum Stage { Forward = 0, Backward = 1, ForwardGrad = 2 };
 
-/// The twelve fusions, by (probabilities, soft-capped, stage).
+/// The fusions, by (targets, soft-capped, stage); targets: class indices,
+/// class indices with class weights, probabilities (which take weights).
 BuiltinFusion kernelTable[] = {
     BuiltinFusion("cross_entropy_fwd"),
     BuiltinFusion("cross_entropy_bwd"),
@@ -27,6 +28,12 @@ BuiltinFusion kernelTable[] = {
     BuiltinFusion("cross_entropy_capped_fwd"),
     BuiltinFusion("cross_entropy_capped_bwd"),
     BuiltinFusion("cross_entropy_capped_fwd_grad"),
+    BuiltinFusion("cross_entropy_weighted_fwd"),
+    BuiltinFusion("cross_entropy_weighted_bwd"),
+    BuiltinFusion("cross_entropy_weighted_fwd_grad"),
+    BuiltinFusion("cross_entropy_weighted_capped_fwd"),
+    BuiltinFusion("cross_entropy_weighted_capped_bwd"),
+    BuiltinFusion("cross_entropy_weighted_capped_fwd_grad"),
     BuiltinFusion("cross_entropy_probs_fwd"),
     BuiltinFusion("cross_entropy_probs_bwd"),
     BuiltinFusion("cross_entropy_probs_fwd_grad"),
@@ -36,18 +43,21 @@ BuiltinFusion kernelTable[] = {
 };
 
 /// Runs the kernel of `stage` for these targets and options: its tensors
-/// are the logits, the targets, the class weights, each row's target weight
-/// (class indices), then `rowInputs`; its scalars ignore_index (class
-/// indices), label_smoothing, lse_square_scale and softcap (when capped).
+/// are the logits, the targets, the class weights and each row's target
+/// weight (when weighted; probabilities take no target weight), then
+/// `rowInputs`; its scalars ignore_index (class indices), label_smoothing,
+/// lse_square_scale and softcap (when capped).
 std::vector<Tensor> runKernel(const char *op, Stage stage, const Tensor &logits,
                               const Tensor &target, const Targets &targets,
                               const Options &options,
                               std::initializer_list<Tensor> rowInputs,
                               at::TensorList out = {}) {
-  int index = targets.probs * 6 + options.softcap.has_value() * 3 + stage;
-  std::vector<Tensor> tensors{logits.contiguous(), target.contiguous(),
-                              targets.classWeight};
-  if (!targets.probs)
+  int form = targets.probs ? 2 : targets.weighted ? 1 : 0;
+  int index = form * 6 + options.softcap.has_value() * 3 + stage;
+  std::vector<Tensor> tensors{logits.contiguous(), target.contiguous()};
+  if (targets.weighted)
+    tensors.push_back(targets.classWeight);
+  if (targets.weighted && !targets.probs)
     tensors.push_back(targets.targetWeight);
   for (const Tensor &row : rowInputs)
     tensors.push_back(row.contiguous());
@@ -63,7 +73,8 @@ std::vector<Tensor> runKernel(const char *op, Stage stage, const Tensor &logits,
                    logits.sizes(), out);
 }
 
-/// The class weights when none are given. On the CPU filled here: ATen's
+/// The class weights of probabilities when none are given. On the CPU
+/// filled here: ATen's
 /// fill runs a parallel region (its threads then spin) for a few hundred
 /// kilobytes.
 Tensor ones(int64_t classes, const at::TensorOptions &options) {
@@ -164,9 +175,11 @@ Targets cross_entropy::prepareTargets(const char *op, const Tensor &target,
                                       bool check) {
   Targets targets;
   targets.probs = at::isFloatingType(target.scalar_type());
+  targets.weighted = targets.probs || weight.has_value();
   auto rowOptions =
       logits.dtype(logits.dtype() == at::kDouble ? at::kDouble : at::kFloat);
-  targets.classWeight = weight ? weight->contiguous() : ones(classes, logits);
+  if (targets.weighted)
+    targets.classWeight = weight ? weight->contiguous() : ones(classes, logits);
   if (targets.probs) {
     // torch divides the 'mean' of probability targets by the rows.
     targets.weightTotal = at::scalar_tensor(
@@ -203,8 +216,15 @@ Targets cross_entropy::prepareTargets(const char *op, const Tensor &target,
 std::vector<Tensor>
 cross_entropy::runForward(const char *op, const Tensor &logits,
                           const Tensor &target, const Targets &targets,
-                          const Options &options, at::TensorList out) {
-  return runKernel(op, Forward, logits, target, targets, options, {}, out);
+                          const Options &options, at::TensorList rowOut) {
+  std::vector<Tensor> out(rowOut.begin(), rowOut.end());
+  if (!out.empty())
+    out.resize(targets.weighted ? 4 : 3);
+  auto result =
+      runKernel(op, Forward, logits, target, targets, options, {}, out);
+  if (!targets.weighted) // every row's mass is 1: not kept
+    result.push_back(logits.new_empty({0}, rowDtype(logits)));
+  return result;
 }
 
 Tensor cross_entropy::runBackward(const char *op, const Tensor &logits,
@@ -212,6 +232,9 @@ Tensor cross_entropy::runBackward(const char *op, const Tensor &logits,
                                   const Options &options, const Tensor &lse,
                                   const Tensor &mass, const Tensor &dloss,
                                   const Tensor &dzLoss) {
+  if (!targets.weighted)
+    return runKernel(op, Backward, logits, target, targets, options,
+                     {lse, dloss, dzLoss})[0];
   return runKernel(op, Backward, logits, target, targets, options,
                    {lse, mass, dloss, dzLoss})[0];
 }

@@ -2,7 +2,7 @@
 //
 // What the cross-entropy ops (CrossEntropyOps.cpp) and the fused linear
 // cross-entropy (LinearCrossEntropyOps.cpp) share: the per-row values the
-// kernels take from the targets, the choice among the twelve fusions
+// kernels take from the targets, the choice among the eighteen fusions
 // (kernels_dsl/lib/CrossEntropy.cpp), their argument lists, and the
 // reductions of per-row losses and their gradients. Logits are [..., n]
 // rows with the classes last; targets are class indices of the leading
@@ -43,7 +43,9 @@ void checkOptions(const char *op, const Options &options, bool probs);
 /// What the kernels and the reductions take from the targets.
 struct Targets {
   bool probs;
-  at::Tensor classWeight;  // [n] in the logits' dtype; ones when none given
+  bool weighted;           // class weights (probabilities always take them)
+  at::Tensor classWeight;  // [n] in the logits' dtype, when weighted (ones
+                           // for probabilities without weights)
   at::Tensor targetWeight; // class indices: each row's class weight, 0 where
                            // ignored (compute dtype)
   at::Tensor weightTotal;  // 0-d: what 'mean' divides the loss by
@@ -62,15 +64,16 @@ Targets prepareTargets(const char *op, const at::Tensor &target,
                        int64_t ignoreIndex, int64_t classes,
                        const at::TensorOptions &logits, bool check);
 
-/// The forward kernel: per-row (loss, z_loss, lse, mass).
+/// The forward kernel: per-row (loss, z_loss, lse, mass), mass empty when
+/// not weighted (it is 1). `rowOut` may give the loss and z-loss rows.
 std::vector<at::Tensor> runForward(const char *op, const at::Tensor &logits,
                                    const at::Tensor &target,
                                    const Targets &targets,
                                    const Options &options,
-                                   at::TensorList out = {});
+                                   at::TensorList rowOut = {});
 
 /// The backward kernel: dlogits for per-row upstream gradients of the loss
-/// (`dloss`) and of the z-loss (`dzLoss`).
+/// (`dloss`) and of the z-loss (`dzLoss`); `mass` as runForward gave it.
 at::Tensor runBackward(const char *op, const at::Tensor &logits,
                        const at::Tensor &target, const Targets &targets,
                        const Options &options, const at::Tensor &lse,

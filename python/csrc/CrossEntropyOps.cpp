@@ -126,13 +126,16 @@ TensorQuad crossEntropyFwd(const Tensor &logits, const Tensor &target,
   return {loss, zLoss, rows[2], rows[3]};
 }
 
-TensorQuad crossEntropyFwdMeta(const Tensor &logits, const Tensor &,
-                               const std::optional<Tensor> &, int64_t, double,
-                               double, std::optional<double>,
+TensorQuad crossEntropyFwdMeta(const Tensor &logits, const Tensor &target,
+                               const std::optional<Tensor> &weight, int64_t,
+                               double, double, std::optional<double>,
                                int64_t reduction) {
   Reduction mode = checkReduction(kOp, reduction);
+  // Without class weights every row's mass is 1: not kept.
+  bool weighted = weight || at::isFloatingType(target.scalar_type());
   return {emptyLoss(logits, mode), emptyLoss(logits, mode), emptyRows(logits),
-          emptyRows(logits)};
+          weighted ? emptyRows(logits)
+                   : logits.new_empty({0}, rowDtype(logits))};
 }
 
 Tensor crossEntropyBwd(const Tensor &gradLoss, const Tensor &logits,
@@ -522,7 +525,8 @@ TORCH_LIBRARY_FRAGMENT(tilefuse, m) {
   m.def("cross_entropy_inplace_backward(Tensor(a!) input, Tensor "
         "target, " TILEFUSE_CROSS_ENTROPY_OPTIONS ") -> (Tensor, Tensor)");
   // reduction: 0 none, 1 mean, 2 sum (at::Reduction). Returns the loss, the
-  // z-loss, and each row's lse and mass (what the backward takes).
+  // z-loss, and each row's lse and mass (what the backward takes; mass is
+  // empty without class weights, where it is 1).
   m.def("cross_entropy_fwd(Tensor logits, Tensor target, Tensor? "
         "weight, " TILEFUSE_CROSS_ENTROPY_KERNEL_OPTIONS
         ") -> (Tensor, Tensor, Tensor, Tensor)");

@@ -172,7 +172,6 @@ void runChunks(const Problem &problem, const Tensor &dloss,
     std::vector<Tensor> losses = {results.loss.narrow(0, start, length),
                                   results.zLoss.narrow(0, start, length)};
     if (!dloss.defined()) {
-      losses.resize(4); // lse and mass: not kept
       runForward(kOp, logits, target, targets, problem.options, losses);
       continue;
     }

@@ -196,7 +196,10 @@ void swigluBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
 /// gradient for per-row upstream gradients dloss and dz_loss.
 Reference crossEntropy(CrossEntropyForm form) {
   return [form](const Values &in, int64_t rows, int64_t n, Values &out) {
-    auto &logits = in.floats.at("logits"), &weight = in.floats.at("weight");
+    auto &logits = in.floats.at("logits");
+    // Kernels without class weights: every weight is 1.
+    std::vector<double> ones(n, 1.0);
+    auto &weight = form.weighted ? in.floats.at("weight") : ones;
     double eps = in.scalars.at("label_smoothing");
     double zScale = in.scalars.at("lse_square_scale");
     double cap = form.capped ? in.scalars.at("softcap") : 0;
@@ -220,7 +223,10 @@ Reference crossEntropy(CrossEntropyForm form) {
                                           eps / n)
                            : eps / n * weight[c];
       }
-      double targetWeight = form.probs ? 0 : in.floats.at("target_weight")[r];
+      double targetWeight =
+          form.probs ? 0
+          : form.weighted ? in.floats.at("target_weight")[r]
+                          : 1;
       if (valid && !form.probs)
         wq[target] += (1 - eps) * targetWeight;
       double sum = 0;
@@ -248,12 +254,9 @@ Reference crossEntropy(CrossEntropyForm form) {
       masses[r] = form.probs ? mass : (1 - eps) * targetWeight + eps / n * weightSum;
       if (!form.backward)
         continue;
-      if (!form.forward) {
-        lse = in.floats.at("lse")[r];
-        mass = in.floats.at("mass")[r];
-      } else {
-        mass = masses[r];
-      }
+      lse = form.forward ? lses[r] : in.floats.at("lse")[r];
+      mass = form.forward || !form.weighted ? masses[r]
+                                            : in.floats.at("mass")[r];
       double dloss = valid ? in.floats.at("dloss")[r] : 0;
       double dz = valid ? in.floats.at("dz_loss")[r] : 0;
       for (int64_t c = 0; c < n; ++c) {
@@ -270,7 +273,8 @@ Reference crossEntropy(CrossEntropyForm form) {
     }
     if (form.forward && !form.backward) {
       out.floats["lse"] = lses;
-      out.floats["mass"] = masses;
+      if (form.weighted)
+        out.floats["mass"] = masses;
     }
     if (form.backward)
       out.floats["dlogits"] = dlogits;
@@ -307,7 +311,7 @@ const std::map<std::string, Reference> &references() {
         {"swiglu_fwd", swigluFwd},        {"swiglu_bwd", swigluBwd},
         {"adamw_step", adamwStep},
     };
-    for (const char *targets : {"", "_probs"})
+    for (const char *targets : {"", "_weighted", "_probs"})
       for (const char *cap : {"", "_capped"})
         for (const char *stage : {"_fwd", "_bwd", "_fwd_grad"}) {
           std::string name = std::string("cross_entropy") + targets + cap + stage;
@@ -321,7 +325,8 @@ const std::map<std::string, Reference> &references() {
 CrossEntropyForm crossEntropyForm(const std::string &name) {
   llvm::StringRef view(name);
   bool grad = view.ends_with("_fwd_grad");
-  return {view.contains("_probs"), view.contains("_capped"),
+  bool probs = view.contains("_probs");
+  return {probs, probs || view.contains("_weighted"), view.contains("_capped"),
           grad || view.ends_with("_fwd"), grad || view.ends_with("_bwd")};
 }
 
@@ -333,6 +338,8 @@ void saveCrossEntropyStats(const std::string &name, Values &in, int64_t rows,
   Values stats;
   crossEntropy(form)(in, rows, n, stats);
   for (const char *stat : {"lse", "mass"}) {
+    if (!stats.floats.count(stat))
+      continue;
     in.floats[stat] = stats.floats[stat];
     for (double &value : in.floats[stat])
       value = static_cast<float>(value);

@@ -103,7 +103,7 @@ void expectClose(const std::string &what, const std::vector<double> &actual,
 /// The cross-entropy fusions (kernels_dsl/lib/CrossEntropy.h) by name:
 /// class indices or probabilities, soft-capped or not, what they compute.
 struct CrossEntropyForm {
-  bool probs, capped, forward, backward;
+  bool probs, weighted, capped, forward, backward;
 };
 CrossEntropyForm crossEntropyForm(const std::string &name);
 /// The cross-entropy fusions beyond the plain forward and backward: the

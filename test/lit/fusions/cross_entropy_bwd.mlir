@@ -4,16 +4,16 @@
 // RUN: tilefuse-opt %s | tilefuse-opt | grep -v '^$' | diff -u %t.expected -
 // RUN: tilefuse-opt %s -canonicalize -fuse-hoist-broadcasts | grep -v '^$' | diff -u %t.expected -
 //
-// Cross-entropy backward over class indices, from the forward's lse and mass
-// and the upstream gradients of each row's loss (dloss) and z-loss (dz_loss),
-// both taken as 0 where target == ignore_index:
+// Cross-entropy backward over class indices, from the forward's lse and the
+// upstream gradients of each row's loss (dloss) and z-loss (dz_loss), both
+// taken as 0 where target == ignore_index, over n classes:
 //   p = exp(z - lse)
-//   dz = p * (dloss * mass + 2 * lse_square_scale * dz_loss * lse)
-//        - dloss * ((1 - eps) * w[target] * onehot(target) + eps / n * w)
+//   dz = p * (dloss + 2 * lse_square_scale * dz_loss * lse)
+//        - dloss * ((1 - eps) * onehot(target) + eps / n)
 //
 // Here z is the logits themselves.
 module {
-  fuse.kernel @cross_entropy_bwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %weight: !fuse.col<f32>, %target_weight: !fuse.row<f32>, %lse: !fuse.row<f32>, %mass: !fuse.row<f32>, %dloss: !fuse.row<f32>, %dz_loss: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (dlogits: !fuse.full<f32>) {
+  fuse.kernel @cross_entropy_bwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %lse: !fuse.row<f32>, %dloss: !fuse.row<f32>, %dz_loss: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (dlogits: !fuse.full<f32>) {
     %0 = fuse.constant row 0.000000e+00 : f32
     %1 = fuse.constant scalar 2.000000e+00 : f32
     %2 = fuse.constant scalar 1.000000e+00 : f32
@@ -30,27 +30,22 @@ module {
     %13 = fuse.broadcast %target : !fuse.row<i64> to !fuse.full<i64>
     %14 = fuse.cmp eq, %12, %13 : !fuse.full<i64>
     %15 = fuse.cast %14 : !fuse.full<i1> to !fuse.full<f32>
-    %16 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.col<f32>
-    %17 = fuse.mul %16, %weight : !fuse.col<f32>
-    %18 = fuse.broadcast %3 : !fuse.scalar<f32> to !fuse.row<f32>
-    %19 = fuse.mul %18, %target_weight : !fuse.row<f32>
-    %20 = fuse.broadcast %19 : !fuse.row<f32> to !fuse.full<f32>
-    %21 = fuse.mul %20, %15 : !fuse.full<f32>
-    %22 = fuse.broadcast %17 : !fuse.col<f32> to !fuse.full<f32>
-    %23 = fuse.add %21, %22 : !fuse.full<f32>
-    %24 = fuse.select %7, %dloss, %0 : !fuse.row<f32>
-    %25 = fuse.select %7, %dz_loss, %0 : !fuse.row<f32>
-    %26 = fuse.mul %lse_square_scale, %1 : !fuse.scalar<f32>
-    %27 = fuse.broadcast %26 : !fuse.scalar<f32> to !fuse.row<f32>
-    %28 = fuse.mul %27, %25 : !fuse.row<f32>
-    %29 = fuse.mul %28, %lse : !fuse.row<f32>
-    %30 = fuse.mul %24, %mass : !fuse.row<f32>
-    %31 = fuse.add %30, %29 : !fuse.row<f32>
-    %32 = fuse.broadcast %24 : !fuse.row<f32> to !fuse.full<f32>
-    %33 = fuse.mul %32, %23 : !fuse.full<f32>
-    %34 = fuse.broadcast %31 : !fuse.row<f32> to !fuse.full<f32>
-    %35 = fuse.mul %10, %34 : !fuse.full<f32>
-    %36 = fuse.sub %35, %33 : !fuse.full<f32>
-    fuse.yield %36 : !fuse.full<f32>
+    %16 = fuse.broadcast %3 : !fuse.scalar<f32> to !fuse.full<f32>
+    %17 = fuse.mul %16, %15 : !fuse.full<f32>
+    %18 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.full<f32>
+    %19 = fuse.add %17, %18 : !fuse.full<f32>
+    %20 = fuse.select %7, %dloss, %0 : !fuse.row<f32>
+    %21 = fuse.select %7, %dz_loss, %0 : !fuse.row<f32>
+    %22 = fuse.mul %lse_square_scale, %1 : !fuse.scalar<f32>
+    %23 = fuse.broadcast %22 : !fuse.scalar<f32> to !fuse.row<f32>
+    %24 = fuse.mul %23, %21 : !fuse.row<f32>
+    %25 = fuse.mul %24, %lse : !fuse.row<f32>
+    %26 = fuse.add %20, %25 : !fuse.row<f32>
+    %27 = fuse.broadcast %20 : !fuse.row<f32> to !fuse.full<f32>
+    %28 = fuse.mul %27, %19 : !fuse.full<f32>
+    %29 = fuse.broadcast %26 : !fuse.row<f32> to !fuse.full<f32>
+    %30 = fuse.mul %10, %29 : !fuse.full<f32>
+    %31 = fuse.sub %30, %28 : !fuse.full<f32>
+    fuse.yield %31 : !fuse.full<f32>
   }
 }

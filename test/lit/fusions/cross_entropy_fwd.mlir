@@ -5,65 +5,53 @@
 // RUN: tilefuse-opt %s -canonicalize -fuse-hoist-broadcasts | grep -v '^$' | diff -u %t.expected -
 //
 // Cross-entropy forward over class indices, per row (torch.nn.functional.
-// cross_entropy with reduction='none', class weights w, ignore_index and label
-// smoothing eps over n classes), plus the z-loss. With m = max(z),
-// s = z - m, logS = log(sum(exp(s))) and lse = m + logS:
-//   nll    = w[target] * (logS - (z[target] - m))
-//   smooth = sum(w) * logS - sum(w * s)          (-sum_c w_c log_softmax(z)_c)
-//   loss   = (1 - eps) * nll + (eps != 0 ? eps / n * smooth : 0)
+// cross_entropy with reduction='none', ignore_index and label smoothing eps),
+// plus the z-loss. With m = max(z), logS = log(sum(exp(z - m))) and
+// lse = m + logS:
+//   nll    = logS - (z[target] - m)
+//   loss   = (1 - eps) * nll + (eps != 0 ? eps * (lse - mean(z)) : 0)
 //   z_loss = lse_square_scale * lse^2
 // both 0 where target == ignore_index. As in torch, the smoothing term is
-// left out when eps is 0 (a -inf logit makes it inf). w[target]
-// (target_weight, 0 where ignored) comes from the host; lse and
-// mass = (1 - eps) * w[target] + eps / n * sum(w) are saved for the backward
-// pass. An ignored row gathers column 0, so no index ever leaves [0, n).
+// left out when eps is 0 (a -inf logit makes it inf). lse is saved for the
+// backward pass. An ignored row gathers column 0, so no index ever leaves
+// [0, n).
 //
 // Here z is the logits themselves.
 module {
-  fuse.kernel @cross_entropy_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %weight: !fuse.col<f32>, %target_weight: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>, mass: !fuse.row<f32>) {
+  fuse.kernel @cross_entropy_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>) {
     %0 = fuse.constant row 0.000000e+00 : f32
     %1 = fuse.constant row 0 : i64
     %2 = fuse.constant scalar 0.000000e+00 : f32
     %3 = fuse.constant scalar 1.000000e+00 : f32
     %4 = fuse.sub %3, %label_smoothing : !fuse.scalar<f32>
-    %5 = fuse.row_length : !fuse.scalar<f32>
-    %6 = fuse.div %label_smoothing, %5 : !fuse.scalar<f32>
-    %7 = fuse.broadcast %ignore_index : !fuse.scalar<i64> to !fuse.row<i64>
-    %8 = fuse.cmp ne, %target, %7 : !fuse.row<i64>
-    %9 = fuse.reduce max %logits : !fuse.full<f32> to !fuse.row<f32>
-    %10 = fuse.broadcast %9 : !fuse.row<f32> to !fuse.full<f32>
-    %11 = fuse.sub %logits, %10 : !fuse.full<f32>
-    %12 = fuse.exp %11 : !fuse.full<f32>
-    %13 = fuse.reduce sum %12 : !fuse.full<f32> to !fuse.row<f32>
-    %14 = fuse.log %13 : !fuse.row<f32>
-    %15 = fuse.add %9, %14 : !fuse.row<f32>
-    %16 = fuse.select %8, %target, %1 : !fuse.row<i64>
-    %17 = fuse.gather %logits[%16] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
-    %18 = fuse.sub %17, %9 : !fuse.row<f32>
-    %19 = fuse.sub %14, %18 : !fuse.row<f32>
-    %20 = fuse.mul %target_weight, %19 : !fuse.row<f32>
-    %21 = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
-    %22 = fuse.reduce sum %21 : !fuse.full<f32> to !fuse.row<f32>
-    %23 = fuse.mul %21, %logits : !fuse.full<f32>
-    %24 = fuse.reduce sum %23 : !fuse.full<f32> to !fuse.row<f32>
-    %25 = fuse.mul %22, %15 : !fuse.row<f32>
-    %26 = fuse.sub %25, %24 : !fuse.row<f32>
-    %27 = fuse.broadcast %6 : !fuse.scalar<f32> to !fuse.row<f32>
-    %28 = fuse.mul %27, %26 : !fuse.row<f32>
-    %29 = fuse.cmp ne, %label_smoothing, %2 : !fuse.scalar<f32>
-    %30 = fuse.broadcast %29 : !fuse.scalar<i1> to !fuse.row<i1>
-    %31 = fuse.select %30, %28, %0 : !fuse.row<f32>
-    %32 = fuse.broadcast %4 : !fuse.scalar<f32> to !fuse.row<f32>
-    %33 = fuse.mul %32, %20 : !fuse.row<f32>
-    %34 = fuse.add %33, %31 : !fuse.row<f32>
-    %35 = fuse.select %8, %34, %0 : !fuse.row<f32>
-    %36 = fuse.mul %27, %22 : !fuse.row<f32>
-    %37 = fuse.mul %32, %target_weight : !fuse.row<f32>
-    %38 = fuse.add %37, %36 : !fuse.row<f32>
-    %39 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
-    %40 = fuse.mul %39, %15 : !fuse.row<f32>
-    %41 = fuse.mul %40, %15 : !fuse.row<f32>
-    %42 = fuse.select %8, %41, %0 : !fuse.row<f32>
-    fuse.yield %35, %42, %15, %38 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+    %5 = fuse.broadcast %ignore_index : !fuse.scalar<i64> to !fuse.row<i64>
+    %6 = fuse.cmp ne, %target, %5 : !fuse.row<i64>
+    %7 = fuse.reduce max %logits : !fuse.full<f32> to !fuse.row<f32>
+    %8 = fuse.broadcast %7 : !fuse.row<f32> to !fuse.full<f32>
+    %9 = fuse.sub %logits, %8 : !fuse.full<f32>
+    %10 = fuse.exp %9 : !fuse.full<f32>
+    %11 = fuse.reduce sum %10 : !fuse.full<f32> to !fuse.row<f32>
+    %12 = fuse.log %11 : !fuse.row<f32>
+    %13 = fuse.add %7, %12 : !fuse.row<f32>
+    %14 = fuse.select %6, %target, %1 : !fuse.row<i64>
+    %15 = fuse.gather %logits[%14] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
+    %16 = fuse.sub %15, %7 : !fuse.row<f32>
+    %17 = fuse.sub %12, %16 : !fuse.row<f32>
+    %18 = fuse.reduce mean %logits : !fuse.full<f32> to !fuse.row<f32>
+    %19 = fuse.sub %13, %18 : !fuse.row<f32>
+    %20 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
+    %21 = fuse.mul %20, %19 : !fuse.row<f32>
+    %22 = fuse.cmp ne, %label_smoothing, %2 : !fuse.scalar<f32>
+    %23 = fuse.broadcast %22 : !fuse.scalar<i1> to !fuse.row<i1>
+    %24 = fuse.select %23, %21, %0 : !fuse.row<f32>
+    %25 = fuse.broadcast %4 : !fuse.scalar<f32> to !fuse.row<f32>
+    %26 = fuse.mul %25, %17 : !fuse.row<f32>
+    %27 = fuse.add %26, %24 : !fuse.row<f32>
+    %28 = fuse.select %6, %27, %0 : !fuse.row<f32>
+    %29 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
+    %30 = fuse.mul %29, %13 : !fuse.row<f32>
+    %31 = fuse.mul %30, %13 : !fuse.row<f32>
+    %32 = fuse.select %6, %31, %0 : !fuse.row<f32>
+    fuse.yield %28, %32, %13 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
   }
 }

@@ -7,34 +7,32 @@
 // Forward and backward in one kernel, for upstream gradients known in the
 // forward (the in-place gradient and the fused linear cross-entropy write
 // dlogits over the logits): loss and z_loss as the forward pass computes them,
-// and dlogits as the backward pass does, from this pass's own lse and mass.
+// and dlogits as the backward pass does, from this pass's own statistics.
 //
 // Forward:
 // Cross-entropy forward over class indices, per row (torch.nn.functional.
-// cross_entropy with reduction='none', class weights w, ignore_index and label
-// smoothing eps over n classes), plus the z-loss. With m = max(z),
-// s = z - m, logS = log(sum(exp(s))) and lse = m + logS:
-//   nll    = w[target] * (logS - (z[target] - m))
-//   smooth = sum(w) * logS - sum(w * s)          (-sum_c w_c log_softmax(z)_c)
-//   loss   = (1 - eps) * nll + (eps != 0 ? eps / n * smooth : 0)
+// cross_entropy with reduction='none', ignore_index and label smoothing eps),
+// plus the z-loss. With m = max(z), logS = log(sum(exp(z - m))) and
+// lse = m + logS:
+//   nll    = logS - (z[target] - m)
+//   loss   = (1 - eps) * nll + (eps != 0 ? eps * (lse - mean(z)) : 0)
 //   z_loss = lse_square_scale * lse^2
 // both 0 where target == ignore_index. As in torch, the smoothing term is
-// left out when eps is 0 (a -inf logit makes it inf). w[target]
-// (target_weight, 0 where ignored) comes from the host; lse and
-// mass = (1 - eps) * w[target] + eps / n * sum(w) are saved for the backward
-// pass. An ignored row gathers column 0, so no index ever leaves [0, n).
+// left out when eps is 0 (a -inf logit makes it inf). lse is saved for the
+// backward pass. An ignored row gathers column 0, so no index ever leaves
+// [0, n).
 //
 // Backward:
-// Cross-entropy backward over class indices, from the forward's lse and mass
-// and the upstream gradients of each row's loss (dloss) and z-loss (dz_loss),
-// both taken as 0 where target == ignore_index:
+// Cross-entropy backward over class indices, from the forward's lse and the
+// upstream gradients of each row's loss (dloss) and z-loss (dz_loss), both
+// taken as 0 where target == ignore_index, over n classes:
 //   p = exp(z - lse)
-//   dz = p * (dloss * mass + 2 * lse_square_scale * dz_loss * lse)
-//        - dloss * ((1 - eps) * w[target] * onehot(target) + eps / n * w)
+//   dz = p * (dloss + 2 * lse_square_scale * dz_loss * lse)
+//        - dloss * ((1 - eps) * onehot(target) + eps / n)
 //
 // Here z is the logits themselves.
 module {
-  fuse.kernel @cross_entropy_fwd_grad(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %weight: !fuse.col<f32>, %target_weight: !fuse.row<f32>, %dloss: !fuse.row<f32>, %dz_loss: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, dlogits: !fuse.full<f32>) {
+  fuse.kernel @cross_entropy_fwd_grad(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %dloss: !fuse.row<f32>, %dz_loss: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, dlogits: !fuse.full<f32>) {
     %0 = fuse.constant row 0.000000e+00 : f32
     %1 = fuse.constant row 0 : i64
     %2 = fuse.constant scalar 2.000000e+00 : f32
@@ -56,56 +54,45 @@ module {
     %18 = fuse.gather %logits[%17] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
     %19 = fuse.sub %18, %10 : !fuse.row<f32>
     %20 = fuse.sub %15, %19 : !fuse.row<f32>
-    %21 = fuse.mul %target_weight, %20 : !fuse.row<f32>
-    %22 = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
-    %23 = fuse.reduce sum %22 : !fuse.full<f32> to !fuse.row<f32>
-    %24 = fuse.mul %22, %logits : !fuse.full<f32>
-    %25 = fuse.reduce sum %24 : !fuse.full<f32> to !fuse.row<f32>
-    %26 = fuse.mul %23, %16 : !fuse.row<f32>
-    %27 = fuse.sub %26, %25 : !fuse.row<f32>
-    %28 = fuse.broadcast %7 : !fuse.scalar<f32> to !fuse.row<f32>
-    %29 = fuse.mul %28, %27 : !fuse.row<f32>
-    %30 = fuse.cmp ne, %label_smoothing, %3 : !fuse.scalar<f32>
-    %31 = fuse.broadcast %30 : !fuse.scalar<i1> to !fuse.row<i1>
-    %32 = fuse.select %31, %29, %0 : !fuse.row<f32>
-    %33 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.row<f32>
-    %34 = fuse.mul %33, %21 : !fuse.row<f32>
-    %35 = fuse.add %34, %32 : !fuse.row<f32>
-    %36 = fuse.select %9, %35, %0 : !fuse.row<f32>
-    %37 = fuse.mul %28, %23 : !fuse.row<f32>
-    %38 = fuse.mul %33, %target_weight : !fuse.row<f32>
-    %39 = fuse.add %38, %37 : !fuse.row<f32>
-    %40 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
-    %41 = fuse.mul %40, %16 : !fuse.row<f32>
-    %42 = fuse.mul %41, %16 : !fuse.row<f32>
-    %43 = fuse.select %9, %42, %0 : !fuse.row<f32>
-    %44 = fuse.broadcast %15 : !fuse.row<f32> to !fuse.full<f32>
-    %45 = fuse.sub %12, %44 : !fuse.full<f32>
-    %46 = fuse.exp %45 : !fuse.full<f32>
-    %47 = fuse.iota : !fuse.col<i64>
-    %48 = fuse.broadcast %47 : !fuse.col<i64> to !fuse.full<i64>
-    %49 = fuse.broadcast %target : !fuse.row<i64> to !fuse.full<i64>
-    %50 = fuse.cmp eq, %48, %49 : !fuse.full<i64>
-    %51 = fuse.cast %50 : !fuse.full<i1> to !fuse.full<f32>
-    %52 = fuse.broadcast %7 : !fuse.scalar<f32> to !fuse.col<f32>
-    %53 = fuse.mul %52, %weight : !fuse.col<f32>
-    %54 = fuse.broadcast %38 : !fuse.row<f32> to !fuse.full<f32>
-    %55 = fuse.mul %54, %51 : !fuse.full<f32>
-    %56 = fuse.broadcast %53 : !fuse.col<f32> to !fuse.full<f32>
-    %57 = fuse.add %55, %56 : !fuse.full<f32>
-    %58 = fuse.select %9, %dloss, %0 : !fuse.row<f32>
-    %59 = fuse.select %9, %dz_loss, %0 : !fuse.row<f32>
-    %60 = fuse.mul %lse_square_scale, %2 : !fuse.scalar<f32>
-    %61 = fuse.broadcast %60 : !fuse.scalar<f32> to !fuse.row<f32>
-    %62 = fuse.mul %61, %59 : !fuse.row<f32>
-    %63 = fuse.mul %62, %16 : !fuse.row<f32>
-    %64 = fuse.mul %58, %39 : !fuse.row<f32>
-    %65 = fuse.add %64, %63 : !fuse.row<f32>
-    %66 = fuse.broadcast %58 : !fuse.row<f32> to !fuse.full<f32>
-    %67 = fuse.mul %66, %57 : !fuse.full<f32>
-    %68 = fuse.broadcast %65 : !fuse.row<f32> to !fuse.full<f32>
-    %69 = fuse.mul %46, %68 : !fuse.full<f32>
-    %70 = fuse.sub %69, %67 : !fuse.full<f32>
-    fuse.yield %36, %43, %70 : !fuse.row<f32>, !fuse.row<f32>, !fuse.full<f32>
+    %21 = fuse.reduce mean %logits : !fuse.full<f32> to !fuse.row<f32>
+    %22 = fuse.sub %16, %21 : !fuse.row<f32>
+    %23 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
+    %24 = fuse.mul %23, %22 : !fuse.row<f32>
+    %25 = fuse.cmp ne, %label_smoothing, %3 : !fuse.scalar<f32>
+    %26 = fuse.broadcast %25 : !fuse.scalar<i1> to !fuse.row<i1>
+    %27 = fuse.select %26, %24, %0 : !fuse.row<f32>
+    %28 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.row<f32>
+    %29 = fuse.mul %28, %20 : !fuse.row<f32>
+    %30 = fuse.add %29, %27 : !fuse.row<f32>
+    %31 = fuse.select %9, %30, %0 : !fuse.row<f32>
+    %32 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
+    %33 = fuse.mul %32, %16 : !fuse.row<f32>
+    %34 = fuse.mul %33, %16 : !fuse.row<f32>
+    %35 = fuse.select %9, %34, %0 : !fuse.row<f32>
+    %36 = fuse.broadcast %15 : !fuse.row<f32> to !fuse.full<f32>
+    %37 = fuse.sub %12, %36 : !fuse.full<f32>
+    %38 = fuse.exp %37 : !fuse.full<f32>
+    %39 = fuse.iota : !fuse.col<i64>
+    %40 = fuse.broadcast %39 : !fuse.col<i64> to !fuse.full<i64>
+    %41 = fuse.broadcast %target : !fuse.row<i64> to !fuse.full<i64>
+    %42 = fuse.cmp eq, %40, %41 : !fuse.full<i64>
+    %43 = fuse.cast %42 : !fuse.full<i1> to !fuse.full<f32>
+    %44 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.full<f32>
+    %45 = fuse.mul %44, %43 : !fuse.full<f32>
+    %46 = fuse.broadcast %7 : !fuse.scalar<f32> to !fuse.full<f32>
+    %47 = fuse.add %45, %46 : !fuse.full<f32>
+    %48 = fuse.select %9, %dloss, %0 : !fuse.row<f32>
+    %49 = fuse.select %9, %dz_loss, %0 : !fuse.row<f32>
+    %50 = fuse.mul %lse_square_scale, %2 : !fuse.scalar<f32>
+    %51 = fuse.broadcast %50 : !fuse.scalar<f32> to !fuse.row<f32>
+    %52 = fuse.mul %51, %49 : !fuse.row<f32>
+    %53 = fuse.mul %52, %16 : !fuse.row<f32>
+    %54 = fuse.add %48, %53 : !fuse.row<f32>
+    %55 = fuse.broadcast %48 : !fuse.row<f32> to !fuse.full<f32>
+    %56 = fuse.mul %55, %47 : !fuse.full<f32>
+    %57 = fuse.broadcast %54 : !fuse.row<f32> to !fuse.full<f32>
+    %58 = fuse.mul %38, %57 : !fuse.full<f32>
+    %59 = fuse.sub %58, %56 : !fuse.full<f32>
+    fuse.yield %31, %35, %59 : !fuse.row<f32>, !fuse.row<f32>, !fuse.full<f32>
   }
 }

@@ -7,7 +7,7 @@
 // Forward and backward in one kernel, for upstream gradients known in the
 // forward (the in-place gradient and the fused linear cross-entropy write
 // dlogits over the logits): loss and z_loss as the forward pass computes them,
-// and dlogits as the backward pass does, from this pass's own lse and mass.
+// and dlogits as the backward pass does, from this pass's own statistics.
 //
 // Forward:
 // Cross-entropy forward over probability targets P, per row (torch's class
