@@ -153,6 +153,12 @@ dsl::Value FusionBuilder::unary(StringRef op, dsl::Value x) {
           .Case("tanh", [&] { return fuse::TanhOp::create(builder, loc, type, v).getResult(); })
           .Case("erf", [&] { return fuse::ErfOp::create(builder, loc, type, v).getResult(); })
           .Case("sigmoid", [&] { return fuse::SigmoidOp::create(builder, loc, type, v).getResult(); })
+          .Case("log1p", [&] { return fuse::Log1pOp::create(builder, loc, type, v).getResult(); })
+          .Case("expm1", [&] { return fuse::Expm1Op::create(builder, loc, type, v).getResult(); })
+          .Case("sin", [&] { return fuse::SinOp::create(builder, loc, type, v).getResult(); })
+          .Case("cos", [&] { return fuse::CosOp::create(builder, loc, type, v).getResult(); })
+          .Case("floor", [&] { return fuse::FloorOp::create(builder, loc, type, v).getResult(); })
+          .Case("round", [&] { return fuse::RoundOp::create(builder, loc, type, v).getResult(); })
           .Default([] { return mlir::Value(); })();
   assert(result && "unknown unary op");
   return {this, result};
@@ -196,6 +202,15 @@ dsl::Value FusionBuilder::columnSum(dsl::Value x) { return reduce(fuse::ReduceKi
 dsl::Value FusionBuilder::columnMax(dsl::Value x) { return reduce(fuse::ReduceKind::Max, x, Kind::Col); }
 dsl::Value FusionBuilder::columnMin(dsl::Value x) { return reduce(fuse::ReduceKind::Min, x, Kind::Col); }
 dsl::Value FusionBuilder::columnMean(dsl::Value x) { return reduce(fuse::ReduceKind::Mean, x, Kind::Col); }
+
+dsl::Value FusionBuilder::argReduce(fuse::ReduceKind kind, dsl::Value x) {
+  auto type = typeOf(x).withKind(Kind::Row).withElementType(builder.getI64Type());
+  return {this, fuse::ArgReduceOp::create(builder, builder.getUnknownLoc(), type,
+                                          kind, x.get())};
+}
+
+dsl::Value FusionBuilder::argmax(dsl::Value x) { return argReduce(fuse::ReduceKind::Max, x); }
+dsl::Value FusionBuilder::argmin(dsl::Value x) { return argReduce(fuse::ReduceKind::Min, x); }
 
 dsl::Value FusionBuilder::gather(dsl::Value source, dsl::Value index) {
   auto type = typeOf(source).withKind(Kind::Row);
@@ -253,6 +268,12 @@ Value tanh(Value x) { return ownerOf(x).unary("tanh", x); }
 Value erf(Value x) { return ownerOf(x).unary("erf", x); }
 Value abs(Value x) { return ownerOf(x).unary("abs", x); }
 Value sigmoid(Value x) { return ownerOf(x).unary("sigmoid", x); }
+Value log1p(Value x) { return ownerOf(x).unary("log1p", x); }
+Value expm1(Value x) { return ownerOf(x).unary("expm1", x); }
+Value sin(Value x) { return ownerOf(x).unary("sin", x); }
+Value cos(Value x) { return ownerOf(x).unary("cos", x); }
+Value floor(Value x) { return ownerOf(x).unary("floor", x); }
+Value round(Value x) { return ownerOf(x).unary("round", x); }
 Value silu(Value x) { return x * sigmoid(x); }
 Value gelu(Value x, llvm::StringRef approximate) {
   if (approximate == "tanh") {

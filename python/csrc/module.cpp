@@ -235,6 +235,14 @@ PYBIND11_MODULE(_C, m) {
         return wrap(b.get().reduce(*parsed, v.value,
                                    columns ? dsl::Kind::Col : dsl::Kind::Row));
       })
+      .def("arg_reduce", [=](Builder &b, const std::string &kind, const PyValue &v) {
+        std::optional<fuse::ReduceKind> parsed = fuse::symbolizeReduceKind(kind);
+        if (!parsed || (*parsed != fuse::ReduceKind::Max &&
+                        *parsed != fuse::ReduceKind::Min))
+          throw py::value_error("unknown arg reduction '" + kind +
+                                "': expected max or min");
+        return wrap(b.get().argReduce(*parsed, v.value));
+      })
       .def("gather", [=](Builder &b, const PyValue &source, const PyValue &index) {
         return wrap(b.get().gather(source.value, index.value));
       })
@@ -247,8 +255,10 @@ PYBIND11_MODULE(_C, m) {
         return wrap(b.get().binary(op, l.value, r.value));
       })
       .def("unary", [=](Builder &b, const std::string &op, const PyValue &x) {
-        static const char *const known[] = {"neg", "abs", "exp", "log", "sqrt",
-                                            "rsqrt", "tanh", "erf", "sigmoid"};
+        static const char *const known[] = {
+            "neg",  "abs",     "exp",   "log",   "sqrt", "rsqrt",
+            "tanh", "erf",     "sigmoid", "log1p", "expm1", "sin",
+            "cos",  "floor",   "round"};
         if (!llvm::is_contained(known, op))
           throw py::value_error("unknown unary op '" + op + "'");
         return wrap(b.get().unary(op, x.value));

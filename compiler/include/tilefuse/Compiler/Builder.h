@@ -81,6 +81,13 @@ Value tanh(Value x);
 Value erf(Value x);
 Value abs(Value x);
 Value sigmoid(Value x);
+Value log1p(Value x);
+Value expm1(Value x);
+Value sin(Value x);
+Value cos(Value x);
+Value floor(Value x);
+/// Half to even, as torch.round.
+Value round(Value x);
 Value silu(Value x);
 /// gelu(x) with approximate = "none" (erf) or "tanh", as torch.
 Value gelu(Value x, llvm::StringRef approximate = "none");
@@ -123,6 +130,10 @@ public:
   Value columnMax(Value x);
   Value columnMin(Value x);
   Value columnMean(Value x);
+  /// The column of each row's maximum / minimum (the first among ties; a
+  /// NaN counts as the extreme), as torch.argmax / argmin over the last dim.
+  Value argmax(Value x);
+  Value argmin(Value x);
 
   /// x[row, index[row]] for each row.
   Value gather(Value source, Value index);
@@ -141,6 +152,7 @@ public:
   Value broadcastTo(Value x, Kind kind);
   Value scalar(double value, Value like);
   Value reduce(fuse::ReduceKind kind, Value x, Kind resultKind);
+  Value argReduce(fuse::ReduceKind kind, Value x);
 
 private:
   mlir::MLIRContext &context;

@@ -87,11 +87,14 @@ def FuseApproximateMath : Pass<"fuse-approximate-math"> {
     ~20x faster than with libm). exp flushes results below FLT_MIN to 0;
     `log` stays with libm (its polynomial clamps subnormal inputs). Only f32
     operands are rewritten; f64 math still calls libm. The GPU pipeline
-    keeps libdevice and PTX's own approximations.
+    keeps libdevice and PTX's own approximations. f32 log1p and expm1 use
+    Kahan's corrections around the polynomial exp and libm's log; f64 log1p
+    and expm1 call libm (convert-math-to-llvm would compute them as
+    log(1 + x) and exp(x) - 1).
   }];
   let dependentDialects = [
-    "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
-    "::mlir::vector::VectorDialect",
+    "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+    "::mlir::math::MathDialect", "::mlir::vector::VectorDialect",
   ];
 }
 
