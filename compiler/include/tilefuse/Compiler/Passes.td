@@ -26,6 +26,29 @@ def FuseSpecialize : Pass<"fuse-specialize", "::tilefuse::fuse::KernelOp"> {
   let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
 }
 
+def FuseDifferentiate : Pass<"fuse-differentiate", "::mlir::ModuleOp"> {
+  let summary = "Derive each kernel's backward kernel (reverse-mode autodiff)";
+  let description = [{
+    Replaces each `fuse.kernel @f` with its derived forward (the per-row
+    statistics the backward reads appended to its outputs) followed by
+    `@f_bwd` (a trailing `_fwd` becomes `_bwd`), which takes the gradients
+    `d<output>` of `outputs`, the forward inputs it reads and the saved
+    statistics, and returns `d<input>` for each of `inputs`. What is saved
+    and what is recomputed, and each adjoint rule, are documented in
+    `tilefuse/Compiler/Differentiate.h`.
+  }];
+  let options = [
+    Option<"kernelName", "kernel", "std::string", /*default=*/"\"\"",
+           "Only this kernel (default: every kernel)">,
+    ListOption<"outputs", "outputs", "std::string",
+               "Outputs given a gradient (default: every float output)">,
+    ListOption<"inputs", "inputs", "std::string",
+               "Inputs to differentiate (default: every full, per-row and "
+               "per-column float input)">,
+  ];
+  let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
+}
+
 def FuseSelectTiles : Pass<"fuse-select-tiles", "::tilefuse::fuse::KernelOp"> {
   let summary = "Choose the TileConfig of a specialized kernel for a target";
   let description = [{
