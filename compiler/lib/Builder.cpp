@@ -290,4 +290,52 @@ Value where(Value c, Value a, Value b) { return ownerOf(c).select(c, a, b); }
 Value cast(Value x, DType dtype) {
   return ownerOf(x).castTo(x, ownerOf(x).elementType(dtype));
 }
+
+Value sign(Value x) {
+  FusionBuilder &b = ownerOf(x);
+  Type type = typeOf(x).getElementType();
+  Value zero = b.scalar(0, x);
+  return b.castTo(x > zero, type) - b.castTo(x < zero, type);
+}
+
+Value relu(Value x) {
+  // x * 0 keeps -0.0 and NaN where torch.relu does.
+  Value zero = ownerOf(x).scalar(0, x);
+  return where(x > zero, x, where(x < zero, zero, x * zero));
+}
+
+Value square(Value x) { return x * x; }
+
+Value clamp(Value x, std::optional<Value> min, std::optional<Value> max) {
+  if (min)
+    x = where(x < *min, *min, x);
+  if (max)
+    x = where(x > *max, *max, x);
+  return x;
+}
+
+Value softplus(Value x, Value beta, Value threshold) {
+  Value scaled = x * beta;
+  Value linear = scaled > threshold;
+  Value safe = where(linear, ownerOf(x).scalar(0, x), scaled);
+  return where(linear, x, log1p(exp(safe)) / beta);
+}
+
+Value softmax(Value x) {
+  Value e = exp(x - ownerOf(x).max(x));
+  return e / ownerOf(x).sum(e);
+}
+
+Value logSoftmax(Value x) {
+  Value shifted = x - ownerOf(x).max(x);
+  return shifted - log(ownerOf(x).sum(exp(shifted)));
+}
+
+Value logsumexp(Value x) {
+  FusionBuilder &b = ownerOf(x);
+  Value max = b.max(x);
+  Value infinite = abs(max) == b.scalar(INFINITY, max);
+  Value shift = where(infinite, b.scalar(0, max), max);
+  return log(b.sum(exp(x - shift))) + shift;
+}
 } // namespace tilefuse::dsl

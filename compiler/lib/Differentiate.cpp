@@ -106,7 +106,7 @@ private:
 
   SmallVector<BackwardInput *> orderedInputs();
   FailureOr<KernelOp> finishBackward(const DifferentiateOptions &options);
-  KernelOp finishForward();
+  KernelOp finishForward(Derivative &derivative);
   std::string uniqueName(const Twine &base);
 
   KernelOp forward;
@@ -704,6 +704,23 @@ LogicalResult BackwardBuilder::propagate(Operation *op, Value gradient) {
 // The kernels
 //===----------------------------------------------------------------------===//
 
+/// Folds what the adjoint rules built (x * 1, broadcasts of constants),
+/// merges common subexpressions and drops dead code.
+static LogicalResult simplify(KernelOp kernel) {
+  MLIRContext *context = kernel.getContext();
+  RewritePatternSet patterns(context);
+  for (RegisteredOperationName name : context->getRegisteredOperations())
+    if (name.getDialectNamespace() == FuseDialect::getDialectNamespace())
+      name.getCanonicalizationPatterns(patterns, context);
+  if (failed(applyPatternsGreedily(kernel, std::move(patterns))))
+    return kernel.emitError("fuse-differentiate: the backward kernel did not "
+                            "converge under canonicalization");
+  IRRewriter rewriter(context);
+  DominanceInfo dominance(kernel);
+  eliminateCommonSubExpressions(rewriter, dominance, kernel);
+  return success();
+}
+
 static std::string backwardNameOf(KernelOp forward,
                                   const DifferentiateOptions &options) {
   if (!options.backwardName.empty())
@@ -775,41 +792,44 @@ BackwardBuilder::finishBackward(const DifferentiateOptions &options) {
     input->argument.replaceAllUsesWith(argument);
   kernelEntry.getOperations().splice(kernelEntry.end(), body->getOperations());
 
-  // Fold what the rules built (x * 1, broadcasts of constants, dead code).
-  RewritePatternSet patterns(kernel.getContext());
-  for (RegisteredOperationName name :
-       kernel.getContext()->getRegisteredOperations())
-    if (name.getDialectNamespace() == FuseDialect::getDialectNamespace())
-      name.getCanonicalizationPatterns(patterns, kernel.getContext());
-  if (failed(applyPatternsGreedily(kernel, std::move(patterns))))
-    return kernel.emitError("fuse-differentiate: the backward kernel did not "
-                            "converge under canonicalization");
-  IRRewriter rewriter(kernel.getContext());
-  DominanceInfo dominance(kernel);
-  eliminateCommonSubExpressions(rewriter, dominance, kernel);
+  if (failed(simplify(kernel)))
+    return failure();
   return kernel;
 }
 
-KernelOp BackwardBuilder::finishForward() {
+/// The derived forward: `forward` with the saved statistics appended to its
+/// outputs; records where the backward's inputs come from.
+KernelOp BackwardBuilder::finishForward(Derivative &derivative) {
   IRMapping mapping;
   auto derived = cast<KernelOp>(moduleBuilder.clone(*forward, mapping));
   auto yield = cast<YieldOp>(derived.getEntryBlock().getTerminator());
   SmallVector<Value> outputs(yield.getValues());
   SmallVector<Attribute> names(derived.getOutputNames().getValue());
   OpBuilder builder(yield);
+  using Source = Derivative::Source;
   for (BackwardInput *input : orderedInputs()) {
-    if (input->source != BackwardInput::Saved &&
-        input->source != BackwardInput::SavedArg)
+    if (input->source == BackwardInput::OutputGradient ||
+        input->source == BackwardInput::ForwardInput) {
+      derivative.backwardInputs.push_back(
+          {input->source == BackwardInput::OutputGradient ? Source::OutputGradient
+                                                          : Source::Input,
+           input->position});
       continue;
+    }
     Value value = mapping.lookup(input->forwardValue);
     if (input->source == BackwardInput::SavedArg) {
       auto reduce = value.getDefiningOp<ReduceOp>();
       builder.setInsertionPointAfter(reduce);
       value = ArgReduceOp::create(builder, loc, input->type, reduce.getKind(),
                                   reduce.getInput());
-    } else if (llvm::is_contained(outputs, value)) {
-      continue; // already an output, under this name
     }
+    // A statistic the forward already outputs is read from that output.
+    auto *existing = llvm::find(outputs, value);
+    derivative.backwardInputs.push_back(
+        {Source::ForwardOutput,
+         static_cast<unsigned>(existing - outputs.begin())});
+    if (existing != outputs.end())
+      continue;
     outputs.push_back(value);
     names.push_back(builder.getStringAttr(input->name));
   }
@@ -862,11 +882,14 @@ BackwardBuilder::build(const DifferentiateOptions &options) {
       return failure();
   }
 
+  Derivative derivative;
   FailureOr<KernelOp> backward = finishBackward(options);
   if (failed(backward))
     return failure();
-  KernelOp derivedForward = finishForward();
-  return Derivative{derivedForward, *backward};
+  derivative.backward = *backward;
+  derivative.forward = finishForward(derivative);
+  derivative.gradientOf.assign(gradInputs.begin(), gradInputs.end());
+  return derivative;
 }
 
 //===----------------------------------------------------------------------===//
@@ -910,4 +933,25 @@ FailureOr<Derivative> tilefuse::differentiate(KernelOp kernel,
                                               const DifferentiateOptions &options,
                                               OpBuilder &builder) {
   return BackwardBuilder(kernel, builder).build(options);
+}
+
+LogicalResult tilefuse::keepGradients(KernelOp backward, ArrayRef<bool> keep) {
+  auto yield = cast<YieldOp>(backward.getEntryBlock().getTerminator());
+  SmallVector<Value> values;
+  SmallVector<Attribute> names;
+  SmallVector<Type> types;
+  for (auto [index, value] : llvm::enumerate(yield.getValues())) {
+    if (index >= keep.size() || !keep[index])
+      continue;
+    values.push_back(value);
+    names.push_back(backward.getOutputNames()[index]);
+    types.push_back(value.getType());
+  }
+  OpBuilder builder(yield);
+  YieldOp::create(builder, yield.getLoc(), values);
+  yield.erase();
+  backward.setOutputNamesAttr(builder.getArrayAttr(names));
+  backward.setFunctionType(
+      builder.getFunctionType(backward.getInputTypes(), types));
+  return simplify(backward);
 }

@@ -99,6 +99,26 @@ Value minimum(Value lhs, Value rhs);
 Value where(Value condition, Value a, Value b);
 Value cast(Value x, DType dtype);
 
+// Compositions with PyTorch's values at zeros, infinities and NaN (and
+// gradients that the derived backward gets right).
+/// -1, 0 or 1 (0 for NaN), as torch.sign.
+Value sign(Value x);
+/// max(x, 0), keeping -0.0 and NaN; gradient 0 at 0, as torch.relu.
+Value relu(Value x);
+Value square(Value x);
+/// torch.clamp: either bound may be absent; min > max gives max.
+Value clamp(Value x, std::optional<Value> min, std::optional<Value> max);
+/// torch.nn.functional.softplus: log1p(exp(beta * x)) / beta, or x where
+/// beta * x > threshold (the other branch never overflows, so its
+/// gradient is never NaN).
+Value softplus(Value x, Value beta, Value threshold);
+// Over each row (the last dim).
+Value softmax(Value x);
+Value logSoftmax(Value x);
+/// log(sum(exp(x))), shifted by the row max (by 0 when that is infinite,
+/// as torch.logsumexp).
+Value logsumexp(Value x);
+
 class FusionBuilder {
 public:
   /// `compute` is the float type inputs, constants and n default to (f32,

@@ -60,6 +60,17 @@ struct Derivative {
   /// The forward kernel with the saved statistics appended to its outputs.
   fuse::KernelOp forward;
   fuse::KernelOp backward;
+  /// Where each backward input comes from: the gradient of an output, an
+  /// input of the forward, or an output of the derived forward (a saved
+  /// statistic); `index` counts within that list.
+  struct Source {
+    enum Kind { OutputGradient, Input, ForwardOutput };
+    Kind kind;
+    unsigned index;
+  };
+  llvm::SmallVector<Source> backwardInputs;
+  /// The forward input each backward output is the gradient of.
+  llvm::SmallVector<unsigned> gradientOf;
 };
 
 /// Builds the derived forward and the backward kernel of `kernel` at
@@ -69,6 +80,11 @@ struct Derivative {
 mlir::FailureOr<Derivative> differentiate(fuse::KernelOp kernel,
                                           const DifferentiateOptions &options,
                                           mlir::OpBuilder &builder);
+
+/// Keeps the outputs of a backward kernel flagged in `keep` (one flag per
+/// output) and removes the work only the others needed.
+mlir::LogicalResult keepGradients(fuse::KernelOp backward,
+                                  llvm::ArrayRef<bool> keep);
 
 } // namespace tilefuse
 

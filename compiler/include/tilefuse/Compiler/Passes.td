@@ -15,10 +15,12 @@ def FuseSpecialize : Pass<"fuse-specialize", "::tilefuse::fuse::KernelOp"> {
     keeps them. `fuse.row_length` becomes the constant `n`. `rows` and every
     scalar stay runtime arguments: a new batch size or learning rate never
     recompiles. The choices are recorded in `fuse.specialization`.
+    `dtype=declared` keeps every port's declared type (mixed dtypes; the
+    narrowest full or per-column float sets the vector width).
   }];
   let options = [
     Option<"dtype", "dtype", "std::string", /*default=*/"\"f32\"",
-           "Storage dtype of full and per-column float tensors: f32, f16, bf16 or f64">,
+           "Storage dtype of full and per-column float tensors: f32, f16, bf16, f64, or declared">,
     Option<"n", "n", "int64_t", /*default=*/"0", "The row length n (> 0)">,
     Option<"aligned", "aligned", "bool", /*default=*/"true",
            "Pointers are 16-byte aligned and n is a multiple of the vector width">,
