@@ -691,9 +691,15 @@ class Fusion:
             if value.dtype != _computation(torch_dtype, trace):
                 value = builder.cast(value, _computation(torch_dtype, trace))
             values.append(Value(trace, value, proto))
+        positional, keywords = [], {}
+        for parameter, value in zip(self._signature.parameters.values(), values):
+            if parameter.kind == parameter.KEYWORD_ONLY:
+                keywords[parameter.name] = value
+            else:
+                positional.append(value)
         _tracing.trace = trace
         try:
-            result = self._fn(*values)
+            result = self._fn(*positional, **keywords)
         finally:
             _tracing.trace = None
         if isinstance(result, dict):
