@@ -290,7 +290,8 @@ Value BackwardBuilder::savedArg(ReduceOp reduce) {
     return known;
   std::string name = uniqueName(
       reduce.getKind() == ReduceKind::Max ? "argmax" : "argmin");
-  Type type = valueType(result).withElementType(b.getI64Type());
+  // i32 columns (a row is shorter than 2^31): half the registers of i64.
+  Type type = valueType(result).withElementType(b.getI32Type());
   Value arg = addInput(BackwardInput::SavedArg, position.lookup(reduce), name,
                        type, result);
   savedArgs[result] = arg;
@@ -522,7 +523,7 @@ LogicalResult BackwardBuilder::propagateReduce(ReduceOp reduce, Value gradient) 
   case ReduceKind::Min: {
     // To the first extreme element of the row (its saved argmax/argmin).
     Value column = IotaOp::create(
-        b, loc, ValueType::get(b.getContext(), ValueKind::Col, b.getI64Type()));
+        b, loc, ValueType::get(b.getContext(), ValueKind::Col, b.getI32Type()));
     Value isArg = compare(CmpPredicate::eq, savedArg(reduce), column);
     Value zero = constantLike(gradient, 0.0);
     accumulate(input, select(isArg, gradient, zero));

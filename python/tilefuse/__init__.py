@@ -54,7 +54,7 @@ from ._dsl import (
     Value,
     where,
 )
-from . import functional
+from . import emulator, functional
 
 __version__ = "0.1.0"
 
@@ -65,9 +65,9 @@ def compile_count() -> int:
 
 
 __all__ = [
-    "abs", "argmax", "argmin", "cast", "clamp", "compile_count", "cos", "erf", "exp",
-    "expm1", "floor", "functional", "Fusion", "fusion", "gather", "gelu", "iota", "log",
-    "log1p", "log_softmax", "logsumexp", "max", "maximum", "mean", "min", "minimum", "pow",
-    "relu", "round", "rsqrt", "sigmoid", "sign", "silu", "sin", "softmax", "softplus",
+    "abs", "argmax", "argmin", "cast", "clamp", "compile_count", "cos", "emulator", "erf",
+    "exp", "expm1", "floor", "functional", "Fusion", "fusion", "gather", "gelu", "iota",
+    "log", "log1p", "log_softmax", "logsumexp", "max", "maximum", "mean", "min", "minimum",
+    "pow", "relu", "round", "rsqrt", "sigmoid", "sign", "silu", "sin", "softmax", "softplus",
     "sqrt", "square", "sum", "tanh", "Value", "where",
 ]

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import tilefuse
+from conftest import run_python
 
 
 @tilefuse.fusion
@@ -188,3 +189,29 @@ def test_torch_compile_traces_forward_and_backward():
     torch.compile(loss, fullgraph=True, backend="aot_eager")(*inputs).backward()
     for t, w in zip(inputs, want):
         torch.testing.assert_close(t.grad, w, atol=1e-5, rtol=1e-5)
+
+
+def test_emulated_derived_backward_with_a_column_gradient():
+    # The GPU code of the derived kernels, run by the PTX emulator (bounds,
+    # races, barriers checked): dweight through per-block partials and the
+    # finalize kernel.
+    script = """
+import torch, tilefuse
+from tilefuse import emulator
+
+@tilefuse.fusion
+def scale_norm(x, weight, eps=1e-6):
+    return x * tilefuse.rsqrt(tilefuse.mean(x * x) + eps) * weight
+
+x = torch.randn(37, 256, requires_grad=True)
+w = torch.randn(256, requires_grad=True)
+g = torch.randn(37, 256)
+dx, dw = torch.autograd.grad(scale_norm(x, w), (x, w), g)
+want = torch.autograd.grad(torch.nn.functional.rms_norm(x, (256,), w, 1e-6), (x, w), g)
+torch.testing.assert_close(dx, want[0], atol=1e-5, rtol=1e-5)
+torch.testing.assert_close(dw, want[1], atol=1e-4, rtol=1e-4)
+print(" ".join(launch["kernel"] for launch in emulator.last_launches()))
+"""
+    done = run_python(script, TILEFUSE_TARGET="emulate")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["scale_norm", "scale_norm_bwd", "scale_norm_bwd_finalize"]

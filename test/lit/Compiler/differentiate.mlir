@@ -39,19 +39,21 @@
 // The forward also saves its row max, the max's argmax and the sum of
 // exponentials; the backward then reduces nothing: sum(exp(x - max)) is
 // the saved sum, so the max's gradient (which cancels) is per-row work.
-// CE: fuse.kernel @cross_entropy_fwd({{.+}}) -> (loss: !fuse.row<f32>, lse: !fuse.row<f32>, rowmax: !fuse.row<f32>, argmax: !fuse.row<i64>, rowsum: !fuse.row<f32>)
+// CE: fuse.kernel @cross_entropy_fwd({{.+}}) -> (loss: !fuse.row<f32>, lse: !fuse.row<f32>, rowmax: !fuse.row<f32>, argmax: !fuse.row<i32>, rowsum: !fuse.row<f32>)
 // CE: %[[MAX:.+]] = fuse.reduce max %logits
-// CE-NEXT: %[[ARGMAX:.+]] = fuse.arg_reduce max %logits : !fuse.full<f32> to !fuse.row<i64>
+// CE-NEXT: %[[ARGMAX:.+]] = fuse.arg_reduce max %logits : !fuse.full<f32> to !fuse.row<i32>
 // CE: fuse.yield %{{.+}}, %{{.+}}, %[[MAX]], %[[ARGMAX]], %{{.+}} :
-// CE: fuse.kernel @cross_entropy_bwd(%dloss: !fuse.row<f32>, %logits: !fuse.full<f32>, %target: !fuse.row<i64>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %rowmax: !fuse.row<f32>, %argmax: !fuse.row<i64>, %rowsum: !fuse.row<f32>) -> (dlogits: !fuse.full<f32>)
+// CE: fuse.kernel @cross_entropy_bwd(%dloss: !fuse.row<f32>, %logits: !fuse.full<f32>, %target: !fuse.row<i64>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %rowmax: !fuse.row<f32>, %argmax: !fuse.row<i32>, %rowsum: !fuse.row<f32>) -> (dlogits: !fuse.full<f32>)
 // CE-NOT: fuse.reduce
-// The target's one-hot (the gather's adjoint) and the argmax's.
+// The target's one-hot (the gather's adjoint) and the argmax's (i32).
 // CE: %[[IOTA:.+]] = fuse.iota : !fuse.col<i64>
 // CE: %[[COLUMNS:.+]] = fuse.broadcast %[[IOTA]] : !fuse.col<i64> to !fuse.full<i64>
 // CE: fuse.cmp eq, %{{.+}}, %[[COLUMNS]] : !fuse.full<i64>
 // CE: fuse.exp
-// CE: %[[AT_ARGMAX:.+]] = fuse.broadcast %argmax : !fuse.row<i64> to !fuse.full<i64>
-// CE: fuse.cmp eq, %[[AT_ARGMAX]], %[[COLUMNS]] : !fuse.full<i64>
+// CE: %[[IOTA32:.+]] = fuse.iota : !fuse.col<i32>
+// CE: %[[AT_ARGMAX:.+]] = fuse.broadcast %argmax : !fuse.row<i32> to !fuse.full<i32>
+// CE: %[[COLUMNS32:.+]] = fuse.broadcast %[[IOTA32]] : !fuse.col<i32> to !fuse.full<i32>
+// CE: fuse.cmp eq, %[[AT_ARGMAX]], %[[COLUMNS32]] : !fuse.full<i32>
 // CE-NOT: fuse.reduce
 // CE: fuse.yield
 
@@ -98,7 +100,7 @@ fuse.kernel @rules(%x: !fuse.full<f32>, %w: !fuse.col<f32>, %r: !fuse.row<f32>, 
 // select to the chosen side. Nothing needs x itself: the backward does not
 // read it.
 // CHECK-LABEL: fuse.kernel @routing(
-// CHECK-SAME: -> (out: !fuse.row<f32>, argmax: !fuse.row<i64>)
+// CHECK-SAME: -> (out: !fuse.row<f32>, argmax: !fuse.row<i32>)
 // CHECK: %[[MAX:.+]] = fuse.reduce max %x
 // CHECK-NEXT: %[[ARG:.+]] = fuse.arg_reduce max %x
 // CHECK: fuse.yield %{{.+}}, %[[ARG]]
@@ -110,7 +112,7 @@ fuse.kernel @routing(%x: !fuse.full<f32>, %t: !fuse.row<i32>, %c: !fuse.row<f32>
   %chosen = fuse.select %positive, %max, %picked : !fuse.row<f32>
   fuse.yield %chosen : !fuse.row<f32>
 }
-// CHECK-LABEL: fuse.kernel @routing_bwd(%dout: !fuse.row<f32>, %t: !fuse.row<i32>, %c: !fuse.row<f32>, %argmax: !fuse.row<i64>) -> (dx: !fuse.full<f32>, dc: !fuse.row<f32>)
+// CHECK-LABEL: fuse.kernel @routing_bwd(%dout: !fuse.row<f32>, %t: !fuse.row<i32>, %c: !fuse.row<f32>, %argmax: !fuse.row<i32>) -> (dx: !fuse.full<f32>, dc: !fuse.row<f32>)
 // CHECK-DAG: %[[ZERO_FULL:.+]] = fuse.constant full 0.000000e+00 : f32
 // CHECK-DAG: %[[ZERO:.+]] = fuse.constant row 0.000000e+00 : f32
 // CHECK: %[[POSITIVE:.+]] = fuse.cmp gt, %c, %[[ZERO]]
@@ -122,10 +124,8 @@ fuse.kernel @routing(%x: !fuse.full<f32>, %t: !fuse.row<i32>, %c: !fuse.row<f32>
 // CHECK: %[[AT_T:.+]] = fuse.cmp eq, %[[T]], %[[COLUMNS32]] : !fuse.full<i32>
 // CHECK: %[[PICKED:.+]] = fuse.broadcast %[[TO_PICKED]]
 // CHECK: %[[DGATHER:.+]] = fuse.select %[[AT_T]], %[[PICKED]], %[[ZERO_FULL]] : !fuse.full<f32>
-// CHECK: %[[COLUMN64:.+]] = fuse.iota : !fuse.col<i64>
-// CHECK: %[[ARG:.+]] = fuse.broadcast %argmax : !fuse.row<i64> to !fuse.full<i64>
-// CHECK: %[[COLUMNS64:.+]] = fuse.broadcast %[[COLUMN64]] : !fuse.col<i64> to !fuse.full<i64>
-// CHECK: %[[AT_ARG:.+]] = fuse.cmp eq, %[[ARG]], %[[COLUMNS64]] : !fuse.full<i64>
+// CHECK: %[[ARG:.+]] = fuse.broadcast %argmax : !fuse.row<i32> to !fuse.full<i32>
+// CHECK: %[[AT_ARG:.+]] = fuse.cmp eq, %[[ARG]], %[[COLUMNS32]] : !fuse.full<i32>
 // CHECK: %[[MAXED:.+]] = fuse.broadcast %[[TO_MAX]]
 // CHECK: %[[DMAX:.+]] = fuse.select %[[AT_ARG]], %[[MAXED]], %[[ZERO_FULL]] : !fuse.full<f32>
 // CHECK: %[[DX:.+]] = fuse.add %[[DGATHER]], %[[DMAX]] : !fuse.full<f32>
