@@ -31,12 +31,6 @@ namespace {
 
 ValueType valueType(Value value) { return cast<ValueType>(value.getType()); }
 
-bool isRowReduction(Operation *op) {
-  if (auto reduce = dyn_cast<ReduceOp>(op))
-    return reduce.isRowReduction();
-  return isa<ArgReduceOp>(op);
-}
-
 /// Where an input of the backward kernel comes from, in the order the
 /// kernel declares them.
 struct BackwardInput {
@@ -132,53 +126,50 @@ private:
   llvm::StringSet<> usedNames;
 };
 
+/// The indices of the `requested` names among `names` (every eligible one
+/// when none is requested); `role` and `reason` word the errors.
+static LogicalResult choosePorts(KernelOp kernel, ArrayRef<std::string> requested,
+                                 ArrayAttr names, ArrayRef<Type> types,
+                                 function_ref<bool(ValueType)> eligible,
+                                 StringRef role, StringRef reason,
+                                 SmallVectorImpl<unsigned> &chosen) {
+  if (requested.empty()) {
+    for (auto [index, type] : llvm::enumerate(types))
+      if (eligible(cast<ValueType>(type)))
+        chosen.push_back(index);
+    return success();
+  }
+  for (const std::string &name : requested) {
+    auto found = llvm::find(names.getAsValueRange<StringAttr>(), name);
+    if (found == names.getAsValueRange<StringAttr>().end())
+      return kernel.emitError("fuse-differentiate: kernel @")
+             << kernel.getSymName() << " has no " << role << " '" << name
+             << "'";
+    unsigned index =
+        std::distance(names.getAsValueRange<StringAttr>().begin(), found);
+    if (!eligible(cast<ValueType>(types[index])))
+      return kernel.emitError("fuse-differentiate: ")
+             << role << " '" << name << "' is " << types[index] << reason;
+    chosen.push_back(index);
+  }
+  return success();
+}
+
 LogicalResult BackwardBuilder::resolveNames(const DifferentiateOptions &options) {
-  auto find = [&](ArrayAttr names, StringRef name) -> std::optional<unsigned> {
-    for (auto [index, candidate] :
-         llvm::enumerate(names.getAsValueRange<StringAttr>()))
-      if (candidate == name)
-        return index;
-    return std::nullopt;
-  };
-  ArrayRef<Type> outputTypes = forward.getOutputTypes();
-  if (options.outputs.empty()) {
-    for (auto [index, type] : llvm::enumerate(outputTypes))
-      if (cast<ValueType>(type).isFloat())
-        gradOutputs.push_back(index);
-  }
-  for (const std::string &name : options.outputs) {
-    std::optional<unsigned> index = find(forward.getOutputNames(), name);
-    if (!index)
-      return forward.emitError("fuse-differentiate: kernel @")
-             << forward.getSymName() << " has no output '" << name << "'";
-    if (!cast<ValueType>(outputTypes[*index]).isFloat())
-      return forward.emitError("fuse-differentiate: output '")
-             << name << "' is " << outputTypes[*index]
-             << ", not a float value: it has no gradient";
-    gradOutputs.push_back(*index);
-  }
-  ArrayRef<Type> inputTypes = forward.getInputTypes();
-  auto differentiable = [](Type type) {
-    auto value = cast<ValueType>(type);
-    return value.isFloat() && value.getKind() != ValueKind::Scalar;
-  };
-  if (options.inputs.empty()) {
-    for (auto [index, type] : llvm::enumerate(inputTypes))
-      if (differentiable(type))
-        gradInputs.push_back(index);
-  }
-  for (const std::string &name : options.inputs) {
-    std::optional<unsigned> index = find(forward.getInputNames(), name);
-    if (!index)
-      return forward.emitError("fuse-differentiate: kernel @")
-             << forward.getSymName() << " has no input '" << name << "'";
-    if (!differentiable(inputTypes[*index]))
-      return forward.emitError("fuse-differentiate: input '")
-             << name << "' is " << inputTypes[*index]
-             << "; only full, per-row and per-column float inputs have "
-                "gradients";
-    gradInputs.push_back(*index);
-  }
+  if (failed(choosePorts(
+          forward, options.outputs, forward.getOutputNames(),
+          forward.getOutputTypes(), [](ValueType type) { return type.isFloat(); },
+          "output", ", not a float value: it has no gradient", gradOutputs)) ||
+      failed(choosePorts(
+          forward, options.inputs, forward.getInputNames(),
+          forward.getInputTypes(),
+          [](ValueType type) {
+            return type.isFloat() && type.getKind() != ValueKind::Scalar;
+          },
+          "input",
+          "; only full, per-row and per-column float inputs have gradients",
+          gradInputs)))
+    return failure();
   if (gradOutputs.empty() || gradInputs.empty())
     return forward.emitError("fuse-differentiate: kernel @")
            << forward.getSymName()

@@ -87,7 +87,7 @@ DenseMap<Value, int> rowLevels(KernelOp kernel) {
     int level = 0;
     for (Value operand : op.getOperands())
       level = std::max(level, levels.lookup(operand));
-    if (RowReduction::of(&op))
+    if (isRowReduction(&op))
       ++level;
     for (Value result : op.getResults())
       levels[result] = level;

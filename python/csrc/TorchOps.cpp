@@ -902,11 +902,13 @@ std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
   });
   TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.launch_fusion: forward-mode AD "
                                      "is not supported");
-  Fusion &fusion = registeredFusion("launch_fusion", handle);
-  bool floatOutput = llvm::any_of(fusion.outputs(), [](const PortInfo &port) {
-    return at::isFloatingType(tilefuse::torch_ops::scalarType(port.dtype));
-  });
-  if (!floatOutput || !torch::autograd::compute_requires_grad(tensors)) {
+  auto floatOutput = [&] {
+    Fusion &fusion = registeredFusion("launch_fusion", handle);
+    return llvm::any_of(fusion.outputs(), [](const PortInfo &port) {
+      return at::isFloatingType(tilefuse::torch_ops::scalarType(port.dtype));
+    });
+  };
+  if (!torch::autograd::compute_requires_grad(tensors) || !floatOutput()) {
     at::AutoDispatchBelowADInplaceOrView below;
     return op.call(handle, tensors, scalars);
   }

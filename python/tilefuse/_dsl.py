@@ -709,16 +709,23 @@ class Fusion:
             results, shape = list(result), "tuple"
         else:
             names, results, shape = ["out0"], [result], "single"
+        taken = set(self._parameters)
         for name, value in zip(names, results):
             if not isinstance(value, Value):
                 raise TypeError(f"tilefuse.fusion {self._name}: output '{name}' is a "
                                 f"{type(value).__name__}, not a traced value")
+            # An output may share an input's name ({"param": ...} of an
+            # optimizer step); the kernel's names must differ.
+            port = name
+            while port in taken:
+                port += "_out"
+            taken.add(port)
             # Stored in the dtype PyTorch would give it.
             dtype = value.dtype
             stored = value._value
             if stored.dtype != DTYPE_NAMES[dtype]:
                 stored = builder.cast(stored, DTYPE_NAMES[dtype])
-            builder.output(name, stored)
+            builder.output(port, stored)
         try:
             fusion = builder.finish()
         except ValueError as error:

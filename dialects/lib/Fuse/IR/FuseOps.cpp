@@ -737,6 +737,12 @@ LogicalResult ArgReduceOp::verify() {
   return success();
 }
 
+bool tilefuse::fuse::isRowReduction(Operation *op) {
+  if (auto reduce = dyn_cast<ReduceOp>(op))
+    return reduce.isRowReduction();
+  return isa<ArgReduceOp>(op);
+}
+
 OpFoldResult ArgReduceOp::fold(FoldAdaptor) {
   // Every column of a broadcast row holds the same value: the first wins.
   auto broadcast = getInput().getDefiningOp<BroadcastOp>();
