@@ -8,7 +8,9 @@
 //     (torch.compile traces with them), and for *_fwd an Autograd kernel
 //     whose backward is the fused *_bwd kernel;
 //   - adamw_step_, in place;
-//   - launch_fusion, which runs a fusion the Python DSL traced.
+//   - launch_fusion, which runs a fusion the Python DSL traced or
+//     register_fusion parsed from fuse IR text;
+//   - compile_count: compilations so far (not counting cache hits).
 // Errors are TypeError / ValueError / IndexError naming the op and argument.
 //
 //===----------------------------------------------------------------------===//
@@ -652,6 +654,7 @@ void adamwStepAutograd(const Tensor &param, const Tensor &grad,
 using tilefuse::Fusion;
 using tilefuse::FusionDerivative;
 using tilefuse::PortInfo;
+using tilefuse::torch_ops::RegisteredFusion;
 using tilefuse::torch_ops::registeredFusion;
 
 /// The tensor whose shape is the iteration space: the fusion's first full
@@ -677,8 +680,11 @@ FusionDerivative &derivativeOf(Fusion &fusion) {
   return *derivative;
 }
 
-/// Empty tensors shaped as `fusion`'s outputs over `shape`.
-std::vector<Tensor> emptyOutputs(const Fusion &fusion, c10::SymIntArrayRef shape,
+/// Empty tensors shaped as `fusion`'s outputs over `shape`, typed as the
+/// registration stores them.
+std::vector<Tensor> emptyOutputs(const RegisteredFusion &registered,
+                                 const Fusion &fusion,
+                                 c10::SymIntArrayRef shape,
                                  const at::TensorOptions &options) {
   c10::SymIntArrayRef lead = shape.slice(0, shape.size() - 1);
   std::vector<Tensor> outputs;
@@ -688,42 +694,45 @@ std::vector<Tensor> emptyOutputs(const Fusion &fusion, c10::SymIntArrayRef shape
       sizes.push_back(shape.back());
     if (port.kind == PortInfo::Kind::Col)
       sizes = {shape.back()};
-    outputs.push_back(at::empty_symint(
-        sizes, options.dtype(tilefuse::torch_ops::scalarType(port.dtype))));
+    outputs.push_back(
+        at::empty_symint(sizes, options.dtype(registered.dtypeOf(port))));
   }
   return outputs;
 }
 
-/// Runs `kernel` (`fusion` or one of its derived kernels) over the iteration
-/// space of `fusion` called with `inputs`; errors name the fusion.
-std::vector<Tensor> runDsl(Fusion &fusion, Fusion &kernel,
+/// Runs `kernel` (the registered fusion or one of its derived kernels) over
+/// the iteration space of the fusion called with `inputs`; errors name it.
+std::vector<Tensor> runDsl(const RegisteredFusion &registered, Fusion &kernel,
                            at::TensorList tensors,
                            c10::ArrayRef<c10::Scalar> scalars,
                            at::TensorList inputs) {
-  return runFusion(fusion.name(), kernel, tensors, scalars, std::nullopt,
-                   iterationTensor(fusion, inputs).sizes());
+  return runFusion(registered.fusion.name(), kernel, tensors, scalars,
+                   registered.storage,
+                   iterationTensor(registered.fusion, inputs).sizes());
 }
 
 std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
                                  c10::ArrayRef<c10::Scalar> scalars) {
-  Fusion &fusion = registeredFusion("launch_fusion", handle);
-  return runDsl(fusion, fusion, tensors, scalars, tensors);
+  RegisteredFusion registered = registeredFusion("launch_fusion", handle);
+  return runDsl(registered, registered.fusion, tensors, scalars, tensors);
 }
 
 /// The derived forward: the fusion's outputs, then the saved statistics.
 std::vector<Tensor> launchFusionForward(int64_t handle, at::TensorList tensors,
                                         c10::ArrayRef<c10::Scalar> scalars) {
-  Fusion &fusion = registeredFusion("launch_fusion_forward", handle);
-  return runDsl(fusion, derivativeOf(fusion).forward(), tensors, scalars,
-                tensors);
+  RegisteredFusion registered =
+      registeredFusion("launch_fusion_forward", handle);
+  return runDsl(registered, derivativeOf(registered.fusion).forward(), tensors,
+                scalars, tensors);
 }
 
 std::vector<Tensor> launchFusionForwardMeta(int64_t handle,
                                             at::TensorList tensors,
                                             c10::ArrayRef<c10::Scalar>) {
-  Fusion &fusion = registeredFusion("launch_fusion_forward", handle);
-  return emptyOutputs(derivativeOf(fusion).forward(),
-                      iterationTensor(fusion, tensors).sym_sizes(),
+  RegisteredFusion registered =
+      registeredFusion("launch_fusion_forward", handle);
+  return emptyOutputs(registered, derivativeOf(registered.fusion).forward(),
+                      iterationTensor(registered.fusion, tensors).sym_sizes(),
                       tensors.front().options());
 }
 
@@ -746,7 +755,9 @@ launchFusionBackward(int64_t handle, int64_t wanted, at::TensorList gradients,
                      at::TensorList tensors,
                      const c10::List<std::optional<Tensor>> &forwardOutputs,
                      c10::ArrayRef<c10::Scalar> scalars) {
-  Fusion &fusion = registeredFusion("launch_fusion_backward", handle);
+  RegisteredFusion registered =
+      registeredFusion("launch_fusion_backward", handle);
+  Fusion &fusion = registered.fusion;
   FusionDerivative &derivative = derivativeOf(fusion);
   TORCH_CHECK(gradients.size() == fusion.outputs().size(), "tilefuse.",
               fusion.name(), ": expected a gradient for each of its ",
@@ -764,9 +775,7 @@ launchFusionBackward(int64_t handle, int64_t wanted, at::TensorList gradients,
     case FusionDerivative::Source::OutputGradient: {
       const PortInfo &port = fusion.outputs()[source.index];
       backwardTensors.push_back(
-          gradients[source.index]
-              .to(tilefuse::torch_ops::scalarType(port.dtype))
-              .contiguous());
+          gradients[source.index].to(registered.dtypeOf(port)).contiguous());
       break;
     }
     case FusionDerivative::Source::Input:
@@ -789,7 +798,8 @@ launchFusionBackward(int64_t handle, int64_t wanted, at::TensorList gradients,
       derivative.backward(wantedInputs(derivative, wanted));
   TORCH_CHECK(static_cast<bool>(backward), "tilefuse.", fusion.name(), ": ",
               llvm::toString(backward.takeError()));
-  return runDsl(fusion, *backward, backwardTensors, backwardScalars, tensors);
+  return runDsl(registered, *backward, backwardTensors, backwardScalars,
+                tensors);
 }
 
 std::vector<Tensor>
@@ -797,7 +807,7 @@ launchFusionBackwardMeta(int64_t handle, int64_t wanted, at::TensorList,
                          at::TensorList tensors,
                          const c10::List<std::optional<Tensor>> &,
                          c10::ArrayRef<c10::Scalar>) {
-  Fusion &fusion = registeredFusion("launch_fusion_backward", handle);
+  Fusion &fusion = registeredFusion("launch_fusion_backward", handle).fusion;
   FusionDerivative &derivative = derivativeOf(fusion);
   std::vector<size_t> positions;
   size_t tensorCount = 0;
@@ -826,7 +836,7 @@ struct FusionFunction : torch::autograd::Function<FusionFunction> {
     static auto op = findOp<std::vector<Tensor>(
         int64_t, at::TensorList, c10::ArrayRef<c10::Scalar>)>(
         "tilefuse::launch_fusion_forward");
-    Fusion &fusion = registeredFusion("launch_fusion", handle);
+    Fusion &fusion = registeredFusion("launch_fusion", handle).fusion;
     FusionDerivative &derivative = derivativeOf(fusion);
     std::vector<Tensor> outputs;
     {
@@ -855,7 +865,7 @@ struct FusionFunction : torch::autograd::Function<FusionFunction> {
     static auto op = findOp<LaunchBackwardOp>("tilefuse::launch_fusion_backward");
     int64_t handle = ctx->saved_data["handle"].toInt();
     FusionDerivative &derivative =
-        derivativeOf(registeredFusion("launch_fusion", handle));
+        derivativeOf(registeredFusion("launch_fusion", handle).fusion);
     variable_list saved = ctx->get_saved_variables();
     size_t count = ctx->saved_data["tensors"].toInt();
     std::vector<Tensor> tensors(saved.begin(), saved.begin() + count);
@@ -870,7 +880,8 @@ struct FusionFunction : torch::autograd::Function<FusionFunction> {
     // differentiable input i.
     std::vector<size_t> tensorOf;
     size_t tensorCount = 0;
-    for (const PortInfo &port : registeredFusion("launch_fusion", handle).inputs())
+    for (const PortInfo &port :
+         registeredFusion("launch_fusion", handle).fusion.inputs())
       tensorOf.push_back(port.kind == PortInfo::Kind::Scalar ? SIZE_MAX
                                                              : tensorCount++);
     int64_t wanted = 0;
@@ -903,7 +914,7 @@ std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
   TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.launch_fusion: forward-mode AD "
                                      "is not supported");
   auto floatOutput = [&] {
-    Fusion &fusion = registeredFusion("launch_fusion", handle);
+    Fusion &fusion = registeredFusion("launch_fusion", handle).fusion;
     return llvm::any_of(fusion.outputs(), [](const PortInfo &port) {
       return at::isFloatingType(tilefuse::torch_ops::scalarType(port.dtype));
     });
@@ -913,6 +924,24 @@ std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
     return op.call(handle, tensors, scalars);
   }
   return FusionFunction::apply(handle, tensors, scalars);
+}
+
+/// A fusion written as fuse IR text (Fusion::ir(), test/lit/fusions), for
+/// processes without the Python extension: the self-contained library on a
+/// machine that has only PyTorch. Returns a handle for launch_fusion.
+int64_t registerFusion(c10::string_view ir, c10::string_view storage) {
+  auto fusion = tilefuse::Fusion::parse(llvm::StringRef(ir.data(), ir.size()));
+  TORCH_CHECK_VALUE(static_cast<bool>(fusion),
+                    "tilefuse.register_fusion: argument 'ir': ",
+                    llvm::toString(fusion.takeError()));
+  std::string name(storage.data(), storage.size());
+  bool isStorage = llvm::is_contained({"f32", "f16", "bf16", "f64"}, name);
+  TORCH_CHECK_TYPE(isStorage,
+                   "tilefuse.register_fusion: storage dtype must be f32, f16, "
+                   "bf16 or f64, got ",
+                   name);
+  return tilefuse::torch_ops::registerFusion(
+      std::move(*fusion), tilefuse::torch_ops::scalarType(name));
 }
 
 } // namespace
@@ -1005,6 +1034,9 @@ TORCH_LIBRARY(tilefuse, m) {
   m.def("launch_fusion_backward(int fusion, int wanted, Tensor[] gradients, "
         "Tensor[] tensors, Tensor?[] forward_outputs, Scalar[] scalars) -> "
         "Tensor[]");
+  m.def("register_fusion(str ir, str storage) -> int", registerFusion);
+  m.def("compile_count() -> int",
+        [] { return tilefuse::Runtime::global().compileCount(); });
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {

@@ -326,21 +326,35 @@ Fusion &torch_ops::BuiltinFusion::operator()(at::ScalarType storage) {
 
 namespace {
 std::mutex registryMutex;
-std::vector<std::shared_ptr<Fusion>> &registry() {
-  static auto *fusions = new std::vector<std::shared_ptr<Fusion>>();
+std::vector<std::pair<std::shared_ptr<Fusion>, std::optional<at::ScalarType>>> &
+registry() {
+  static auto *fusions = new std::vector<
+      std::pair<std::shared_ptr<Fusion>, std::optional<at::ScalarType>>>();
   return *fusions;
 }
 } // namespace
 
-int64_t torch_ops::registerFusion(std::shared_ptr<Fusion> fusion) {
+int64_t torch_ops::registerFusion(std::shared_ptr<Fusion> fusion,
+                                  std::optional<at::ScalarType> storage) {
   std::lock_guard<std::mutex> lock(registryMutex);
-  registry().push_back(std::move(fusion));
+  registry().emplace_back(std::move(fusion), storage);
   return registry().size() - 1;
 }
 
-Fusion &torch_ops::registeredFusion(std::string_view op, int64_t handle) {
+torch_ops::RegisteredFusion torch_ops::registeredFusion(std::string_view op,
+                                                        int64_t handle) {
   std::lock_guard<std::mutex> lock(registryMutex);
   TORCH_CHECK_INDEX(handle >= 0 && handle < int64_t(registry().size()),
                     "tilefuse.", op, ": no fusion has handle ", handle);
-  return *registry()[handle];
+  auto &[fusion, storage] = registry()[handle];
+  return {*fusion, storage};
+}
+
+at::ScalarType
+torch_ops::RegisteredFusion::dtypeOf(const PortInfo &port) const {
+  at::ScalarType declared = scalarType(port.dtype);
+  bool stored = port.kind == PortInfo::Kind::Full ||
+                port.kind == PortInfo::Kind::Col;
+  return storage && stored && at::isFloatingType(declared) ? *storage
+                                                           : declared;
 }

@@ -20,6 +20,7 @@
 
 namespace tilefuse {
 class Fusion;
+struct PortInfo;
 
 namespace torch_ops {
 
@@ -54,10 +55,19 @@ private:
   Fusion *fusions[2] = {};
 };
 
-/// Fusions the DSL traced (their ports typed as the call's tensors), by the
-/// handle registerFusion gave.
-int64_t registerFusion(std::shared_ptr<Fusion> fusion);
-Fusion &registeredFusion(std::string_view op, int64_t handle);
+/// Fusions by the handle registerFusion gave: traced by the DSL (every port
+/// typed as declared: no storage dtype) or written as IR and run with the
+/// storage dtype of the registration (f32, f16, bf16 or f64).
+struct RegisteredFusion {
+  Fusion &fusion;
+  std::optional<at::ScalarType> storage;
+  /// The dtype `port` of the fusion or of its derived kernels has in
+  /// tensors: the storage dtype for full and per-column floats.
+  at::ScalarType dtypeOf(const PortInfo &port) const;
+};
+int64_t registerFusion(std::shared_ptr<Fusion> fusion,
+                       std::optional<at::ScalarType> storage = std::nullopt);
+RegisteredFusion registeredFusion(std::string_view op, int64_t handle);
 
 } // namespace torch_ops
 } // namespace tilefuse
