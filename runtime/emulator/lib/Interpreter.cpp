@@ -301,13 +301,25 @@ private:
   }
   void makeReady(Thread &thread) {
     thread.state = Thread::State::Ready;
+    waitingLanes[thread.linear / 32] &= ~(uint32_t(1) << thread.linear % 32);
     ready.push_back(thread.linear);
+  }
+  void waitAtShuffle(Thread &thread) {
+    thread.state = Thread::State::Shuffle;
+    waitingLanes[thread.linear / 32] |= uint32_t(1) << thread.linear % 32;
+  }
+  void exit(Thread &thread) {
+    thread.state = Thread::State::Exited;
+    goneLanes[thread.linear / 32] |= uint32_t(1) << thread.linear % 32;
   }
 
   const Context &context;
   const Launch &launch;
   std::vector<Thread> threads;
   std::vector<uint32_t> ready;
+  /// Per warp: the lanes waiting at a shuffle, and those that exited or do
+  /// not exist (past the end of a partial warp).
+  std::vector<uint32_t> waitingLanes, goneLanes;
   size_t readyHead = 0;
   unsigned blockIndex = 0;
   uint32_t ctaid[3] = {0, 0, 0};
@@ -337,6 +349,8 @@ BlockRunner::BlockRunner(const Context &context)
     thread.tid[1] = i / launch.block[0] % launch.block[1];
     thread.tid[2] = i / (launch.block[0] * launch.block[1]);
   }
+  waitingLanes.resize((context.threadCount + 31) / 32);
+  goneLanes.resize(waitingLanes.size());
   shared.resize(context.sharedBytes);
   shadow.resize(context.sharedBytes);
   traffic.resize(context.ranges.size());
@@ -1026,18 +1040,10 @@ bool BlockRunner::arriveAtShuffle(Thread &thread) {
                 llvm::formatv("shfl.sync by a lane not in its membermask "
                               "{0:x8}",
                               mask));
-  auto live = [&](unsigned l) {
-    return warpBase + l < threads.size() &&
-           threads[warpBase + l].state != Thread::State::Exited;
-  };
-  uint32_t members = 0;
-  for (unsigned l = 0; l < 32; ++l) {
-    if (!(mask >> l & 1) || !live(l))
-      continue;
-    if (threads[warpBase + l].state != Thread::State::Shuffle)
-      return true; // not complete yet
-    members |= uint32_t(1) << l;
-  }
+  unsigned warp = thread.linear / 32;
+  uint32_t members = mask & ~goneLanes[warp];
+  if (members & ~waitingLanes[warp])
+    return true; // not complete yet
   // Every live lane is here: the same mask and mode, then exchange.
   uint32_t values[32];
   for (unsigned l = 0; l < 32; ++l) {
@@ -1104,12 +1110,15 @@ bool BlockRunner::arriveAtShuffle(Thread &thread) {
 }
 
 bool BlockRunner::completeShufflesAfterExit(const Thread &exited) {
-  unsigned warpBase = exited.linear - exited.linear % 32;
-  unsigned end = std::min<size_t>(warpBase + 32, threads.size());
-  for (unsigned i = warpBase; i < end; ++i)
-    if (threads[i].state == Thread::State::Shuffle &&
-        !arriveAtShuffle(threads[i]))
+  unsigned warp = exited.linear / 32;
+  for (uint32_t pending = waitingLanes[warp]; pending;
+       pending &= pending - 1) {
+    unsigned lane = llvm::countr_zero(pending);
+    // Lanes of a group an earlier lane completed are no longer waiting.
+    if (waitingLanes[warp] >> lane & 1 &&
+        !arriveAtShuffle(threads[warp * 32 + lane]))
       return false;
+  }
   return true;
 }
 
@@ -1193,6 +1202,10 @@ bool BlockRunner::run(unsigned index) {
   std::fill(shared.begin(), shared.end(), 0xFF);
   ready.clear();
   readyHead = 0;
+  std::fill(waitingLanes.begin(), waitingLanes.end(), 0);
+  std::fill(goneLanes.begin(), goneLanes.end(), 0);
+  if (unsigned partial = threads.size() % 32)
+    goneLanes.back() = ~uint32_t(0) << partial;
   for (Thread &thread : threads) {
     thread.frames.clear();
     thread.pendingLoads.clear();
@@ -1207,13 +1220,13 @@ bool BlockRunner::run(unsigned index) {
       switch (launch.trafficDetail ? execute<true>(thread)
                                    : execute<false>(thread)) {
       case Stop::Exit:
-        thread.state = Thread::State::Exited;
+        exit(thread);
         if (!completeShufflesAfterExit(thread))
           return false;
         break;
       case Stop::Barrier: thread.state = Thread::State::Barrier; break;
       case Stop::Shuffle:
-        thread.state = Thread::State::Shuffle;
+        waitAtShuffle(thread);
         if (!arriveAtShuffle(thread))
           return false;
         break;
