@@ -19,9 +19,8 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
-#include "llvm/Support/FormatVariadic.h"
-
 #include "llvm/ADT/bit.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 #include <atomic>
@@ -308,7 +307,7 @@ private:
     thread.state = Thread::State::Shuffle;
     waitingLanes[thread.linear / 32] |= uint32_t(1) << thread.linear % 32;
   }
-  void exit(Thread &thread) {
+  void markExited(Thread &thread) {
     thread.state = Thread::State::Exited;
     goneLanes[thread.linear / 32] |= uint32_t(1) << thread.linear % 32;
   }
@@ -1220,7 +1219,7 @@ bool BlockRunner::run(unsigned index) {
       switch (launch.trafficDetail ? execute<true>(thread)
                                    : execute<false>(thread)) {
       case Stop::Exit:
-        exit(thread);
+        markExited(thread);
         if (!completeShufflesAfterExit(thread))
           return false;
         break;
