@@ -225,8 +225,7 @@ TEST_F(EmulatorChecks, SharedOutOfBounds) {
 TEST_F(EmulatorChecks, ShuffleReadingAnExitedLane) {
   ASSERT_EQ(load("shuffle_exited"), 0);
   expectError(launch("shuffle_exited", 32, {}), kLaunchFailed,
-              {"shfl.sync reads lane 0, which has exited",
-               "thread (1, 0, 0)"});
+              {"shfl.sync reads lane 0, which has exited", "thread (1, 0, 0)"});
 }
 
 /// PTX: shfl.sync waits for the non-exited lanes of its membermask; lanes
@@ -322,9 +321,9 @@ TEST_F(EmulatorChecks, BlocksHaveSeparateSharedMemory) {
     void *params[] = {&pointer};
     TilefuseEmulatorBuffer buffer{"out", out.data(), out.size() * 4};
     tilefuseEmulatorSetBuffers(&buffer, 1);
-    ASSERT_EQ(cuLaunchKernel(function, 8, 1, 1, 1, 1, 1, 0, nullptr, params,
-                             nullptr),
-              0)
+    ASSERT_EQ(
+        cuLaunchKernel(function, 8, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+        0)
         << message(kLaunchFailed);
     for (uint32_t block = 0; block < 8; ++block)
       EXPECT_EQ(out[block], block);
@@ -347,9 +346,9 @@ TEST_F(EmulatorChecks, RegistersWrittenOnEveryPathAreDefined) {
   ASSERT_EQ(load("defined_registers"), 0);
   std::vector<uint32_t> out(32);
   void *pointer = out.data();
-  ASSERT_EQ(launch("defined_registers", 32, {&pointer},
-                   {{"out", out.data(), 128}}),
-            0)
+  ASSERT_EQ(
+      launch("defined_registers", 32, {&pointer}, {{"out", out.data(), 128}}),
+      0)
       << message(kLaunchFailed);
   for (uint32_t i = 0; i < 32; ++i)
     EXPECT_EQ(out[i], (i % 2 ? 1u : 2u) + 12) << i;
@@ -373,8 +372,7 @@ TEST_F(EmulatorChecks, RunawayLoopsAndRecursions) {
 /// recurses into, are refused when the module loads, not allocated or
 /// overflowed.
 TEST_F(EmulatorChecks, ModulesPastTheLimitsAreRefused) {
-  auto module = [](const std::string &body,
-                   const std::string &params = "") {
+  auto module = [](const std::string &body, const std::string &params = "") {
     return ".version 8.0\n.target sm_80\n.address_size 64\n.visible "
            ".entry k(" +
            params + ")\n{\n" + body + "\nret;\n}\n";
@@ -406,11 +404,11 @@ TEST_F(EmulatorChecks, ModulesPastTheLimitsAreRefused) {
   }
   // A register range far larger than the registers used costs nothing.
   void *loaded = nullptr;
-  ASSERT_EQ(cuModuleLoadData(&loaded,
-                             module(".reg .b32 %r<4000000000>;\nmov.u32 "
-                                    "%r3999999999, 1;")
-                                 .c_str()),
-            0)
+  ASSERT_EQ(
+      cuModuleLoadData(&loaded, module(".reg .b32 %r<4000000000>;\nmov.u32 "
+                                       "%r3999999999, 1;")
+                                    .c_str()),
+      0)
       << message(kInvalidPtx);
   cuModuleUnload(loaded);
 }
@@ -428,9 +426,9 @@ TEST_F(EmulatorChecks, CountersOfAHandCountedKernel) {
   tilefuseEmulatorSetBuffers(buffers, 2);
   tilefuse::emulator::takeLaunches();
   void *params[] = {&input, &output};
-  ASSERT_EQ(cuLaunchKernel(function, 2, 1, 1, 64, 1, 1, 0, nullptr, params,
-                           nullptr),
-            0)
+  ASSERT_EQ(
+      cuLaunchKernel(function, 2, 1, 1, 64, 1, 1, 0, nullptr, params, nullptr),
+      0)
       << message(kLaunchFailed);
   EXPECT_EQ(out[0], 2.0f);
   EXPECT_EQ(out[1], 2.0f);
@@ -538,20 +536,20 @@ TEST_F(EmulatorChecks, EdgeCasesComputeWhatThePtxIsaDefines) {
       0x80000000, // cvt.rzi.s32.f64 NaN: an f64 source gives 1 << 31
       0x8000000000000000, // cvt.rzi.u64.f32 NaN: a 64-bit destination
       0x8000000000000000, // cvt.rzi.s64.f64 NaN
-      0xFFFFFFFE, // cvt.rni.s32.f32 -2.5 = -2 (ties to even)
-      0,          // cvt.rpi.u32.f32 -0.5: -0, clamped to 0
-      0xFF,       // cvt.rzi.u8.f32 300 saturates, zero-extended
-      0xFFFFFF80, // cvt.rzi.s8.f32 -300 saturates, sign-extended
-      0x7C00,     // cvt.rn.f16.f32 65520: the tie goes to Inf
-      0x7BFF,     // cvt.rz.f16.f32 1e6: the largest finite
-      0,          // cvt.rn.f32.f64 2^-150: the tie goes to even, 0
-      0x3F800000, // cvt.sat 2 = 1
-      0,          // cvt.sat NaN = +0
-      0,          // setp.ne NaN, 1 is false
-      1,          // setp.gtu NaN, 1 is true
-      0,          // setp.neu 1, 1 is false
-      0,          // setp.num 1, NaN is false
-      0,          // shl.b64 1, 64
+      0xFFFFFFFE,         // cvt.rni.s32.f32 -2.5 = -2 (ties to even)
+      0,                  // cvt.rpi.u32.f32 -0.5: -0, clamped to 0
+      0xFF,               // cvt.rzi.u8.f32 300 saturates, zero-extended
+      0xFFFFFF80,         // cvt.rzi.s8.f32 -300 saturates, sign-extended
+      0x7C00,             // cvt.rn.f16.f32 65520: the tie goes to Inf
+      0x7BFF,             // cvt.rz.f16.f32 1e6: the largest finite
+      0,                  // cvt.rn.f32.f64 2^-150: the tie goes to even, 0
+      0x3F800000,         // cvt.sat 2 = 1
+      0,                  // cvt.sat NaN = +0
+      0,                  // setp.ne NaN, 1 is false
+      1,                  // setp.gtu NaN, 1 is true
+      0,                  // setp.neu 1, 1 is false
+      0,                  // setp.num 1, NaN is false
+      0,                  // shl.b64 1, 64
       0xFFFFFFFFFFFFFFFF, // shr.s64 -2, 200: sign-filled
       0,                  // shr.u16 0x8001, 16
       0xFFFFFFFE00000001, // mul.wide.u32 (2^32 - 1)^2
@@ -561,15 +559,15 @@ TEST_F(EmulatorChecks, EdgeCasesComputeWhatThePtxIsaDefines) {
       0,                  // bfe.u32 from bit 40: zeros
       0xFFFFFFFF,         // bfe.s32 from bit 31: its sign replicated
       0,                  // bfe.s64 of length 0
-      0x00000002, // add.f32 of two subnormals keeps them
-      0x00000000, // add.ftz.f32 flushes subnormal inputs
-      0x00000000, // mul.ftz.f32 2^-126 * 0.5 flushes the result
-      0x00000000, // max.ftz.f32 -tiny, +tiny: max(-0, +0) = +0
-      0x00000000, // ex2.approx.ftz -Inf = +0
-      0xFF800000, // lg2.approx -0 = -Inf
-      0xFF800000, // rsqrt.approx -0 = -Inf
-      0x7F800000, // rcp.approx.ftz of a subnormal: 1 / +0
-      0x80000000, // sqrt.rn -0 = -0
+      0x00000002,         // add.f32 of two subnormals keeps them
+      0x00000000,         // add.ftz.f32 flushes subnormal inputs
+      0x00000000,         // mul.ftz.f32 2^-126 * 0.5 flushes the result
+      0x00000000,         // max.ftz.f32 -tiny, +tiny: max(-0, +0) = +0
+      0x00000000,         // ex2.approx.ftz -Inf = +0
+      0xFF800000,         // lg2.approx -0 = -Inf
+      0xFF800000,         // rsqrt.approx -0 = -Inf
+      0x7F800000,         // rcp.approx.ftz of a subnormal: 1 / +0
+      0x80000000,         // sqrt.rn -0 = -0
       0x8000000000000000, // add.rm.f64 1 + -1 = -0
       0x3FB9999999999999, // div.rz.f64 1 / 10 (.rn rounds up to ...9A)
       0x000000050000004D, // 77 and 5

@@ -418,8 +418,8 @@ int cuLaunchKernel(void *function, unsigned gridX, unsigned gridY,
   uint64_t threads = uint64_t(blockX) * blockY * blockZ,
            blocks = uint64_t(gridX) * gridY * gridZ;
   if (!blocks || !threads || blockX > 1024 || blockY > 1024 || blockZ > 64 ||
-      threads > 1024 || gridX > 2147483647 || gridY > 65535 ||
-      gridZ > 65535 || blocks > UINT32_MAX)
+      threads > 1024 || gridX > 2147483647 || gridY > 65535 || gridZ > 65535 ||
+      blocks > UINT32_MAX)
     return failWith(kInvalidValue,
                     llvm::formatv("{0}: invalid launch grid {1}x{2}x{3}, "
                                   "block {4}x{5}x{6}",

@@ -1110,8 +1110,7 @@ bool BlockRunner::arriveAtShuffle(Thread &thread) {
 
 bool BlockRunner::completeShufflesAfterExit(const Thread &exited) {
   unsigned warp = exited.linear / 32;
-  for (uint32_t pending = waitingLanes[warp]; pending;
-       pending &= pending - 1) {
+  for (uint32_t pending = waitingLanes[warp]; pending; pending &= pending - 1) {
     unsigned lane = llvm::countr_zero(pending);
     // Lanes of a group an earlier lane completed are no longer waiting.
     if (waitingLanes[warp] >> lane & 1 &&

@@ -14,8 +14,8 @@
 
 #include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -315,9 +315,8 @@ private:
   llvm::Expected<ParamDeclaration> parseParamDeclaration();
   /// Places `decl` at the first multiple of its alignment from `end` and
   /// moves `end` past it: its offset, or an error past `limit` bytes.
-  llvm::Expected<uint32_t> placeParam(uint64_t &end,
-                                      const ParamDeclaration &decl,
-                                      uint64_t limit);
+  llvm::Expected<uint32_t>
+  placeParam(uint64_t &end, const ParamDeclaration &decl, uint64_t limit);
   llvm::Error parseParamList(RawFunction &raw, bool kernel,
                              std::vector<KernelParam> &params);
   llvm::Error parseBody(RawFunction &raw);
@@ -379,10 +378,10 @@ llvm::Expected<uint32_t> Parser::alignment() {
   if (!value)
     return value.takeError();
   if (!llvm::isPowerOf2_64(*value) || *value > (uint64_t(1) << 16))
-    return errorAt(line,
-                   llvm::formatv(".align {0}: not a power of two up to 65536",
-                                 *value),
-                   current ? current->function->name : "");
+    return errorAt(
+        line,
+        llvm::formatv(".align {0}: not a power of two up to 65536", *value),
+        current ? current->function->name : "");
   return static_cast<uint32_t>(*value);
 }
 
@@ -535,12 +534,12 @@ llvm::Error Parser::parseFunction(bool entry) {
       values.push_back(*value);
     } while (accept(","));
     bool threads = directive == ".maxntid" || directive == ".reqntid";
-    if (threads && (values.size() > 3 ||
-                    llvm::any_of(values, [](uint64_t value) {
-                      return value == 0 || value > 1024;
-                    })))
-      return error(llvm::formatv("{0} takes 1 to 3 sizes from 1 to 1024",
-                                 directive));
+    if (threads &&
+        (values.size() > 3 || llvm::any_of(values, [](uint64_t value) {
+           return value == 0 || value > 1024;
+         })))
+      return error(
+          llvm::formatv("{0} takes 1 to 3 sizes from 1 to 1024", directive));
     if (directive == ".maxntid") {
       fn.maxThreads = 1;
       for (uint64_t value : values)
@@ -625,8 +624,8 @@ llvm::Error Parser::parseParamList(RawFunction &raw, bool kernel,
     llvm::Expected<ParamDeclaration> decl = parseParamDeclaration();
     if (!decl)
       return decl.takeError();
-    llvm::Expected<uint32_t> offset = placeParam(
-        end, *decl, kernel ? kMaxKernelParamBytes : kMaxStackBytes);
+    llvm::Expected<uint32_t> offset =
+        placeParam(end, *decl, kernel ? kMaxKernelParamBytes : kMaxStackBytes);
     if (!offset)
       return offset.takeError();
     params.push_back({decl->name, *offset, decl->bytes});
@@ -1039,8 +1038,8 @@ llvm::Error Parser::layoutShared(RawFunction &raw) {
                                    decl.name, offset + decl.bytes,
                                    kMaxSharedBytes),
                      fn.name);
-    fn.shared.push_back({decl.name, static_cast<uint32_t>(offset), decl.bytes,
-                         decl.dynamic});
+    fn.shared.push_back(
+        {decl.name, static_cast<uint32_t>(offset), decl.bytes, decl.dynamic});
     if (!decl.dynamic)
       fn.staticSharedBytes = offset + decl.bytes;
     offset += decl.bytes;
