@@ -265,11 +265,12 @@ TEST_F(CpuNumerics, ZeroRows) {
 // Derived backward kernels (fuse-differentiate)
 //===----------------------------------------------------------------------===//
 
-/// The reference forward fusion `name` differentiated for a gradient of
-/// `output`: its derived forward or its backward kernel, alone in a module.
+/// The reference forward fusion `name` differentiated for gradients of
+/// `outputs`: its derived forward or its backward kernel, alone in a module.
 OwningOpRef<ModuleOp> derivedKernel(MLIRContext *context,
                                     const std::string &name,
-                                    const std::string &output, bool backward) {
+                                    llvm::ArrayRef<std::string> outputs,
+                                    bool backward) {
   OwningOpRef<ModuleOp> source =
       parseSourceFile<ModuleOp>(fusionPath(name), context);
   if (!source)
@@ -277,7 +278,7 @@ OwningOpRef<ModuleOp> derivedKernel(MLIRContext *context,
   OwningOpRef<ModuleOp> result = ModuleOp::create(UnknownLoc::get(context));
   OpBuilder builder = OpBuilder::atBlockEnd(result->getBody());
   tilefuse::DifferentiateOptions options;
-  options.outputs = {output};
+  options.outputs.assign(outputs.begin(), outputs.end());
   FailureOr<tilefuse::Derivative> derivative = tilefuse::differentiate(
       *source->getOps<tilefuse::fuse::KernelOp>().begin(), options, builder);
   if (failed(derivative))
@@ -300,12 +301,15 @@ std::pair<size_t, size_t> fullTensors(const KernelInfo &info) {
 /// reads and writes as many full tensors.
 TEST_F(CpuNumerics, DerivedBackwardMatchesHandWritten) {
   struct Pair {
-    const char *forward, *output, *backward;
+    const char *forward;
+    std::vector<std::string> outputs; // the hand-written backward's gradients
+    const char *backward;
   };
-  const Pair pairs[] = {{"rms_norm_fwd", "y", "rms_norm_bwd"},
-                        {"layer_norm_fwd", "y", "layer_norm_bwd"},
-                        {"swiglu_fwd", "c", "swiglu_bwd"},
-                        {"cross_entropy_fwd", "loss", "cross_entropy_bwd"}};
+  const Pair pairs[] = {
+      {"rms_norm_fwd", {"y"}, "rms_norm_bwd"},
+      {"layer_norm_fwd", {"y"}, "layer_norm_bwd"},
+      {"swiglu_fwd", {"c"}, "swiglu_bwd"},
+      {"cross_entropy_fwd", {"loss", "z_loss"}, "cross_entropy_bwd"}};
   // n = 32000 streams the row on the CPU (more than 8 chunks).
   const std::pair<Dtype, int64_t> shapes[] = {
       {Dtype::F32, 3}, {Dtype::F32, 1000}, {Dtype::F32, 32000}, {Dtype::BF16, 1000}};
@@ -315,7 +319,7 @@ TEST_F(CpuNumerics, DerivedBackwardMatchesHandWritten) {
         auto derived = [&](bool backward) {
           return compileModule(
               [&] {
-                return derivedKernel(context, pair.forward, pair.output,
+                return derivedKernel(context, pair.forward, pair.outputs,
                                      backward);
               },
               dtype, n, /*aligned=*/true);
