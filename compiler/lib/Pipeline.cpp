@@ -36,6 +36,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 
 using namespace mlir;
@@ -434,9 +435,12 @@ static void initializeNativeTarget() {
 FailureOr<std::unique_ptr<ExecutionEngine>>
 tilefuse::jitCompile(ModuleOp module) {
   initializeNativeTarget();
+  // The options hold a function_ref: the transformer must outlive create().
+  std::function<llvm::Error(llvm::Module *)> optimize =
+      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
+                                /*targetMachine=*/nullptr);
   ExecutionEngineOptions engineOptions;
-  engineOptions.transformer = makeOptimizingTransformer(
-      /*optLevel=*/3, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
+  engineOptions.transformer = optimize;
   auto engine = ExecutionEngine::create(module, engineOptions);
   if (!engine) {
     std::string message = llvm::toString(engine.takeError());
@@ -459,10 +463,12 @@ tilefuse::jitCompileLLVMIR(ModuleOp anchor, StringRef ir) {
     }
     return module;
   };
+  std::function<llvm::Error(llvm::Module *)> optimize =
+      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
+                                /*targetMachine=*/nullptr);
   ExecutionEngineOptions engineOptions;
   engineOptions.llvmModuleBuilder = build;
-  engineOptions.transformer = makeOptimizingTransformer(
-      /*optLevel=*/3, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
+  engineOptions.transformer = optimize;
   auto engine = ExecutionEngine::create(anchor, engineOptions);
   if (!engine) {
     std::string message = llvm::toString(engine.takeError());
