@@ -40,25 +40,6 @@ bool isChunked(ValueKind kind) {
   return kind == ValueKind::Full || kind == ValueKind::Col;
 }
 
-/// The pass after which each value is available: inputs at level 0, a row
-/// reduction's result one level above its input, anything else at the
-/// highest level of its operands.
-DenseMap<Value, int> rowLevels(KernelOp kernel) {
-  DenseMap<Value, int> levels;
-  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
-    levels[arg] = 0;
-  for (Operation &op : kernel.getEntryBlock().without_terminator()) {
-    int level = 0;
-    for (Value operand : op.getOperands())
-      level = std::max(level, levels.lookup(operand));
-    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
-      ++level;
-    for (Value result : op.getResults())
-      levels[result] = level;
-  }
-  return levels;
-}
-
 /// The column reduction an output stores, looking through the cast to the
 /// storage dtype that specialization adds; null if there is none.
 ReduceOp columnReductionOf(Value output) {
