@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import math
 import os
 import threading
 
@@ -54,11 +55,12 @@ class Value:
     """A value of the fusion being traced (a tensor, per row, per column, or
     a scalar). Supports + - * / ** and comparisons."""
 
-    __slots__ = ("_builder", "_value")
+    __slots__ = ("_builder", "_value", "_argument")
 
-    def __init__(self, builder, value):
+    def __init__(self, builder, value, argument: str | None = None):
         self._builder = builder
         self._value = value
+        self._argument = argument  # the fusion argument this value is, if any
 
     @property
     def kind(self) -> str:
@@ -221,9 +223,14 @@ mean = _reduction("mean")
 
 
 def gather(source, index):
-    """source[row, index[row]] for each row (index: per-row integers)."""
+    """source[row, index[row]] for each row (index: per-row integers). An
+    index outside [0, n) raises IndexError after the call, as torch.gather
+    does (on a GPU the check waits for the kernel: one sync per call)."""
     source = _value(source, "gather")
     index = _value(index, "gather")
+    gathers = getattr(_tracing, "gathers", None)
+    if gathers is not None:
+        gathers.append(index)
     return Value(source._builder, source._builder.gather(source._value, index._value))
 
 
@@ -317,12 +324,13 @@ class Fusion:
         for parameter, (kind, dtype, _) in zip(self._parameters, specs):
             # Floats of every kind compute in f32, or f64 for float64 tensors.
             declared = compute if dtype in ("f32", "f16", "bf16", "f64") else dtype
-            values.append(Value(builder, builder.input(parameter, kind, declared)))
-        _tracing.builder = builder
+            values.append(Value(builder, builder.input(parameter, kind, declared), parameter))
+        _tracing.builder, _tracing.gathers = builder, []
         try:
             result = self._fn(*values)
+            gathers = _tracing.gathers
         finally:
-            _tracing.builder = None
+            _tracing.builder = _tracing.gathers = None
         if isinstance(result, dict):
             names, results, shape = list(result), list(result.values()), "dict"
         elif isinstance(result, tuple):
@@ -335,6 +343,7 @@ class Fusion:
                 raise TypeError(f"tilefuse.fusion {self._name}: output '{name}' is a "
                                 f"{type(value).__name__}, not a traced value")
             builder.output(name, value._value)
+        index_checks = self._index_checks(builder, gathers, len(names))
         try:
             fusion = builder.finish()
         except ValueError as error:
@@ -345,7 +354,25 @@ class Fusion:
                             f"{self._structure[0]} for earlier ones; a fusion's outputs "
                             "must not depend on its arguments' kinds")
         self._structure = (names, shape)
-        return fusion
+        return fusion, index_checks
+
+    def _index_checks(self, builder, gathers: list, outputs: int) -> tuple:
+        """How each gather's index is checked against [0, n) after a call:
+        an index that is an argument is checked as given, ("argument",
+        position, name); a computed one becomes an extra per-row output
+        that the call checks and drops, ("output", position, None)."""
+        checks = []
+        for index in gathers:
+            if index.kind != "row" or index.dtype not in ("i32", "i64"):
+                continue  # the verifier rejects this gather
+            if index._argument is not None:
+                position = self._parameters.index(index._argument)
+                checks.append(("argument", position, index._argument))
+            else:
+                builder.output(f"gather_index{len(checks)}", builder.cast(index._value, "i64"))
+                checks.append(("output", outputs, None))
+                outputs += 1
+        return tuple(checks)
 
     def _execute(self, args: list, fake: bool = False) -> list[torch.Tensor]:
         """Traces (once per signature), then runs, or under fake tensors only
@@ -354,17 +381,18 @@ class Fusion:
         signature = tuple((kind, dtype) for kind, dtype, _ in specs)
         trace = self._traces.get(signature)
         if trace is None:
-            compiled = self._trace(specs, storage)
+            compiled, checks = self._trace(specs, storage)
             # Floats come back in the storage dtype (per-row results too, as
             # torch's would); integers and masks as declared.
             dtypes = [storage if dtype in ("f32", "f64") else TORCH_DTYPES[dtype]
                       for _, _, dtype in compiled.outputs]
             handle = compiled.launch_handle(DTYPE_NAMES[storage])
-            trace = self._traces[signature] = (compiled, handle, dtypes)
-        compiled, handle, dtypes = trace
+            trace = self._traces[signature] = (compiled, handle, dtypes, checks)
+        compiled, handle, dtypes, checks = trace
+        outputs = len(self._structure[0])
         if fake or device.type == "meta":
             shapes = [{"full": (*lead, n), "row": lead, "col": (n,)}[kind]
-                      for _, kind, _ in compiled.outputs]
+                      for _, kind, _ in compiled.outputs[:outputs]]
             return [torch.empty(shape, dtype=dtype, device=device)
                     for shape, dtype in zip(shapes, dtypes)]
         # What each argument becomes: a tensor, a per-row float tensor in
@@ -382,7 +410,8 @@ class Fusion:
                 actions.append("tensor")
         if len(self._plans) >= _MAX_PLANS:  # many distinct batch shapes
             self._plans.clear()
-        plan = self._plans[_plan_key(args)] = (handle, actions, dtypes)
+        gathers = (n, outputs, checks) if checks else None
+        plan = self._plans[_plan_key(args)] = (self, handle, actions, dtypes, gathers)
         return _run(plan, args)
 
     def __call__(self, *args):
@@ -427,7 +456,7 @@ class Fusion:
     @property
     def ir(self) -> list[str]:
         """The fuse IR of every trace so far."""
-        return [compiled.ir for compiled, _, _ in self._traces.values()]
+        return [compiled.ir for compiled, *_ in self._traces.values()]
 
 
 def _plan_key(args) -> tuple:
@@ -437,7 +466,7 @@ def _plan_key(args) -> tuple:
 
 
 def _run(plan: tuple, args) -> list[torch.Tensor]:
-    handle, actions, dtypes = plan
+    fusion, handle, actions, dtypes, gathers = plan
     tensors, scalars = [], []
     for action, arg in zip(actions, args):
         if action == "tensor":
@@ -448,8 +477,56 @@ def _run(plan: tuple, args) -> list[torch.Tensor]:
             scalars.append(arg.item())
         else:  # a per-row float tensor in another dtype than the compute one
             tensors.append(arg.to(action).contiguous())
-    outputs = _launch_fusion(handle, tensors, scalars)
+    try:
+        outputs = _launch_fusion(handle, tensors, scalars)
+    except (OverflowError, RuntimeError):
+        _check_scalar_ranges(fusion, actions, args)
+        raise
+    if gathers is not None:
+        outputs = _check_gather_indices(fusion._name, gathers, args, outputs)
     return [o if o.dtype == dtype else o.to(dtype) for o, dtype in zip(outputs, dtypes)]
+
+
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def _check_scalar_ranges(fusion: Fusion, actions: list, args) -> None:
+    """After a launch failed converting its scalars: raises OverflowError
+    naming the fusion and the argument that does not fit (an int beyond
+    int64, a finite float beyond float32, which f32 fusions compute in)."""
+    for parameter, action, arg in zip(fusion._parameters, actions, args):
+        if action not in ("number", "item"):
+            continue
+        value = arg.item() if action == "item" else arg
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and not -2**63 <= value < 2**63:
+            raise OverflowError(f"tilefuse.{fusion._name}: argument '{parameter}' = {value} "
+                                "does not fit in int64") from None
+        if isinstance(value, float) and math.isfinite(value) and builtins.abs(value) > _FLOAT32_MAX:
+            raise OverflowError(f"tilefuse.{fusion._name}: argument '{parameter}' = {value} "
+                                "is out of range for float32, the fusion's compute dtype "
+                                "(float64 tensors compute in float64)") from None
+
+
+def _check_gather_indices(name: str, gathers: tuple, args, outputs: list) -> list[torch.Tensor]:
+    """Raises IndexError, as torch.gather does, if a gather of this call had
+    an index outside [0, n); returns the fusion's own outputs. On a GPU the
+    test waits for the kernel (one sync), like cross_entropy's target check."""
+    n, count, checks = gathers
+    for source, position, argument in checks:
+        index = args[position] if source == "argument" else outputs[position]
+        if index.numel() == 0:
+            continue
+        low, high = torch.aminmax(index)
+        if bool((low < 0) | (high >= n)):
+            row = tuple(((index < 0) | (index >= n)).nonzero()[0].tolist())
+            value = index[row].item()
+            what = f"argument '{argument}'" if argument else "a computed index"
+            where = row[0] if len(row) == 1 else row
+            raise IndexError(f"tilefuse.{name}: gather index {value} is out of bounds for "
+                             f"size {n} (the last dimension) at row {where} ({what})")
+    return outputs[:count]
 
 
 def _arguments(layout: str, tensors, floats, ints) -> list:

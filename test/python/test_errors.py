@@ -93,3 +93,55 @@ def test_process_stays_usable_after_errors():
     with pytest.raises(TypeError):
         TF.rms_norm(torch.ones(2, 4, dtype=torch.int64), (4,))
     torch.testing.assert_close(TF.rms_norm(torch.ones(2, 4), (4,), None, 0.0), torch.ones(2, 4))
+
+
+@tilefuse.fusion
+def picked(logits, target):
+    return tilefuse.gather(logits, target)
+
+
+@tilefuse.fusion
+def picked_after_shift(logits, target, shift):
+    return tilefuse.gather(logits, target + shift)
+
+
+@pytest.mark.parametrize("bad", [5, -1, 2**40])
+def test_gather_index_out_of_range_raises_like_torch(bad):
+    logits, target = torch.randn(3, 5), torch.tensor([0, bad, 4])
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        logits.gather(1, target[:, None])  # what PyTorch does
+    with pytest.raises(IndexError, match=rf"tilefuse.picked: gather index {bad} is out of "
+                                         r"bounds for size 5 \(the last dimension\) at row 1 "
+                                         r"\(argument 'target'\)"):
+        picked(logits, target)
+    # A computed index is checked too, as the kernel used it.
+    with pytest.raises(IndexError, match=rf"tilefuse.picked_after_shift: gather index {bad} "
+                                         r"is out of bounds for size 5 .* at row 1 \(a computed index\)"):
+        picked_after_shift(logits, target - 1, 1)
+    torch.testing.assert_close(picked_after_shift(logits, target.clamp(0, 3), 1),
+                               logits.gather(1, target.clamp(0, 3)[:, None] + 1).squeeze(1))
+
+
+def test_gather_index_out_of_range_in_3d_names_the_row():
+    logits, target = torch.randn(2, 3, 4), torch.zeros(2, 3, dtype=torch.int64)
+    target[1, 2] = 4
+    with pytest.raises(IndexError, match=r"gather index 4 .* at row \(1, 2\)"):
+        picked(logits, target)
+
+
+@tilefuse.fusion
+def scaled(x, k):
+    return x * k
+
+
+def test_scalar_that_does_not_fit_names_the_argument():
+    x = torch.ones(2, 4)
+    scaled(x, 3)  # an int scalar; the same call again goes straight to the kernel
+    with pytest.raises(OverflowError, match=r"tilefuse.scaled: argument 'k' = 1180591620717411303424 does not fit in int64"):
+        scaled(x, 2**70)
+    with pytest.raises(OverflowError, match=r"tilefuse.scaled: argument 'k' = 9223372036854775808 does not fit"):
+        scaled(x, 2**63)
+    with pytest.raises(OverflowError, match=r"tilefuse.scaled: argument 'k' = 1e\+300 is out of range for float32"):
+        scaled(x, 1e300)
+    torch.testing.assert_close(scaled(x, float("inf")), x * float("inf"))
+    torch.testing.assert_close(scaled(x.double(), 1e300), x.double() * 1e300)
