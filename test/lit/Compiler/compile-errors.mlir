@@ -11,6 +11,11 @@
 // RUN: not tilefuse-compile %s --n=64 --row-on-chip=maybe 2>&1 | FileCheck %s --check-prefix=ONCHIP
 // RUN: not tilefuse-compile %S/Inputs/invalid-kernel.mlir --n=64 2>&1 | FileCheck %s --check-prefix=VERIFY
 // RUN: not tilefuse-compile %s --n=64 --threads-per-row=2 --rows-per-block=4611686018427387904 2>&1 | FileCheck %s --check-prefix=OVERFLOW
+// RUN: not tilefuse-compile %t.missing.mlir 2>&1 | FileCheck %s --check-prefix=MISSING
+// RUN: not tilefuse-compile %s --n=abc 2>&1 | FileCheck %s --check-prefix=NOTINT
+// RUN: not tilefuse-compile %s --n=99999999999999999999999 2>&1 | FileCheck %s --check-prefix=BIGINT
+// RUN: echo 'garbage {' | not tilefuse-compile --n=4 2>&1 | FileCheck %s --check-prefix=PARSE
+// RUN: echo 'module {}' | not tilefuse-compile --n=4 2>&1 | FileCheck %s --check-prefix=EMPTY
 // Limits on compile work (TileConfig.h): each of these once ran for minutes
 // or until memory ran out.
 // RUN: not tilefuse-compile %S/../fusions/rms_norm_fwd.mlir --n=65536 --target=cpu --row-on-chip=true --emit=llvm 2>&1 | FileCheck %s --check-prefix=UNROLL-CPU
@@ -30,6 +35,11 @@
 // DIVISIBLE: error: fuse-select-tiles: vector-width 4 needs the aligned class and n divisible by it (n = 62)
 // ONCHIP: error: fuse-select-tiles: row-on-chip must be true, false or auto, got 'maybe'
 // VERIFY: error: 'fuse.add' op kind mismatch
+// MISSING: error: cannot open input file '{{.*}}.missing.mlir': No such file or directory
+// NOTINT: for the -n option: 'abc' value invalid for long argument!
+// BIGINT: for the -n option: '99999999999999999999999' value invalid for long argument!
+// PARSE: error: custom op 'garbage' is unknown
+// EMPTY: error: no fuse.kernel to compile
 // OVERFLOW: error: fuse-select-tiles: threads-per-row must be a power of two and threads-per-row * rows-per-block at most 1024, got 2 * 4611686018427387904
 // UNROLL-CPU: error: fuse-select-tiles: row-on-chip=true would unroll 8192 chunks per thread (n = 65536); at most 64 are unrolled: use row-on-chip=false or auto{{$}}
 // UNROLL-GPU: error: fuse-select-tiles: row-on-chip=true would unroll 536870912 chunks per thread (n = 1099511627776); at most 64 are unrolled: use row-on-chip=false or auto or more threads-per-row
