@@ -22,6 +22,8 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <functional>
+
 namespace tilefuse {
 #define GEN_PASS_DEF_FUSELOWERTOGPU
 #define GEN_PASS_DEF_FUSELOWERTOCPU
@@ -122,6 +124,61 @@ Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
 
 Value indexConstant(OpBuilder &b, Location loc, int64_t value) {
   return arith::ConstantIndexOp::create(b, loc, value);
+}
+
+/// Terms per block of a blocked accumulation (PyTorch's CPU sums use 16 too).
+constexpr int64_t kAccumulationBlock = 16;
+
+/// Folds terms [0, count) into accumulators that start at `identities`, in
+/// blocks: the terms of each block of kAccumulationBlock are folded in order
+/// (`accumulate(index, accumulators)` returns the new accumulators) into a
+/// partial that starts from the identities, kAccumulationBlock of those
+/// partials likewise (`combine(lhs, rhs)`), and so on through enough levels
+/// for `maxCount` terms (more terms still fold correctly: the top level
+/// takes them all). A sum's rounding error grows with the number of levels
+/// rather than with `count`, and up to kAccumulationBlock terms it is one
+/// plain loop. Any associative combination works: sums, max/min, and merged
+/// states such as (max, sum of exp) or (count, mean, M2).
+SmallVector<Value> emitBlockedAccumulation(
+    OpBuilder &b, Location loc, Value count, int64_t maxCount,
+    ValueRange identities,
+    function_ref<SmallVector<Value>(Value, ValueRange)> accumulate,
+    function_ref<SmallVector<Value>(ValueRange, ValueRange)> combine) {
+  int levels = 1;
+  for (int64_t span = kAccumulationBlock; span < maxCount && levels < 8;
+       span *= kAccumulationBlock)
+    ++levels;
+  // Level L folds terms [base, count) in steps of kAccumulationBlock^L,
+  // at most kAccumulationBlock of them unless it is the top level.
+  std::function<SmallVector<Value>(int, Value)> emitLevel =
+      [&](int level, Value base) -> SmallVector<Value> {
+    int64_t span = 1;
+    for (int l = 0; l < level; ++l)
+      span *= kAccumulationBlock;
+    Value trips = arith::CeilDivUIOp::create(
+        b, loc, arith::SubIOp::create(b, loc, count, base),
+        indexConstant(b, loc, span));
+    if (level != levels - 1)
+      trips = arith::MinUIOp::create(
+          b, loc, trips, indexConstant(b, loc, kAccumulationBlock));
+    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0), trips,
+                                   indexConstant(b, loc, 1), identities);
+    OpBuilder::InsertionGuard insertion(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value index = arith::AddIOp::create(
+        b, loc, base,
+        arith::MulIOp::create(b, loc, loop.getInductionVar(),
+                              indexConstant(b, loc, span)));
+    ValueRange carried = loop.getRegionIterArgs();
+    SmallVector<Value> next =
+        level == 0 ? accumulate(index, carried)
+                   : combine(carried, emitLevel(level - 1, index));
+    // Without loop-carried values the builder already added the yield.
+    if (!next.empty())
+      scf::YieldOp::create(b, loc, next);
+    return SmallVector<Value>(loop.getResults());
+  };
+  return emitLevel(levels - 1, indexConstant(b, loc, 0));
 }
 
 /// Where rows, lanes and row groups come from, and how a row reduction
@@ -648,19 +705,26 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
     for (Chunk &chunk : onChipChunks)
       emitChunkWork(chunk, isFinal, reductions, accumulators);
   } else {
-    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
-                                   indexConstant(b, loc, config.chunks),
-                                   indexConstant(b, loc, 1), accumulators);
-    OpBuilder::InsertionGuard insertion(b);
-    b.setInsertionPointToStart(loop.getBody());
-    Chunk chunk = makeChunk(loop.getInductionVar());
-    SmallVector<Value> carried(loop.getRegionIterArgs());
-    emitChunkWork(chunk, isFinal, reductions, carried);
-    // Without loop-carried values the builder already added the yield.
-    if (!carried.empty())
-      scf::YieldOp::create(b, loc, carried);
-    b.setInsertionPointAfter(loop);
-    accumulators.assign(loop.getResults().begin(), loop.getResults().end());
+    // Streamed: each thread folds its chunks in blocks (accuracy over long
+    // rows); a pass without reductions is one plain loop.
+    SmallVector<ReduceKind> kinds;
+    for (ReduceOp reduce : reductions)
+      kinds.push_back(reduce.getKind());
+    accumulators = emitBlockedAccumulation(
+        b, loc, indexConstant(b, loc, config.chunks),
+        reductions.empty() ? 1 : config.chunks, accumulators,
+        [&](Value chunkIndex, ValueRange carried) {
+          Chunk chunk = makeChunk(chunkIndex);
+          SmallVector<Value> next(carried);
+          emitChunkWork(chunk, isFinal, reductions, next);
+          return next;
+        },
+        [&](ValueRange lhs, ValueRange rhs) {
+          SmallVector<Value> combined;
+          for (auto [kind, left, right] : llvm::zip(kinds, lhs, rhs))
+            combined.push_back(combineReduction(b, loc, kind, left, right));
+          return combined;
+        });
   }
 
   if (reductions.empty())
@@ -786,8 +850,13 @@ SmallVector<std::pair<ReduceOp, Type>> columnReductions(KernelOp kernel) {
   return result;
 }
 
-/// out[column] = combine over row groups g of partials[g, column], in order;
-/// mean divides by rows. `arguments`: (partials, output) per column
+/// How many row groups a finalize's blocked accumulation is laid out for
+/// (more still add up right): a GPU has at most a few thousand, the CPU
+/// one per kCpuRowsPerPartial rows.
+constexpr int64_t kMaxFinalizedRowGroups = int64_t(1) << 24;
+
+/// out[column] = combine over row groups g of partials[g, column], in order
+/// and in blocks; mean divides by rows. `arguments`: (partials, output) per column
 /// reduction, then row_groups and rows (i64).
 void emitFinalizeColumn(OpBuilder &b, Location loc, KernelOp kernel,
                         ValueRange arguments, Value column, int64_t n) {
@@ -802,26 +871,25 @@ void emitFinalizeColumn(OpBuilder &b, Location loc, KernelOp kernel,
     Type compute = valueType(reduce.getInput()).getElementType();
     Value identity = arith::ConstantOp::create(
         b, loc, reductionIdentity(reduce.getKind(), compute));
-    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0), rowGroups,
-                                   indexConstant(b, loc, 1), identity);
-    {
-      OpBuilder::InsertionGuard insertion(b);
-      b.setInsertionPointToStart(loop.getBody());
-      Value offset = arith::AddIOp::create(
-          b, loc,
-          arith::MulIOp::create(b, loc, loop.getInductionVar(),
-                                indexConstant(b, loc, n)),
-          column);
-      Value offset64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), offset);
-      Value address = LLVM::GEPOp::create(b, loc, partials.getType(), compute,
-                                          partials, ValueRange{offset64});
-      Value partial = LLVM::LoadOp::create(b, loc, compute, address);
-      scf::YieldOp::create(
-          b, loc,
-          combineReduction(b, loc, reduce.getKind(), loop.getRegionIterArgs()[0],
-                           partial));
-    }
-    Value total = loop.getResult(0);
+    ReduceKind kind = reduce.getKind();
+    Value total = emitBlockedAccumulation(
+        b, loc, rowGroups, kMaxFinalizedRowGroups, identity,
+        [&](Value group, ValueRange carried) -> SmallVector<Value> {
+          Value offset = arith::AddIOp::create(
+              b, loc,
+              arith::MulIOp::create(b, loc, group, indexConstant(b, loc, n)),
+              column);
+          Value offset64 =
+              arith::IndexCastOp::create(b, loc, b.getI64Type(), offset);
+          Value address = LLVM::GEPOp::create(b, loc, partials.getType(),
+                                              compute, partials,
+                                              ValueRange{offset64});
+          Value partial = LLVM::LoadOp::create(b, loc, compute, address);
+          return {combineReduction(b, loc, kind, carried[0], partial)};
+        },
+        [&](ValueRange lhs, ValueRange rhs) -> SmallVector<Value> {
+          return {combineReduction(b, loc, kind, lhs[0], rhs[0])};
+        })[0];
     if (reduce.getKind() == ReduceKind::Mean)
       total = arith::DivFOp::create(
           b, loc, total, arith::SIToFPOp::create(b, loc, compute, rows));
