@@ -10,12 +10,13 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${TILEFUSE_SANITIZE_BUILD_DIR:-$root/build-sanitize}"
 llvm=/usr/lib/llvm-22
 
+sanitizers=address,undefined,fuzzer-no-link  # fuzzer-no-link: coverage for the fuzzer
 start=$SECONDS
-if [ ! -f "$build/build.ninja" ]; then
+if ! grep -qx "TILEFUSE_SANITIZE:STRING=$sanitizers" "$build/CMakeCache.txt" 2>/dev/null; then
   cmake -G Ninja -S "$root" -B "$build" \
     -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
-    -DTILEFUSE_SANITIZE=address,undefined \
+    -DTILEFUSE_SANITIZE=$sanitizers \
     -DTILEFUSE_BUILD_PYTHON=OFF \
     -DMLIR_DIR="$llvm/lib/cmake/mlir" \
     -DLLVM_EXTERNAL_LIT="$llvm/bin/lit"
@@ -23,4 +24,6 @@ fi
 cmake --build "$build"
 echo "sanitize: built in $((SECONDS - start)) s"
 ctest --test-dir "$build" --no-tests=error --output-on-failure
+grep -h "^stat::\(number_of_executed_units\|new_units_added\|peak_rss_mb\)" \
+  "$build/Testing/Temporary/LastTest.log" | sed 's/^/sanitize: fuzz /'
 echo "sanitize: built and tested in $((SECONDS - start)) s"
