@@ -34,7 +34,7 @@
 //    (kMaxUnrolledChunks), whatever row-on-chip says;
 //  - the lowering emits about ops * passes * unrolled chunks (* V on a GPU,
 //    where math runs per element) operations: at most 2^17
-//    (kMaxEmittedOps), some 100 times the largest built-in.
+//    (kMaxEmittedOps), some 25 times the largest built-in.
 //
 //===----------------------------------------------------------------------===//
 
