@@ -104,8 +104,9 @@ vector::CombiningKind vectorCombiningKind(ReduceKind kind, bool isFloat) {
 }
 
 /// `value` as the float type (or vector of floats) `type`: extended if that
-/// is wider, truncated if narrower; bf16 <-> f16 goes exactly through f32,
-/// then rounds once.
+/// is wider, truncated if narrower. bf16 <-> f16 goes exactly through f32,
+/// then rounds once; f64 -> f16/bf16 rounds to f32 first, as PyTorch's
+/// conversions do (and the CPU JIT has no __truncdfhf2/__truncdfbf2 to call).
 Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
   auto from = cast<FloatType>(getElementTypeOrSelf(value.getType()));
   auto to = cast<FloatType>(getElementTypeOrSelf(type));
@@ -113,12 +114,13 @@ Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
     return value;
   if (to.getWidth() > from.getWidth())
     return arith::ExtFOp::create(b, loc, type, value);
-  if (to.getWidth() == from.getWidth()) {
-    Type f32 = b.getF32Type();
-    if (auto vector = dyn_cast<VectorType>(type))
-      f32 = vector.clone(f32);
+  Type f32 = b.getF32Type();
+  if (auto vector = dyn_cast<VectorType>(type))
+    f32 = vector.clone(f32);
+  if (to.getWidth() == from.getWidth())
     value = arith::ExtFOp::create(b, loc, f32, value);
-  }
+  else if (to.getWidth() < 32 && from.getWidth() > 32)
+    value = arith::TruncFOp::create(b, loc, f32, value);
   return arith::TruncFOp::create(b, loc, type, value);
 }
 
