@@ -9,6 +9,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 apt_packages=(
   cmake ninja-build ccache g++ git libgtest-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  libzstd-dev  # LLVM's static archives (scripts/build.sh --static)
   clang-22 libclang-rt-22-dev  # the sanitizer and fuzzing stage (scripts/sanitize.sh)
 )
 missing=()

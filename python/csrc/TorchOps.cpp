@@ -8,7 +8,9 @@
 //     (torch.compile traces with them), and for *_fwd an Autograd kernel
 //     whose backward is the fused *_bwd kernel;
 //   - adamw_step_, in place;
-//   - launch_fusion, which runs a fusion the Python DSL traced.
+//   - launch_fusion, which runs a fusion the Python DSL traced or
+//     register_fusion parsed from fuse IR text;
+//   - compile_count: compilations so far (not counting cache hits).
 // Errors are TypeError / ValueError / IndexError naming the op and argument.
 //
 //===----------------------------------------------------------------------===//
@@ -694,6 +696,18 @@ std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
   return outputs;
 }
 
+/// A fusion written as fuse IR text (Fusion::ir(), test/lit/fusions), for
+/// processes without the Python extension: the self-contained library on a
+/// machine that has only PyTorch. Returns a handle for launch_fusion.
+int64_t registerFusion(c10::string_view ir, c10::string_view storage) {
+  auto fusion = tilefuse::Fusion::parse(llvm::StringRef(ir.data(), ir.size()));
+  TORCH_CHECK_VALUE(static_cast<bool>(fusion),
+                    "tilefuse.register_fusion: argument 'ir': ",
+                    llvm::toString(fusion.takeError()));
+  return tilefuse::torch_ops::registerFusion(
+      std::move(*fusion), std::string_view(storage.data(), storage.size()));
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -779,6 +793,9 @@ TORCH_LIBRARY(tilefuse, m) {
         "SymInt step) -> ()");
   m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars) -> "
         "Tensor[]");
+  m.def("register_fusion(str ir, str storage) -> int", registerFusion);
+  m.def("compile_count() -> int",
+        [] { return tilefuse::Runtime::global().compileCount(); });
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {

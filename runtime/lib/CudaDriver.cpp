@@ -2,9 +2,15 @@
 
 #include "tilefuse/Runtime/CudaDriver.h"
 #include "tilefuse/Compiler/KernelABI.h"
+#include "tilefuse/Emulator/Emulator.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 
 using namespace tilefuse;
@@ -18,6 +24,13 @@ using CUcontext = void *;
 using CUmodule = void *;
 using CUfunction = void *;
 using CUstream = void *;
+// CUjit_option: the JIT's logs, and their detail.
+constexpr int kJitInfoLogBuffer = 3;
+constexpr int kJitInfoLogBufferSizeBytes = 4;
+constexpr int kJitErrorLogBuffer = 5;
+constexpr int kJitErrorLogBufferSizeBytes = 6;
+constexpr int kJitLogVerbose = 12;
+constexpr size_t kJitLogBytes = 1 << 16;
 constexpr int kMultiprocessorCount = 16;
 constexpr int kComputeCapabilityMajor = 75;
 constexpr int kComputeCapabilityMinor = 76;
@@ -33,11 +46,16 @@ struct CudaDriver::Api {
   CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
   CUresult (*deviceGetAttribute)(int *, int, CUdevice);
   CUresult (*moduleLoadData)(CUmodule *, const void *);
+  /// With the JIT's logs; every real driver has it, the emulator does not.
+  CUresult (*moduleLoadDataEx)(CUmodule *, const void *, unsigned, int *,
+                               void **) = nullptr;
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*moduleUnload)(CUmodule);
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, unsigned, CUstream, void **,
                            void **);
+  /// The emulator's only: the buffers of the next launch.
+  decltype(&tilefuseEmulatorSetBuffers) setBuffers = nullptr;
   ~Api() {
     if (library)
       dlclose(library);
@@ -70,6 +88,10 @@ CudaDriver::load(const std::string &library) {
   resolve(api->moduleGetFunction, "cuModuleGetFunction");
   resolve(api->moduleUnload, "cuModuleUnload");
   resolve(api->launchKernel, "cuLaunchKernel");
+  api->moduleLoadDataEx = reinterpret_cast<decltype(api->moduleLoadDataEx)>(
+      dlsym(api->library, "cuModuleLoadDataEx"));
+  api->setBuffers = reinterpret_cast<decltype(api->setBuffers)>(
+      dlsym(api->library, "tilefuseEmulatorSetBuffers"));
   if (missing)
     return llvm::createStringError(llvm::formatv(
         "the CUDA driver ({0}) has no {1}: it is too old", library, missing));
@@ -77,6 +99,40 @@ CudaDriver::load(const std::string &library) {
   if (llvm::Error error = driver->check(driver->api->init(0), "cuInit"))
     return std::move(error);
   return driver;
+}
+
+const TargetSelection &tilefuse::selectedTarget() {
+  static const TargetSelection selection = [] {
+    TargetSelection selection;
+    const char *value = std::getenv("TILEFUSE_TARGET");
+    llvm::StringRef text = value ? value : "";
+    if (text.empty())
+      return selection;
+    if (text == "cpu") {
+      selection.kind = TargetSelection::Kind::Cpu;
+    } else if (text == "emulate" || text == "emulate:sm_90" ||
+               text == "emulate:sm_80") {
+      selection.kind = TargetSelection::Kind::Emulate;
+      selection.chip = text == "emulate:sm_80" ? "sm_80" : "sm_90";
+    } else {
+      selection.error = llvm::formatv("TILEFUSE_TARGET={0} is not a target: "
+                                      "use cpu, emulate, emulate:sm_80 or "
+                                      "emulate:sm_90",
+                                      text);
+    }
+    return selection;
+  }();
+  return selection;
+}
+
+std::string CudaDriver::emulatorPath() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void *>(&selectedTarget), &info) ||
+      !info.dli_fname)
+    return "";
+  llvm::SmallString<256> path(llvm::sys::path::parent_path(info.dli_fname));
+  llvm::sys::path::append(path, "libtilefuse_emulator.so");
+  return std::string(path);
 }
 
 llvm::Expected<CudaDriver &> CudaDriver::global() {
@@ -88,7 +144,20 @@ llvm::Expected<CudaDriver &> CudaDriver::global() {
   };
   static Global *loaded = [] {
     auto *global = new Global;
-    llvm::Expected<std::unique_ptr<CudaDriver>> driver = load("libcuda.so.1");
+    std::string library = "libcuda.so.1";
+    if (selectedTarget().kind == TargetSelection::Kind::Emulate) {
+      // The one already loaded (a program linked with it, like _C), else
+      // the one beside this library (the package), else wherever the
+      // dynamic linker finds it.
+      library = "libtilefuse_emulator.so";
+      void *loaded = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+      if (loaded)
+        dlclose(loaded);
+      else if (std::string beside = emulatorPath();
+               !beside.empty() && llvm::sys::fs::exists(beside))
+        library = beside;
+    }
+    llvm::Expected<std::unique_ptr<CudaDriver>> driver = load(library);
     if (driver)
       global->driver = std::move(*driver);
     else
@@ -101,6 +170,8 @@ llvm::Expected<CudaDriver &> CudaDriver::global() {
 }
 
 CudaDriver::CudaDriver(std::unique_ptr<Api> api) : api(std::move(api)) {}
+
+bool CudaDriver::emulated() const { return api->setBuffers != nullptr; }
 
 // Modules stay loaded until the process exits: contexts may already be gone
 // when static destructors run, so unloading then is unsafe.
@@ -192,9 +263,7 @@ CudaDriver::functions(void *context,
   // Holding the kernel keeps its address from naming another kernel later.
   Loaded loaded{kernel};
   const std::string &name = kernel->info.name;
-  llvm::Error error = check(api->moduleLoadData(&loaded.module,
-                                                kernel->ptx.c_str()),
-                            "cuModuleLoadData", name);
+  llvm::Error error = loadModule(&loaded.module, *kernel);
   if (!error)
     error = check(api->moduleGetFunction(&loaded.main, loaded.module,
                                          name.c_str()),
@@ -213,17 +282,67 @@ CudaDriver::functions(void *context,
   return it->second = loaded;
 }
 
+llvm::Error CudaDriver::loadModule(void **module, const GpuKernel &kernel) {
+  const std::string &name = kernel.info.name;
+  if (!api->moduleLoadDataEx)
+    return check(api->moduleLoadData(module, kernel.ptx.c_str()),
+                 "cuModuleLoadData", name);
+  // The PTX JIT's own words: in full in the error, and with
+  // TILEFUSE_LOG=jit its report (registers, spills) on stderr.
+  static const bool logJit = [] {
+    const char *log = std::getenv("TILEFUSE_LOG");
+    return log && llvm::StringRef(log).contains("jit");
+  }();
+  std::string info(kJitLogBytes, '\0'), errors(kJitLogBytes, '\0');
+  int options[] = {kJitInfoLogBuffer, kJitInfoLogBufferSizeBytes,
+                   kJitErrorLogBuffer, kJitErrorLogBufferSizeBytes,
+                   kJitLogVerbose};
+  void *values[] = {info.data(), reinterpret_cast<void *>(kJitLogBytes),
+                    errors.data(), reinterpret_cast<void *>(kJitLogBytes),
+                    reinterpret_cast<void *>(uintptr_t(logJit))};
+  llvm::Error error =
+      check(api->moduleLoadDataEx(module, kernel.ptx.c_str(),
+                                  std::size(options), options, values),
+            "cuModuleLoadDataEx", name);
+  info.resize(std::strlen(info.c_str()));
+  errors.resize(std::strlen(errors.c_str()));
+  if (logJit && !info.empty())
+    llvm::errs() << "tilefuse: PTX JIT of " << name << ":\n" << info << "\n";
+  if (error && !errors.empty())
+    return llvm::createStringError(llvm::toString(std::move(error)) +
+                                   "\nPTX JIT log:\n" + errors);
+  return error;
+}
+
+llvm::Error CudaDriver::launchOne(void *function, const std::string &name,
+                                  unsigned blocks, unsigned threads,
+                                  void *stream, std::vector<void *> &params,
+                                  const std::vector<Buffer> &buffers) {
+  if (api->setBuffers) {
+    std::vector<TilefuseEmulatorBuffer> described;
+    for (const Buffer &buffer : buffers)
+      described.push_back({buffer.name, buffer.base, buffer.bytes});
+    api->setBuffers(described.data(), described.size());
+  }
+  return check(api->launchKernel(function, blocks, 1, 1, threads, 1, 1, 0,
+                                 stream, params.data(), nullptr),
+               "cuLaunchKernel", name);
+}
+
 llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
                                llvm::ArrayRef<void *> arguments,
                                llvm::ArrayRef<void *> workspaces, int64_t rows,
-                               int device, void *stream) {
+                               int device, void *stream,
+                               llvm::ArrayRef<Buffer> extents) {
   const KernelInfo &info = kernel->info;
   size_t inputs = info.inputs.size();
   size_t columnOutputs = llvm::count_if(info.outputs, [](const PortInfo &p) {
     return p.kind == PortInfo::Kind::Col;
   });
   if (arguments.size() != inputs + info.outputs.size() ||
-      workspaces.size() != columnOutputs)
+      workspaces.size() != columnOutputs ||
+      (!extents.empty() &&
+       extents.size() != arguments.size() + workspaces.size()))
     return llvm::createStringError(llvm::formatv(
         "{0}: expected {1} arguments and {2} workspaces, got {3} and {4}",
         info.name, inputs + info.outputs.size(), columnOutputs,
@@ -244,16 +363,31 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
     return const_cast<void *>(static_cast<const void *>(&slot));
   };
   std::vector<void *> params, finalizeParams;
-  for (size_t i = 0; i < inputs; ++i)
-    params.push_back(info.inputs[i].kind == PortInfo::Kind::Scalar
-                         ? arguments[i]
-                         : address(arguments[i]));
+  // What each launch touches (when described): the main kernel every
+  // tensor and workspace, the finalize the workspaces and their outputs.
+  std::vector<Buffer> buffers, finalizeBuffers;
+  auto extent = [&](size_t i) -> const Buffer * {
+    return extents.empty() ? nullptr : &extents[i];
+  };
+  for (size_t i = 0; i < inputs; ++i) {
+    bool scalar = info.inputs[i].kind == PortInfo::Kind::Scalar;
+    params.push_back(scalar ? arguments[i] : address(arguments[i]));
+    if (!scalar && extent(i))
+      buffers.push_back(*extent(i));
+  }
   size_t workspace = 0;
   for (size_t i = 0; i < info.outputs.size(); ++i) {
     void *const &output = arguments[inputs + i];
+    if (extent(inputs + i))
+      buffers.push_back(*extent(inputs + i));
     if (info.outputs[i].kind != PortInfo::Kind::Col) {
       params.push_back(address(output));
       continue;
+    }
+    if (const Buffer *partials = extent(arguments.size() + workspace)) {
+      buffers.push_back(*partials);
+      finalizeBuffers.push_back(*partials);
+      finalizeBuffers.push_back(*extent(inputs + i));
     }
     params.push_back(address(workspaces[workspace]));
     finalizeParams.push_back(address(workspaces[workspace++]));
@@ -266,17 +400,15 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
   const TileConfig &tile = info.tile;
   unsigned blocks = rowGroupCount / tile.rowsPerBlock;
   if (blocks > 0)
-    if (llvm::Error error = check(
-            api->launchKernel(loaded->main, blocks, 1, 1,
-                              tile.threadsPerRow * tile.rowsPerBlock, 1, 1, 0,
-                              stream, params.data(), nullptr),
-            "cuLaunchKernel", info.name))
+    if (llvm::Error error =
+            launchOne(loaded->main, info.name, blocks,
+                      tile.threadsPerRow * tile.rowsPerBlock, stream, params,
+                      buffers))
       return error;
   if (!loaded->finalize)
     return llvm::Error::success();
   unsigned finalizeBlocks = (info.n + kFinalizeThreads - 1) / kFinalizeThreads;
-  return check(api->launchKernel(loaded->finalize, finalizeBlocks, 1, 1,
-                                 kFinalizeThreads, 1, 1, 0, stream,
-                                 finalizeParams.data(), nullptr),
-               "cuLaunchKernel", info.name + kFinalizeSuffix);
+  return launchOne(loaded->finalize, info.name + kFinalizeSuffix,
+                   finalizeBlocks, kFinalizeThreads, stream, finalizeParams,
+                   finalizeBuffers);
 }
