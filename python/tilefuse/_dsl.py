@@ -16,6 +16,7 @@ import functools
 import inspect
 import math
 import os
+import re
 import threading
 
 import torch
@@ -319,7 +320,10 @@ class Fusion:
 
     def _trace(self, specs, storage: torch.dtype):
         compute = "f64" if storage == torch.float64 else "f32"
-        builder = _C.Builder(self._name, compute)
+        # The kernel's name is an identifier (a PTX entry point): "<lambda>"
+        # becomes "_lambda_"; errors keep the function's own name.
+        kernel_name = re.sub(r"\W|^(?=\d)", "_", self._name)
+        builder = _C.Builder(kernel_name, compute)
         values = []
         for parameter, (kind, dtype, _) in zip(self._parameters, specs):
             # Floats of every kind compute in f32, or f64 for float64 tensors.
