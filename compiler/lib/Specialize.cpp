@@ -36,16 +36,34 @@ Type parseDtype(MLIRContext *context, StringRef dtype) {
   return {};
 }
 
+/// The narrowest storage type of a full or per-column float port (it sets
+/// the vector width), f32 if there is none.
+Type narrowestStorage(KernelOp kernel) {
+  Type narrowest = Float32Type::get(kernel.getContext());
+  for (ArrayRef<Type> types : {kernel.getInputTypes(), kernel.getOutputTypes()})
+    for (Type type : types)
+      if (isStoredInDtype(type)) {
+        Type element = cast<ValueType>(type).getElementType();
+        if (element.getIntOrFloatBitWidth() < narrowest.getIntOrFloatBitWidth())
+          narrowest = element;
+      }
+  return narrowest;
+}
+
 struct FuseSpecializePass
     : tilefuse::impl::FuseSpecializeBase<FuseSpecializePass> {
   using FuseSpecializeBase::FuseSpecializeBase;
 
   void runOnOperation() override {
     KernelOp kernel = getOperation();
-    Type storage = parseDtype(&getContext(), dtype);
+    // "declared": every port keeps the type the fusion declares (the DSL
+    // declares each tensor's own dtype).
+    bool declared = dtype == "declared";
+    Type storage =
+        declared ? narrowestStorage(kernel) : parseDtype(&getContext(), dtype);
     if (!storage) {
       kernel.emitError("fuse-specialize: unsupported dtype '")
-          << dtype << "': expected f32, f16, bf16 or f64";
+          << dtype << "': expected f32, f16, bf16, f64 or declared";
       return signalPassFailure();
     }
     if (n <= 0) {
@@ -70,7 +88,7 @@ struct FuseSpecializePass
     SmallVector<Type> inputTypes;
     for (BlockArgument arg : entry.getArguments()) {
       auto computeType = cast<ValueType>(arg.getType());
-      if (isStoredInDtype(computeType) &&
+      if (!declared && isStoredInDtype(computeType) &&
           computeType.getElementType() != storage) {
         arg.setType(computeType.withElementType(storage));
         auto widened = CastOp::create(builder, arg.getLoc(), computeType, arg);
@@ -84,7 +102,7 @@ struct FuseSpecializePass
     SmallVector<Type> outputTypes;
     for (OpOperand &operand : yield->getOpOperands()) {
       auto computeType = cast<ValueType>(operand.get().getType());
-      if (isStoredInDtype(computeType) &&
+      if (!declared && isStoredInDtype(computeType) &&
           computeType.getElementType() != storage)
         operand.set(CastOp::create(builder, yield.getLoc(),
                                    computeType.withElementType(storage),

@@ -131,7 +131,7 @@ DenseMap<Value, int> tilefuse::rowLevels(KernelOp kernel) {
     int level = 0;
     for (Value operand : op.getOperands())
       level = std::max(level, levels.lookup(operand));
-    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
+    if (isRowReduction(&op))
       ++level;
     for (Value result : op.getResults())
       levels[result] = level;

@@ -280,3 +280,35 @@ fuse.kernel @"<lambda>"(%x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
 ^bb0(%x: !fuse.full<f32>):
   fuse.yield %x : !fuse.full<f32>
 }) {sym_name = "names", function_type = (!fuse.full<f32>) -> (!fuse.full<f32>), input_names = ["x", "w"], output_names = ["y"]} : () -> ()
+
+// -----
+
+fuse.kernel @arg_reduce_kind(%x: !fuse.full<f32>) -> (y: !fuse.row<i64>) {
+  // expected-error @+1 {{'fuse.arg_reduce' op kind must be max or min, got sum}}
+  %y = fuse.arg_reduce sum %x : !fuse.full<f32> to !fuse.row<i64>
+  fuse.yield %y : !fuse.row<i64>
+}
+
+// -----
+
+fuse.kernel @arg_reduce_input(%x: !fuse.full<i64>) -> (y: !fuse.row<i64>) {
+  // expected-error @+1 {{'fuse.arg_reduce' op input must be a full float value, got '!fuse.full<i64>'}}
+  %y = fuse.arg_reduce max %x : !fuse.full<i64> to !fuse.row<i64>
+  fuse.yield %y : !fuse.row<i64>
+}
+
+// -----
+
+fuse.kernel @arg_reduce_result(%x: !fuse.full<f32>) -> (y: !fuse.col<i64>) {
+  // expected-error @+1 {{'fuse.arg_reduce' op result must be !fuse.row<i32> or !fuse.row<i64> (one column per row), got '!fuse.col<i64>'}}
+  %y = fuse.arg_reduce max %x : !fuse.full<f32> to !fuse.col<i64>
+  fuse.yield %y : !fuse.col<i64>
+}
+
+// -----
+
+fuse.kernel @rounding_of_integers(%i: !fuse.full<i32>) -> (y: !fuse.full<i32>) {
+  // expected-error @+1 {{'fuse.floor' op requires a floating-point element type, got 'i32'}}
+  %y = fuse.floor %i : !fuse.full<i32>
+  fuse.yield %y : !fuse.full<i32>
+}
