@@ -7,6 +7,9 @@
 // from `key=value` words anywhere in the input, as lit RUN lines write them
 // (n=, dtype=, target=, row-on-chip=, threads-per-row=, rows-per-block=,
 // vector-width=, aligned=); without target= it compiles for cpu and sm_90.
+// An input that says "differentiate" (as fuse-differentiate's RUN lines do)
+// also goes through fuse-differentiate, whose derived forward and backward
+// kernels must verify and compile the same way.
 //
 // Every input must end in success or a diagnostic: an abort, an LLVM ERROR
 // (which exits), a sanitizer report or a timeout is a finding.
@@ -20,7 +23,10 @@
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
@@ -95,6 +101,21 @@ void compileFor(ModuleOp parsed, tilefuse::CompileOptions options) {
   }
 }
 
+/// `module` through fuse-differentiate (every kernel's derived forward and
+/// backward), or null where the pass reports an error.
+OwningOpRef<ModuleOp> differentiated(ModuleOp module) {
+  OwningOpRef<ModuleOp> derived = module.clone();
+  PassManager passes(pipeline);
+  passes.enableVerifier(false);  // checked below, to tell a bug from an error
+  if (failed(parsePassPipeline("fuse-differentiate", passes)))
+    finding("fuse-differentiate is not registered", "");
+  if (failed(passes.run(*derived)))
+    return nullptr;
+  if (failed(verify(*derived)))
+    finding("fuse-differentiate produced invalid IR", print(*derived));
+  return derived;
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
@@ -137,10 +158,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   setInteger(text, "vector-width", options.vectorWidth);
   if (llvm::StringRef onChip = optionValue(text, "row-on-chip"); !onChip.empty())
     options.rowOnChip = onChip.str();
+  OwningOpRef<ModuleOp> derived;
+  if (text.contains("differentiate"))
+    derived = differentiated(*module);
   llvm::StringRef target = optionValue(text, "target");
   for (llvm::StringRef each : {llvm::StringRef("cpu"), llvm::StringRef("sm_90")}) {
     options.target = target.empty() ? each.str() : target.str();
     compileFor(*module, options);
+    if (derived)
+      compileFor(*derived, options);
     if (!target.empty())
       break;
   }
