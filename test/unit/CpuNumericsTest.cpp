@@ -110,6 +110,16 @@ struct Values {
   std::map<std::string, std::vector<int64_t>> ints;
   std::map<std::string, double> scalars;
   std::map<std::string, int64_t> intScalars;
+  /// The storage dtype of each float input.
+  std::map<std::string, Dtype> storage;
+
+  /// `value` as fuse.round_to_storage of input `port` leaves it: rounded to
+  /// the port's storage dtype; unchanged when that is f32, the compute type
+  /// (the reference computes in double).
+  double stored(const std::string &port, double value) const {
+    Dtype dtype = storage.at(port);
+    return dtype == Dtype::F32 ? value : roundTo(static_cast<float>(value), dtype);
+  }
 };
 
 constexpr int64_t kIgnoreIndex = -100;
@@ -121,39 +131,73 @@ using Reference = std::function<void(const Values &, int64_t rows, int64_t n,
 // Scalar references, written from the formulas in PyTorch's terms.
 //===----------------------------------------------------------------------===//
 
-void rmsNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+/// RMSNorm forward in the three casting modes: "gemma" rounds nothing
+/// before the output, "llama" rounds x * rstd to x's dtype, "none" every
+/// step.
+enum class Casting { Gemma, Llama, None };
+
+void rmsNormForward(const Values &in, int64_t rows, int64_t n, Values &out,
+                    Casting casting) {
   auto &x = in.floats.at("x"), &w = in.floats.at("weight");
-  double eps = in.scalars.at("eps");
+  double eps = in.scalars.at("eps"), offset = in.scalars.at("offset");
   auto &y = out.floats["y"], &rstd = out.floats["rstd"];
+  auto step = [&](double value) {
+    return casting == Casting::None ? in.stored("x", value) : value;
+  };
   y.resize(rows * n);
   rstd.resize(rows);
   for (int64_t r = 0; r < rows; ++r) {
     double sum = 0;
     for (int64_t c = 0; c < n; ++c)
-      sum += x[r * n + c] * x[r * n + c];
-    rstd[r] = 1.0 / std::sqrt(sum / n + eps);
-    for (int64_t c = 0; c < n; ++c)
-      y[r * n + c] = x[r * n + c] * rstd[r] * w[c];
+      sum += step(x[r * n + c] * x[r * n + c]);
+    rstd[r] = step(1.0 / std::sqrt(step(step(sum / n) + eps)));
+    for (int64_t c = 0; c < n; ++c) {
+      double xhat = x[r * n + c] * rstd[r];
+      if (casting != Casting::Gemma)
+        xhat = in.stored("x", xhat);
+      y[r * n + c] = xhat * step(offset + w[c]);
+    }
   }
 }
 
-void rmsNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+void rmsNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  rmsNormForward(in, rows, n, out, Casting::Gemma);
+}
+void rmsNormLlamaFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  rmsNormForward(in, rows, n, out, Casting::Llama);
+}
+void rmsNormNoneFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  rmsNormForward(in, rows, n, out, Casting::None);
+}
+
+/// RMSNorm backward; with `roundedXhat` (llama, none) dweight sums dy times
+/// xhat rounded to x's dtype, as the forward multiplied it.
+void rmsNormBackward(const Values &in, int64_t rows, int64_t n, Values &out,
+                     bool roundedXhat) {
   auto &dy = in.floats.at("dy"), &x = in.floats.at("x"),
        &w = in.floats.at("weight"), &rstd = in.floats.at("rstd");
+  double offset = in.scalars.at("offset");
   auto &dx = out.floats["dx"], &dw = out.floats["dweight"];
   dx.assign(rows * n, 0);
   dw.assign(n, 0);
   for (int64_t r = 0; r < rows; ++r) {
     double dot = 0;
     for (int64_t c = 0; c < n; ++c)
-      dot += dy[r * n + c] * w[c] * x[r * n + c] * rstd[r];
+      dot += dy[r * n + c] * (offset + w[c]) * x[r * n + c] * rstd[r];
     double mean = dot / n;
     for (int64_t c = 0; c < n; ++c) {
       double xhat = x[r * n + c] * rstd[r];
-      dx[r * n + c] = rstd[r] * (dy[r * n + c] * w[c] - xhat * mean);
-      dw[c] += dy[r * n + c] * xhat;
+      dx[r * n + c] = rstd[r] * (dy[r * n + c] * (offset + w[c]) - xhat * mean);
+      dw[c] += dy[r * n + c] * (roundedXhat ? in.stored("x", xhat) : xhat);
     }
   }
+}
+
+void rmsNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  rmsNormBackward(in, rows, n, out, /*roundedXhat=*/false);
+}
+void rmsNormLlamaBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  rmsNormBackward(in, rows, n, out, /*roundedXhat=*/true);
 }
 
 void layerNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
@@ -228,6 +272,53 @@ void swigluBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
   }
 }
 
+/// gelu and its derivative, exact (erf) or with approximate='tanh'.
+std::pair<double, double> gelu(double a, bool tanhForm) {
+  if (tanhForm) {
+    const double beta = std::sqrt(2.0 / M_PI), kappa = 0.044715;
+    double t = std::tanh(beta * (a + kappa * a * a * a));
+    return {0.5 * a * (1 + t),
+            0.5 * (1 + t) + 0.5 * a * (1 - t * t) * beta * (1 + 3 * kappa * a * a)};
+  }
+  double cdf = 0.5 * (1 + std::erf(a / std::sqrt(2.0)));
+  return {a * cdf, cdf + a * std::exp(-0.5 * a * a) / std::sqrt(2 * M_PI)};
+}
+
+void gegluForward(const Values &in, int64_t rows, int64_t n, Values &out,
+                  bool tanhForm) {
+  auto &a = in.floats.at("a"), &b = in.floats.at("b");
+  auto &c = out.floats["c"];
+  c.resize(rows * n);
+  for (int64_t i = 0; i < rows * n; ++i)
+    c[i] = gelu(a[i], tanhForm).first * b[i];
+}
+
+void gegluBackward(const Values &in, int64_t rows, int64_t n, Values &out,
+                   bool tanhForm) {
+  auto &dc = in.floats.at("dc"), &a = in.floats.at("a"), &b = in.floats.at("b");
+  auto &da = out.floats["da"], &db = out.floats["db"];
+  da.resize(rows * n);
+  db.resize(rows * n);
+  for (int64_t i = 0; i < rows * n; ++i) {
+    auto [value, slope] = gelu(a[i], tanhForm);
+    da[i] = dc[i] * b[i] * slope;
+    db[i] = dc[i] * value;
+  }
+}
+
+void gegluFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  gegluForward(in, rows, n, out, /*tanhForm=*/false);
+}
+void gegluBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  gegluBackward(in, rows, n, out, /*tanhForm=*/false);
+}
+void gegluTanhFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  gegluForward(in, rows, n, out, /*tanhForm=*/true);
+}
+void gegluTanhBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  gegluBackward(in, rows, n, out, /*tanhForm=*/true);
+}
+
 void crossEntropyFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
   auto &logits = in.floats.at("logits");
   auto &target = in.ints.at("target");
@@ -272,34 +363,65 @@ void crossEntropyBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
     }
 }
 
-void adamwStep(const Values &in, int64_t rows, int64_t n, Values &out) {
+/// torch.optim.AdamW's step as the fusion computes it from the host's
+/// scalars, each in-place update rounded to the storage of the tensor it
+/// writes.
+void adamwStepWith(const Values &in, int64_t rows, int64_t n, Values &out,
+                   bool amsgrad) {
   auto &param = in.floats.at("param"), &grad = in.floats.at("grad"),
        &m = in.floats.at("exp_avg"), &v = in.floats.at("exp_avg_sq");
-  double lr = in.scalars.at("lr"), beta1 = in.scalars.at("beta1"),
-         beta2 = in.scalars.at("beta2"), eps = in.scalars.at("eps"),
-         wd = in.scalars.at("weight_decay"), step = in.scalars.at("step");
+  auto scalar = [&](const char *name) { return in.scalars.at(name); };
+  double lerpWeight = scalar("lerp_weight");
   auto &p1 = out.floats["param_out"], &m1 = out.floats["exp_avg_out"],
        &v1 = out.floats["exp_avg_sq_out"];
   p1.resize(rows * n);
   m1.resize(rows * n);
   v1.resize(rows * n);
-  double bc1 = 1 - std::pow(beta1, step), bc2 = 1 - std::pow(beta2, step);
+  std::vector<double> *vmax1 = amsgrad ? &out.floats["max_exp_avg_sq_out"] : nullptr;
+  if (vmax1)
+    vmax1->resize(rows * n);
+  const char *second = amsgrad ? "max_exp_avg_sq" : "exp_avg_sq";
   for (int64_t i = 0; i < rows * n; ++i) {
-    m1[i] = beta1 * m[i] + (1 - beta1) * grad[i];
-    v1[i] = beta2 * v[i] + (1 - beta2) * grad[i] * grad[i];
-    double denom = std::sqrt(v1[i]) / std::sqrt(bc2) + eps;
-    p1[i] = param[i] * (1 - lr * wd) - lr / bc1 * m1[i] / denom;
+    double g = grad[i] * scalar("grad_sign");
+    double p = in.stored("param", param[i] * scalar("decay"));
+    m1[i] = in.stored("exp_avg", std::abs(lerpWeight) < 0.5
+                                     ? m[i] + lerpWeight * (g - m[i])
+                                     : g + (lerpWeight - 1) * (g - m[i]));
+    v1[i] = in.stored("exp_avg_sq",
+                      in.stored("exp_avg_sq", v[i] * scalar("beta2")) +
+                          scalar("one_minus_beta2") * g * g);
+    double s = v1[i];
+    if (vmax1)
+      s = (*vmax1)[i] = maxNaN(in.floats.at("max_exp_avg_sq")[i], v1[i]);
+    double denom = in.stored(
+        second, in.stored(second, in.stored(second, std::sqrt(s)) /
+                                      scalar("bias_correction2_sqrt")) +
+                    scalar("eps"));
+    p1[i] = p + scalar("neg_step_size") * m1[i] / denom;
   }
+}
+
+void adamwStep(const Values &in, int64_t rows, int64_t n, Values &out) {
+  adamwStepWith(in, rows, n, out, /*amsgrad=*/false);
+}
+void adamwAmsgradStep(const Values &in, int64_t rows, int64_t n, Values &out) {
+  adamwStepWith(in, rows, n, out, /*amsgrad=*/true);
 }
 
 const std::map<std::string, Reference> &references() {
   static const std::map<std::string, Reference> table = {
       {"rms_norm_fwd", rmsNormFwd},       {"rms_norm_bwd", rmsNormBwd},
+      {"rms_norm_llama_fwd", rmsNormLlamaFwd},
+      {"rms_norm_llama_bwd", rmsNormLlamaBwd},
+      {"rms_norm_none_fwd", rmsNormNoneFwd},
       {"layer_norm_fwd", layerNormFwd},   {"layer_norm_bwd", layerNormBwd},
       {"swiglu_fwd", swigluFwd},          {"swiglu_bwd", swigluBwd},
+      {"geglu_fwd", gegluFwd},            {"geglu_bwd", gegluBwd},
+      {"geglu_tanh_fwd", gegluTanhFwd},   {"geglu_tanh_bwd", gegluTanhBwd},
       {"cross_entropy_fwd", crossEntropyFwd},
       {"cross_entropy_bwd", crossEntropyBwd},
       {"adamw_step", adamwStep},
+      {"adamw_amsgrad_step", adamwAmsgradStep},
   };
   return table;
 }
@@ -339,9 +461,15 @@ protected:
   /// Compiles the reference fusion `name` (test/lit/fusions) for the CPU.
   std::unique_ptr<CompiledFusion> compile(const std::string &name, Dtype dtype,
                                           int64_t n, bool aligned) {
+    return compile(name, dtypeName(dtype), n, aligned);
+  }
+  /// ... with a storage spec ("bf16,exp_avg=f32": per-port dtypes).
+  std::unique_ptr<CompiledFusion> compile(const std::string &name,
+                                          const std::string &storage, int64_t n,
+                                          bool aligned) {
     return compileModule(
         [&] { return parseSourceFile<ModuleOp>(fusionPath(name), context); },
-        dtype, n, aligned);
+        storage, n, aligned);
   }
 
   /// Compiles the built-in fusion `name` (kernels_dsl) for the CPU.
@@ -353,14 +481,14 @@ protected:
           auto module = tilefuse::kernels::buildBuiltin(*context, name);
           return succeeded(module) ? std::move(*module) : nullptr;
         },
-        dtype, n, aligned);
+        dtypeName(dtype), n, aligned);
   }
 
   /// Compiles what `load` returns for the CPU; fails the test with the
   /// diagnostics.
   std::unique_ptr<CompiledFusion>
-  compileModule(llvm::function_ref<OwningOpRef<ModuleOp>()> load, Dtype dtype,
-                int64_t n, bool aligned) {
+  compileModule(llvm::function_ref<OwningOpRef<ModuleOp>()> load,
+                const std::string &storage, int64_t n, bool aligned) {
     std::string diagnostics;
     ScopedDiagnosticHandler handler(context, [&](Diagnostic &diagnostic) {
       diagnostics += diagnostic.str() + "\n";
@@ -371,7 +499,7 @@ protected:
     if (!module)
       return nullptr;
     tilefuse::CompileOptions options;
-    options.dtype = dtypeName(dtype);
+    options.dtype = storage;
     options.n = n;
     options.aligned = aligned;
     options.target = "cpu";
@@ -533,6 +661,8 @@ Values makeInputs(const CompiledFusion &fusion, int64_t rows, uint32_t seed) {
   for (const PortInfo &port : info.inputs) {
     if (port.kind == Kind::Scalar)
       continue;
+    if (isFloatDtype(port.dtype))
+      in.storage[port.name] = dtypeOf(port.dtype);
     size_t count = elementCount(port.kind, rows, n);
     if (!isFloatDtype(port.dtype)) {
       auto &target = in.ints[port.name];
@@ -544,17 +674,27 @@ Values makeInputs(const CompiledFusion &fusion, int64_t rows, uint32_t seed) {
     Dtype dtype = dtypeOf(port.dtype);
     for (size_t i = 0; i < count; ++i) {
       double value = normal(rng);
-      if (port.name == "exp_avg_sq" || port.name == "rstd")
+      if (port.name == "exp_avg_sq" || port.name == "max_exp_avg_sq" ||
+          port.name == "rstd")
         value = std::abs(value) + 0.1;
       if (port.name == "weight")
         value = 1.0 + 0.1 * value;
       values.push_back(roundTo(static_cast<float>(value), dtype));
     }
   }
-  in.scalars = {{"eps", 1e-5},         {"label_smoothing", 0.1},
-                {"lr", 1e-3},          {"beta1", 0.9},
-                {"beta2", 0.999},      {"weight_decay", 0.01},
-                {"step", 7}};
+  // AdamW's scalars as the host computes them for lr 1e-3, betas (0.9,
+  // 0.999), weight decay 0.01, step 7 and maximize.
+  const double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, step = 7;
+  in.scalars = {{"eps", 1e-5},
+                {"label_smoothing", 0.1},
+                {"offset", 0.5},
+                {"grad_sign", -1.0},
+                {"decay", 1 - lr * 0.01},
+                {"lerp_weight", 1 - beta1},
+                {"beta2", beta2},
+                {"one_minus_beta2", 1 - beta2},
+                {"bias_correction2_sqrt", std::sqrt(1 - std::pow(beta2, step))},
+                {"neg_step_size", -lr / (1 - std::pow(beta1, step))}};
   if (info.name.rfind("adamw", 0) == 0)
     in.scalars["eps"] = 1e-8;
   in.intScalars = {{"ignore_index", kIgnoreIndex}};
@@ -668,13 +808,26 @@ void expectMatchesReference(CompiledFusion &fusion, const Reference &reference,
 
 class CpuNumericsSweep : public CpuNumerics {};
 
+/// Fusions that are variants of another one (the same kinds, reductions and
+/// lowering paths, other math): the sweep runs them at the row lengths that
+/// pick each path on the CPU (one lane, vectors on chip, streamed), and
+/// leaves the long rows to the fusion they vary.
+bool isVariant(const std::string &name) {
+  return llvm::is_contained({"rms_norm_llama_fwd", "rms_norm_none_fwd",
+                             "rms_norm_llama_bwd", "geglu_fwd", "geglu_bwd",
+                             "geglu_tanh_fwd", "geglu_tanh_bwd",
+                             "adamw_amsgrad_step"},
+                            name);
+}
+
 TEST_F(CpuNumericsSweep, ReferenceFusionsMatchScalarReference) {
   const std::vector<int64_t> rowLengths = {1, 3, 64, 1000, 4096, 32000};
+  const std::vector<int64_t> variantRowLengths = {1, 3, 64, 1000};
   const std::vector<int64_t> rowCounts = {1, 7, 256};
   int checked = 0;
   for (const auto &[name, reference] : references()) {
     for (Dtype dtype : {Dtype::F32, Dtype::F16, Dtype::BF16}) {
-      for (int64_t n : rowLengths) {
+      for (int64_t n : isVariant(name) ? variantRowLengths : rowLengths) {
         for (bool aligned : {true, false}) {
           std::unique_ptr<CompiledFusion> fusion = compile(name, dtype, n, aligned);
           ASSERT_TRUE(fusion) << name;
@@ -711,6 +864,31 @@ TEST_F(CpuNumerics, BuiltinsMatchScalarReference) {
                                  /*aligned=*/true, /*seed=*/n + rows, *executor);
         }
       }
+    }
+  }
+}
+
+/// One kernel with tensors in two dtypes (per-port storage): bf16
+/// parameters with f32 optimizer state, a bf16 input with an f32 weight and
+/// output; each port is stored, and rounded to, its own dtype.
+TEST_F(CpuNumerics, MixedStorageMatchesScalarReference) {
+  const std::string state = "exp_avg=f32,exp_avg_sq=f32,exp_avg_out=f32,"
+                            "exp_avg_sq_out=f32";
+  const std::pair<std::string, std::string> cases[] = {
+      {"adamw_step", "bf16," + state},
+      {"adamw_amsgrad_step",
+       "f16," + state + ",max_exp_avg_sq=f32,max_exp_avg_sq_out=f32"},
+      {"rms_norm_llama_fwd", "bf16,weight=f32,y=f32"},
+      {"rms_norm_llama_bwd", "bf16,dy=f32,weight=f32,dweight=f32"},
+      {"rms_norm_fwd", "f16,weight=f32"},
+  };
+  for (const auto &[name, storage] : cases) {
+    for (int64_t n : {3, 1000}) {
+      SCOPED_TRACE(name + " " + storage + " n=" + std::to_string(n));
+      std::unique_ptr<CompiledFusion> fusion = compile(name, storage, n, true);
+      ASSERT_TRUE(fusion);
+      expectMatchesReference(*fusion, references().at(name), /*rows=*/7,
+                             /*aligned=*/true, /*seed=*/n, *executor);
     }
   }
 }
