@@ -12,6 +12,8 @@
 #include <c10/util/SmallVector.h>
 #include <c10/util/irange.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -62,6 +64,33 @@ bool forcesCpu() {
   return forced;
 }
 
+bool isStoredPort(const PortInfo &port) {
+  return (port.kind == PortInfo::Kind::Full ||
+          port.kind == PortInfo::Kind::Col) &&
+         at::isFloatingType(scalarType(port.dtype));
+}
+
+/// The storage spec of a call (KernelABI: "bf16" or "bf16,exp_avg=f32"):
+/// `storage`, then each stored port whose float tensor has another dtype.
+std::string storageSpec(const Fusion &fusion, at::ScalarType storage,
+                        at::TensorList tensors, at::TensorList out) {
+  std::string spec = dtypeName(storage);
+  auto add = [&](const PortInfo &port, const at::Tensor &tensor) {
+    at::ScalarType type = tensor.scalar_type();
+    if (isStoredPort(port) && type != storage && at::isFloatingType(type) &&
+        dtypeName(type))
+      spec += "," + port.name + "=" + dtypeName(type);
+  };
+  const at::Tensor *tensor = tensors.begin();
+  for (const PortInfo &port : fusion.inputs())
+    if (port.kind != PortInfo::Kind::Scalar && tensor != tensors.end())
+      add(port, *tensor++);
+  for (auto [port, tensor] : llvm::zip(fusion.outputs(), out))
+    if (tensor.defined())
+      add(port, tensor);
+  return spec;
+}
+
 /// The driver and the compile target of `device`.
 std::pair<CudaDriver *, std::string> cudaTarget(std::string_view op,
                                                 const at::Device &device) {
@@ -110,8 +139,13 @@ template <typename T> int64_t slotOf(T value) {
 /// `scalar` in an 8-byte slot, typed as `port` declares it.
 int64_t scalarSlot(std::string_view op, const PortInfo &port,
                    const c10::Scalar &scalar) {
-  if (port.dtype == "f32")
-    return slotOf(scalar.to<float>());
+  if (port.dtype == "f32") {
+    double value = scalar.toDouble();
+    TORCH_CHECK_VALUE(!std::isfinite(value) || std::abs(value) <= FLT_MAX,
+                      "tilefuse.", op, ": scalar '", port.name, "' = ", value,
+                      " is out of range for float32");
+    return slotOf(static_cast<float>(value));
+  }
   if (port.dtype == "f64")
     return slotOf(scalar.to<double>());
   if (port.dtype == "i32")
@@ -128,7 +162,7 @@ std::vector<at::Tensor>
 torch_ops::runFusion(std::string_view op, Fusion &fusion,
                      at::TensorList tensors, c10::ArrayRef<c10::Scalar> scalars,
                      at::ScalarType storage, at::IntArrayRef shape,
-                     at::TensorList out) {
+                     at::TensorList out, bool storagePerTensor) {
   TORCH_CHECK_VALUE(!shape.empty() && shape.back() > 0, "tilefuse.", op,
                     ": the input must have a last dimension of at least 1, "
                     "got shape ",
@@ -151,6 +185,9 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   TORCH_CHECK_TYPE(storageName && at::isFloatingType(storage), "tilefuse.", op,
                    ": unsupported storage dtype ", storage);
   at::Device device = tensors.front().device();
+  std::string spec = storagePerTensor
+                         ? storageSpec(fusion, storage, tensors, out)
+                         : std::string(storageName);
 
   // The specialization: 16-byte vectors need n and every pointer aligned.
   int64_t vector = 16 / c10::elementSize(storage);
@@ -168,7 +205,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   std::shared_ptr<const GpuKernel> gpuKernel;
   std::optional<c10::DeviceGuard> guard;
   if (device.is_cpu()) {
-    auto kernel = fusion.cpuKernel(storageName, n, aligned);
+    auto kernel = fusion.cpuKernel(spec, n, aligned);
     TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
                 llvm::toString(kernel.takeError()));
     cpuKernel = *kernel;
@@ -178,7 +215,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
     guard.emplace(device);
     auto [cuda, target] = cudaTarget(op, device);
     driver = cuda;
-    auto kernel = fusion.gpuKernel(storageName, n, aligned, target);
+    auto kernel = fusion.gpuKernel(spec, n, aligned, target);
     TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
                 llvm::toString(kernel.takeError()));
     gpuKernel = *kernel;
