@@ -31,9 +31,23 @@ def dtype(request):
     return request.param
 
 
-def assert_close(actual, expected, dtype):
+def assert_close(actual, expected, dtype, equal_nan=False):
     atol, rtol = TOLERANCES[dtype]
-    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)
+    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol,
+                               equal_nan=equal_nan)
+
+
+def float64_grads(fn, *tensors, upstream=None):
+    """fn's output and input gradients computed in float64 from `tensors`
+    (as stored: a bf16 input is its exact value), for an `upstream`
+    gradient of fn's output. The reference when PyTorch's own low-precision
+    result is the less accurate side."""
+    leaves = [t.detach().double().requires_grad_(True) for t in tensors]
+    out = fn(*leaves)
+    if upstream is None:
+        return out.detach(), []
+    out.backward(upstream.double())
+    return out.detach(), [leaf.grad for leaf in leaves]
 
 
 def run_python(script: str, **env: str) -> subprocess.CompletedProcess:
