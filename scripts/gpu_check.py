@@ -24,7 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (built-in, n values) checked; dtypes bf16 and f32 for each.
 CASES = [("rms_norm_fwd", [4096, 8192]), ("rms_norm_bwd", [4096, 8192]),
          ("layer_norm_fwd", [4096, 8192]), ("layer_norm_bwd", [4096]),
-         ("swiglu_fwd", [4096, 14336]), ("cross_entropy_fwd", [32000, 128256]),
+         ("swiglu_fwd", [4096, 14336]), ("geglu_tanh_fwd", [14336]),
+         ("cross_entropy_fwd", [32000, 128256]),
          ("adamw_step", [4096])]
 
 
@@ -130,7 +131,7 @@ def _case(name, x, w, dy, torch, F):
     f32 = dict(device="cuda", dtype=torch.float32)
     if name == "rms_norm_fwd":
         y, rstd = torch.empty_like(x), torch.empty(r, **f32)
-        return ([x, w, 1e-6], [y, rstd],
+        return ([x, w, 1e-6, 0.0], [y, rstd],
                 lambda: [F.rms_norm(x.float(), (n,), w.float(), 1e-6).to(x.dtype)],
                 lambda b: 2 * r * n * b)
     if name == "rms_norm_bwd":
@@ -141,7 +142,7 @@ def _case(name, x, w, dy, torch, F):
             xh = x.float() * rstd[:, None]
             g = dy.float() * w.float()
             return [(rstd[:, None] * (g - xh * (g * xh).mean(-1, keepdim=True))).to(x.dtype)]
-        return [dy, x, w, rstd], [dx, dw], reference, lambda b: 3 * r * n * b
+        return [dy, x, w, rstd, 0.0], [dx, dw], reference, lambda b: 3 * r * n * b
     if name == "layer_norm_fwd":
         y, mean, rstd = torch.empty_like(x), torch.empty(r, **f32), torch.empty(r, **f32)
         return ([x, w, w, 1e-5], [y, mean, rstd],
@@ -162,6 +163,11 @@ def _case(name, x, w, dy, torch, F):
         c = torch.empty_like(x)
         return [x, dy], [c], lambda: [(F.silu(x.float()) * dy.float()).to(x.dtype)], \
             lambda b: 3 * r * n * b
+    if name == "geglu_tanh_fwd":
+        c = torch.empty_like(x)
+        return [x, dy], [c], \
+            lambda: [(F.gelu(x.float(), approximate="tanh") * dy.float()).to(x.dtype)], \
+            lambda b: 3 * r * n * b
     if name == "cross_entropy_fwd":
         target = torch.randint(0, n, (r,), device="cuda")
         loss, lse = torch.empty(r, **f32), torch.empty(r, **f32)
@@ -177,7 +183,11 @@ def _case(name, x, w, dy, torch, F):
             vv = 0.001 * grad.float().square()
             return [(x.float() * (1 - 1e-3 * 0.01)
                      - 1e-3 / 0.1 * mm / (vv.sqrt() / (0.001 ** 0.5) + 1e-8)).to(x.dtype)]
-        return ([x, grad, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.01, 1.0], [p1, m1, v1], reference,
+        # Step 1 of lr 1e-3, betas (0.9, 0.999), weight decay 0.01: the
+        # scalars the host computes (grad_sign, decay, lerp_weight, beta2,
+        # one_minus_beta2, bias_correction2_sqrt, eps, neg_step_size).
+        scalars = [1.0, 1 - 1e-3 * 0.01, 0.1, 0.999, 0.001, 0.001 ** 0.5, 1e-8, -1e-3 / 0.1]
+        return ([x, grad, m, v, *scalars], [p1, m1, v1], reference,
                 lambda b: 7 * r * n * b)
     raise ValueError(name)
 

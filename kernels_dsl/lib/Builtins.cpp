@@ -14,64 +14,56 @@ using mlir::OwningOpRef;
 
 namespace {
 
-// RMSNorm in the three casting modes of the model families; `offset` is
-// Gemma's (x * (offset + weight), offset 1 with zero-initialized weights).
-// "gemma": everything in the compute type, rounded once to the storage
-// dtype at the end, as torch.nn.functional.rms_norm and HF GemmaRMSNorm.
+// RMSNorm, x * rsqrt(mean(x^2) + eps) * (offset + weight), in the casting
+// modes of the model families; `offset` is Gemma's (1 with zero-initialized
+// weights).
+enum class Casting {
+  // Everything in the compute type, rounded once to the storage dtype at
+  // the end: torch.nn.functional.rms_norm and HF GemmaRMSNorm.
+  Gemma,
+  // The normalized x is rounded to x's dtype before the weight multiplies
+  // it: HF LlamaRMSNorm's `weight * hidden.to(input_dtype)`.
+  Llama,
+  // x's dtype throughout: each step rounded to it as an op on x's dtype
+  // rounds it (x.pow(2), mean, + eps, rsqrt, x * rstd, offset + weight);
+  // the mean still accumulates in the compute type, as PyTorch's does.
+  None,
+};
 
-void rmsNormFwd(FusionBuilder &b) {
-  Value x = b.input("x", Kind::Full), weight = b.input("weight", Kind::Col);
-  Value eps = b.input("eps", Kind::Scalar);
-  Value offset = b.input("offset", Kind::Scalar);
-  Value rstd = rsqrt(b.mean(x * x) + eps);
-  b.output("y", x * rstd * (offset + weight));
-  b.output("rstd", rstd);
-}
-
-/// "llama": the normalized x is rounded to x's dtype before the weight
-/// multiplies it, as HF LlamaRMSNorm's `weight * hidden.to(input_dtype)`.
-void rmsNormLlamaFwd(FusionBuilder &b) {
-  Value x = b.input("x", Kind::Full), weight = b.input("weight", Kind::Col);
-  Value eps = b.input("eps", Kind::Scalar);
-  Value offset = b.input("offset", Kind::Scalar);
-  Value rstd = rsqrt(b.mean(x * x) + eps);
-  b.output("y", roundToStorageOf(x * rstd, x) * (offset + weight));
-  b.output("rstd", rstd);
-}
-
-/// "none": x's dtype throughout, each step rounded as PyTorch's eager ops
-/// on x's dtype round it (x.pow(2), mean, + eps, rsqrt, x * rstd, offset +
-/// weight); the mean still accumulates in the compute type, as PyTorch's.
-void rmsNormNoneFwd(FusionBuilder &b) {
+void rmsNormForward(FusionBuilder &b, Casting casting) {
   Value x = b.input("x", Kind::Full), weight = b.input("weight", Kind::Col);
   Value eps = b.input("eps", Kind::Scalar);
   Value offset = b.input("offset", Kind::Scalar);
   auto stored = [&](Value value) { return roundToStorageOf(value, x); };
-  Value rstd = stored(rsqrt(stored(stored(b.mean(stored(x * x))) + eps)));
-  b.output("y", stored(x * rstd) * stored(offset + weight));
+  auto step = [&](Value value) {
+    return casting == Casting::None ? stored(value) : value;
+  };
+  Value rstd = step(rsqrt(step(step(b.mean(step(x * x))) + eps)));
+  Value xhat = x * rstd;
+  if (casting != Casting::Gemma)
+    xhat = stored(xhat);
+  b.output("y", xhat * step(offset + weight));
   b.output("rstd", rstd);
 }
 
-/// The backward of "gemma", from the saved rstd.
-void rmsNormBwd(FusionBuilder &b) {
+/// From the saved rstd; with the "llama" and "none" castings the weight
+/// multiplied xhat rounded to x's dtype, which dweight sums.
+void rmsNormBackward(FusionBuilder &b, Casting casting) {
   Value dy = b.input("dy", Kind::Full), x = b.input("x", Kind::Full);
   Value weight = b.input("weight", Kind::Col), rstd = b.input("rstd", Kind::Row);
   Value offset = b.input("offset", Kind::Scalar);
   Value xhat = x * rstd, g = dy * (offset + weight);
   b.output("dx", (g - xhat * b.mean(g * xhat)) * rstd);
-  b.output("dweight", b.columnSum(dy * xhat));
+  b.output("dweight", b.columnSum(dy * (casting == Casting::Gemma
+                                            ? xhat
+                                            : roundToStorageOf(xhat, x))));
 }
 
-/// The backward of "llama" and "none": the weight multiplied the normalized
-/// x as rounded to x's dtype.
-void rmsNormLlamaBwd(FusionBuilder &b) {
-  Value dy = b.input("dy", Kind::Full), x = b.input("x", Kind::Full);
-  Value weight = b.input("weight", Kind::Col), rstd = b.input("rstd", Kind::Row);
-  Value offset = b.input("offset", Kind::Scalar);
-  Value xhat = x * rstd, g = dy * (offset + weight);
-  b.output("dx", (g - xhat * b.mean(g * xhat)) * rstd);
-  b.output("dweight", b.columnSum(dy * roundToStorageOf(xhat, x)));
-}
+void rmsNormFwd(FusionBuilder &b) { rmsNormForward(b, Casting::Gemma); }
+void rmsNormLlamaFwd(FusionBuilder &b) { rmsNormForward(b, Casting::Llama); }
+void rmsNormNoneFwd(FusionBuilder &b) { rmsNormForward(b, Casting::None); }
+void rmsNormBwd(FusionBuilder &b) { rmsNormBackward(b, Casting::Gemma); }
+void rmsNormLlamaBwd(FusionBuilder &b) { rmsNormBackward(b, Casting::Llama); }
 
 void layerNormFwd(FusionBuilder &b) {
   Value x = b.input("x", Kind::Full), weight = b.input("weight", Kind::Col);

@@ -186,30 +186,10 @@ void runStep(const NamedTensors &tensors, std::vector<c10::Scalar> scalars,
             /*storagePerTensor=*/true);
 }
 
-AdamWOptions optionsOf(double beta1, double beta2, double eps,
-                       double weightDecay, bool amsgrad, bool maximize) {
-  return {beta1, beta2, eps, weightDecay, amsgrad, maximize};
-}
+/// Checks that need no data, for a float lr or a tensor lr.
+void checkLrArgument(double lr, at::ScalarType param) { checkLr(lr, param); }
 
-Tensor orUndefined(const std::optional<Tensor> &tensor) {
-  return tensor ? *tensor : Tensor();
-}
-
-void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
-               const Tensor &expAvgSq, const std::optional<Tensor> &maxExpAvgSq,
-               double lr, double beta1, double beta2, double eps,
-               double weightDecay, c10::SymInt step, bool amsgrad,
-               bool maximize) {
-  Tensor maxState = orUndefined(maxExpAvgSq);
-  NamedTensors tensors = namedTensors(param, grad, expAvg, expAvgSq, maxState);
-  AdamWOptions options = optionsOf(beta1, beta2, eps, weightDecay, amsgrad, maximize);
-  checkAdamW(tensors, step, options);
-  checkLr(lr, param.scalar_type());
-  checkNoOverlap(tensors);
-  runStep(tensors, stepScalars(lr, options, step.expect_int()), amsgrad);
-}
-
-void checkTensorLr(const Tensor &lr) {
+void checkLrArgument(const Tensor &lr, at::ScalarType) {
   TORCH_CHECK_VALUE(lr.numel() == 1,
                     "tilefuse.adamw_step_: a tensor 'lr' must have one "
                     "element, got shape ",
@@ -221,53 +201,22 @@ void checkTensorLr(const Tensor &lr) {
                    lr.scalar_type());
 }
 
-void adamwStepTensorLr(const Tensor &param, const Tensor &grad,
-                       const Tensor &expAvg, const Tensor &expAvgSq,
-                       const std::optional<Tensor> &maxExpAvgSq,
-                       const Tensor &lr, double beta1, double beta2, double eps,
-                       double weightDecay, c10::SymInt step, bool amsgrad,
-                       bool maximize) {
-  Tensor maxState = orUndefined(maxExpAvgSq);
-  NamedTensors tensors = namedTensors(param, grad, expAvg, expAvgSq, maxState);
-  AdamWOptions options = optionsOf(beta1, beta2, eps, weightDecay, amsgrad, maximize);
-  checkAdamW(tensors, step, options);
-  checkTensorLr(lr);
-  checkNoOverlap(tensors);
-  // Read on the host (a GPU lr waits for the device).
-  std::vector<c10::Scalar> scalars;
+std::vector<c10::Scalar> scalarsFor(double lr, at::ScalarType,
+                                    const AdamWOptions &options, int64_t step) {
+  return stepScalars(lr, options, step);
+}
+
+/// A tensor lr is read on the host (a GPU lr waits for the device).
+std::vector<c10::Scalar> scalarsFor(const Tensor &lr, at::ScalarType param,
+                                    const AdamWOptions &options, int64_t step) {
   if (lr.scalar_type() == at::kFloat) {
     float value = lr.item<float>();
-    checkLr(value, param.scalar_type());
-    scalars = stepScalars(value, options, step.expect_int());
-  } else {
-    double value = lr.item<double>();
-    checkLr(value, param.scalar_type());
-    scalars = stepScalars(value, options, step.expect_int());
+    checkLr(value, param);
+    return stepScalars(value, options, step);
   }
-  runStep(tensors, std::move(scalars), amsgrad);
-}
-
-void adamwStepMeta(const Tensor &param, const Tensor &grad,
-                   const Tensor &expAvg, const Tensor &expAvgSq,
-                   const std::optional<Tensor> &maxExpAvgSq, double lr,
-                   double beta1, double beta2, double eps, double weightDecay,
-                   c10::SymInt step, bool amsgrad, bool maximize) {
-  Tensor maxState = orUndefined(maxExpAvgSq);
-  checkAdamW(namedTensors(param, grad, expAvg, expAvgSq, maxState), step,
-             optionsOf(beta1, beta2, eps, weightDecay, amsgrad, maximize));
-  checkLr(lr, param.scalar_type());
-}
-
-void adamwStepTensorLrMeta(const Tensor &param, const Tensor &grad,
-                           const Tensor &expAvg, const Tensor &expAvgSq,
-                           const std::optional<Tensor> &maxExpAvgSq,
-                           const Tensor &lr, double beta1, double beta2,
-                           double eps, double weightDecay, c10::SymInt step,
-                           bool amsgrad, bool maximize) {
-  Tensor maxState = orUndefined(maxExpAvgSq);
-  checkAdamW(namedTensors(param, grad, expAvg, expAvgSq, maxState), step,
-             optionsOf(beta1, beta2, eps, weightDecay, amsgrad, maximize));
-  checkTensorLr(lr);
+  double value = lr.item<double>();
+  checkLr(value, param);
+  return stepScalars(value, options, step);
 }
 
 template <typename Lr>
@@ -276,23 +225,47 @@ using AdamWStepOp = void(const Tensor &, const Tensor &, const Tensor &,
                          double, double, double, double, c10::SymInt, bool,
                          bool);
 
-const c10::TypedOperatorHandle<AdamWStepOp<double>> &adamwStepOp() {
-  static auto op = findOp<AdamWStepOp<double>>("tilefuse::adamw_step_");
+/// adamw_step_ (float lr) and adamw_step_.Tensor, by lr's type.
+template <typename Lr> const c10::TypedOperatorHandle<AdamWStepOp<Lr>> &stepOp() {
+  static auto op = findOp<AdamWStepOp<Lr>>(
+      "tilefuse::adamw_step_", std::is_same_v<Lr, double> ? "" : "Tensor");
   return op;
 }
 
-const c10::TypedOperatorHandle<AdamWStepOp<const Tensor &>> &
-adamwStepTensorLrOp() {
-  static auto op =
-      findOp<AdamWStepOp<const Tensor &>>("tilefuse::adamw_step_", "Tensor");
-  return op;
+/// The CPU and CUDA kernel of both overloads.
+template <typename Lr>
+void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
+               const Tensor &expAvgSq, const std::optional<Tensor> &maxExpAvgSq,
+               Lr lr, double beta1, double beta2, double eps,
+               double weightDecay, c10::SymInt step, bool amsgrad,
+               bool maximize) {
+  Tensor maxState = maxExpAvgSq ? *maxExpAvgSq : Tensor();
+  NamedTensors tensors = namedTensors(param, grad, expAvg, expAvgSq, maxState);
+  AdamWOptions options{beta1, beta2, eps, weightDecay, amsgrad, maximize};
+  checkAdamW(tensors, step, options);
+  checkLrArgument(lr, param.scalar_type());
+  checkNoOverlap(tensors);
+  runStep(tensors,
+          scalarsFor(lr, param.scalar_type(), options, step.expect_int()),
+          amsgrad);
+}
+
+template <typename Lr>
+void adamwStepMeta(const Tensor &param, const Tensor &grad,
+                   const Tensor &expAvg, const Tensor &expAvgSq,
+                   const std::optional<Tensor> &maxExpAvgSq, Lr lr,
+                   double beta1, double beta2, double eps, double weightDecay,
+                   c10::SymInt step, bool amsgrad, bool maximize) {
+  Tensor maxState = maxExpAvgSq ? *maxExpAvgSq : Tensor();
+  checkAdamW(namedTensors(param, grad, expAvg, expAvgSq, maxState), step,
+             {beta1, beta2, eps, weightDecay, amsgrad, maximize});
+  checkLrArgument(lr, param.scalar_type());
 }
 
 /// The step updates tensors autograd may have saved: it bumps their
 /// versions, as in-place ops do (inference mode included).
 template <typename Lr>
-void adamwStepInPlace(const c10::TypedOperatorHandle<AdamWStepOp<Lr>> &op,
-                      const Tensor &param, const Tensor &grad,
+void adamwStepInPlace(const Tensor &param, const Tensor &grad,
                       const Tensor &expAvg, const Tensor &expAvgSq,
                       const std::optional<Tensor> &maxExpAvgSq, Lr lr,
                       double beta1, double beta2, double eps,
@@ -300,8 +273,8 @@ void adamwStepInPlace(const c10::TypedOperatorHandle<AdamWStepOp<Lr>> &op,
                       bool maximize) {
   {
     at::AutoDispatchBelowADInplaceOrView below;
-    op.call(param, grad, expAvg, expAvgSq, maxExpAvgSq, lr, beta1, beta2, eps,
-            weightDecay, step, amsgrad, maximize);
+    stepOp<Lr>().call(param, grad, expAvg, expAvgSq, maxExpAvgSq, lr, beta1,
+                      beta2, eps, weightDecay, step, amsgrad, maximize);
   }
   for (const Tensor *tensor : {&param, &expAvg, &expAvgSq})
     torch::autograd::increment_version(*tensor);
@@ -311,16 +284,15 @@ void adamwStepInPlace(const c10::TypedOperatorHandle<AdamWStepOp<Lr>> &op,
 
 /// Not differentiable: like torch.optim's, the step runs in no_grad.
 template <typename Lr>
-void adamwStepAutograd(const c10::TypedOperatorHandle<AdamWStepOp<Lr>> &op,
-                       const Tensor &param, const Tensor &grad,
+void adamwStepAutograd(const Tensor &param, const Tensor &grad,
                        const Tensor &expAvg, const Tensor &expAvgSq,
                        const std::optional<Tensor> &maxExpAvgSq, Lr lr,
                        double beta1, double beta2, double eps,
                        double weightDecay, c10::SymInt step, bool amsgrad,
                        bool maximize) {
   at::AutoDispatchBelowAutograd below;
-  op.call(param, grad, expAvg, expAvgSq, maxExpAvgSq, lr, beta1, beta2, eps,
-          weightDecay, step, amsgrad, maximize);
+  stepOp<Lr>().call(param, grad, expAvg, expAvgSq, maxExpAvgSq, lr, beta1,
+                    beta2, eps, weightDecay, step, amsgrad, maximize);
 }
 
 } // namespace
@@ -336,9 +308,9 @@ void tilefuse::ops::adamw_step_(const at::Tensor &param, const at::Tensor &grad,
                                 double weightDecay, int64_t step,
                                 const std::optional<at::Tensor> &maxExpAvgSq,
                                 bool maximize) {
-  adamwStepOp().call(param, grad, expAvg, expAvgSq, maxExpAvgSq, lr, beta1,
-                     beta2, eps, weightDecay, step, maxExpAvgSq.has_value(),
-                     maximize);
+  stepOp<double>().call(param, grad, expAvg, expAvgSq, maxExpAvgSq, lr, beta1,
+                        beta2, eps, weightDecay, step, maxExpAvgSq.has_value(),
+                        maximize);
 }
 
 TORCH_LIBRARY_FRAGMENT(tilefuse, m) {
@@ -358,55 +330,23 @@ TORCH_LIBRARY_FRAGMENT(tilefuse, m) {
 
 #define TILEFUSE_ADAMW_KERNELS(key)                                            \
   TORCH_LIBRARY_IMPL(tilefuse, key, m) {                                       \
-    m.impl("adamw_step_", adamwStep);                                          \
-    m.impl("adamw_step_.Tensor", adamwStepTensorLr);                           \
+    m.impl("adamw_step_", adamwStep<double>);                                  \
+    m.impl("adamw_step_.Tensor", adamwStep<const Tensor &>);                   \
   }
 TILEFUSE_ADAMW_KERNELS(CPU)
 TILEFUSE_ADAMW_KERNELS(CUDA)
 
 TORCH_LIBRARY_IMPL(tilefuse, Meta, m) {
-  m.impl("adamw_step_", adamwStepMeta);
-  m.impl("adamw_step_.Tensor", adamwStepTensorLrMeta);
+  m.impl("adamw_step_", adamwStepMeta<double>);
+  m.impl("adamw_step_.Tensor", adamwStepMeta<const Tensor &>);
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
-  m.impl("adamw_step_",
-         [](const Tensor &param, const Tensor &grad, const Tensor &expAvg,
-            const Tensor &expAvgSq, const std::optional<Tensor> &maxExpAvgSq,
-            double lr, double beta1, double beta2, double eps,
-            double weightDecay, c10::SymInt step, bool amsgrad, bool maximize) {
-           adamwStepAutograd<double>(adamwStepOp(), param, grad, expAvg, expAvgSq,
-                             maxExpAvgSq, lr, beta1, beta2, eps, weightDecay,
-                             step, amsgrad, maximize);
-         });
-  m.impl("adamw_step_.Tensor",
-         [](const Tensor &param, const Tensor &grad, const Tensor &expAvg,
-            const Tensor &expAvgSq, const std::optional<Tensor> &maxExpAvgSq,
-            const Tensor &lr, double beta1, double beta2, double eps,
-            double weightDecay, c10::SymInt step, bool amsgrad, bool maximize) {
-           adamwStepAutograd<const Tensor &>(adamwStepTensorLrOp(), param, grad, expAvg,
-                             expAvgSq, maxExpAvgSq, lr, beta1, beta2, eps,
-                             weightDecay, step, amsgrad, maximize);
-         });
+  m.impl("adamw_step_", adamwStepAutograd<double>);
+  m.impl("adamw_step_.Tensor", adamwStepAutograd<const Tensor &>);
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, ADInplaceOrView, m) {
-  m.impl("adamw_step_",
-         [](const Tensor &param, const Tensor &grad, const Tensor &expAvg,
-            const Tensor &expAvgSq, const std::optional<Tensor> &maxExpAvgSq,
-            double lr, double beta1, double beta2, double eps,
-            double weightDecay, c10::SymInt step, bool amsgrad, bool maximize) {
-           adamwStepInPlace<double>(adamwStepOp(), param, grad, expAvg, expAvgSq,
-                            maxExpAvgSq, lr, beta1, beta2, eps, weightDecay,
-                            step, amsgrad, maximize);
-         });
-  m.impl("adamw_step_.Tensor",
-         [](const Tensor &param, const Tensor &grad, const Tensor &expAvg,
-            const Tensor &expAvgSq, const std::optional<Tensor> &maxExpAvgSq,
-            const Tensor &lr, double beta1, double beta2, double eps,
-            double weightDecay, c10::SymInt step, bool amsgrad, bool maximize) {
-           adamwStepInPlace<const Tensor &>(adamwStepTensorLrOp(), param, grad, expAvg,
-                            expAvgSq, maxExpAvgSq, lr, beta1, beta2, eps,
-                            weightDecay, step, amsgrad, maximize);
-         });
+  m.impl("adamw_step_", adamwStepInPlace<double>);
+  m.impl("adamw_step_.Tensor", adamwStepInPlace<const Tensor &>);
 }

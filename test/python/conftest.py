@@ -50,6 +50,19 @@ def float64_grads(fn, *tensors, upstream=None):
     return out.detach(), [leaf.grad for leaf in leaves]
 
 
+def assert_compiled_matches_eager(model, make_inputs, rows=(2, 5)):
+    """torch.compile(model, fullgraph=True) (no graph break, dynamic row
+    count) gives eager's value and gradient of its first input, for inputs
+    make_inputs(rows)."""
+    compiled = torch.compile(model, fullgraph=True, dynamic=True, backend="aot_eager")
+    for count in rows:
+        inputs = make_inputs(count)
+        got, want = compiled(*inputs), model(*inputs)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(torch.autograd.grad(got, inputs[0]),
+                                   torch.autograd.grad(want, inputs[0]))
+
+
 def run_python(script: str, **env: str) -> subprocess.CompletedProcess:
     """Runs `script` in a fresh interpreter, `env` added to the environment."""
     return subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env),

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import tilefuse.functional as TF
-from conftest import assert_close, float64_grads
+from conftest import assert_close, assert_compiled_matches_eager, float64_grads
 
 APPROXIMATE = ["none", "tanh"]
 
@@ -57,18 +57,9 @@ def test_zero_rows_and_non_finite_inputs(approximate):
 
 
 def test_torch_compile_fullgraph():
-    def mlp(a, b):
-        return TF.geglu(a, b, approximate="tanh").square().sum()
-
-    compiled = torch.compile(mlp, fullgraph=True, dynamic=True, backend="aot_eager")
-    for rows in (2, 5):
-        a, b = torch.randn(rows, 24, requires_grad=True), torch.randn(rows, 24)
-        got = compiled(a, b)
-        (got_grad,) = torch.autograd.grad(got, a)
-        want = mlp(a, b)
-        (want_grad,) = torch.autograd.grad(want, a)
-        torch.testing.assert_close(got, want)
-        torch.testing.assert_close(got_grad, want_grad)
+    assert_compiled_matches_eager(
+        lambda a, b: TF.geglu(a, b, approximate="tanh").square().sum(),
+        lambda rows: (torch.randn(rows, 24, requires_grad=True), torch.randn(rows, 24)))
 
 
 def test_bad_input_names_the_argument():

@@ -15,13 +15,13 @@ module {
     %2 = fuse.broadcast %eps : !fuse.scalar<f32> to !fuse.row<f32>
     %3 = fuse.add %1, %2 : !fuse.row<f32>
     %4 = fuse.rsqrt %3 : !fuse.row<f32>
-    %5 = fuse.broadcast %offset : !fuse.scalar<f32> to !fuse.col<f32>
-    %6 = fuse.add %5, %weight : !fuse.col<f32>
-    %7 = fuse.broadcast %4 : !fuse.row<f32> to !fuse.full<f32>
-    %8 = fuse.mul %x, %7 : !fuse.full<f32>
-    %9 = fuse.round_to_storage %8 of %x : !fuse.full<f32>, !fuse.full<f32>
-    %10 = fuse.broadcast %6 : !fuse.col<f32> to !fuse.full<f32>
-    %11 = fuse.mul %9, %10 : !fuse.full<f32>
+    %5 = fuse.broadcast %4 : !fuse.row<f32> to !fuse.full<f32>
+    %6 = fuse.mul %x, %5 : !fuse.full<f32>
+    %7 = fuse.round_to_storage %6 of %x : !fuse.full<f32>, !fuse.full<f32>
+    %8 = fuse.broadcast %offset : !fuse.scalar<f32> to !fuse.col<f32>
+    %9 = fuse.add %8, %weight : !fuse.col<f32>
+    %10 = fuse.broadcast %9 : !fuse.col<f32> to !fuse.full<f32>
+    %11 = fuse.mul %7, %10 : !fuse.full<f32>
     fuse.yield %11, %4 : !fuse.full<f32>, !fuse.row<f32>
   }
 }

@@ -20,14 +20,14 @@ module {
     %6 = fuse.round_to_storage %5 of %x : !fuse.row<f32>, !fuse.full<f32>
     %7 = fuse.rsqrt %6 : !fuse.row<f32>
     %8 = fuse.round_to_storage %7 of %x : !fuse.row<f32>, !fuse.full<f32>
-    %9 = fuse.broadcast %offset : !fuse.scalar<f32> to !fuse.col<f32>
-    %10 = fuse.add %9, %weight : !fuse.col<f32>
-    %11 = fuse.round_to_storage %10 of %x : !fuse.col<f32>, !fuse.full<f32>
-    %12 = fuse.broadcast %8 : !fuse.row<f32> to !fuse.full<f32>
-    %13 = fuse.mul %x, %12 : !fuse.full<f32>
-    %14 = fuse.round_to_storage %13 of %x : !fuse.full<f32>, !fuse.full<f32>
-    %15 = fuse.broadcast %11 : !fuse.col<f32> to !fuse.full<f32>
-    %16 = fuse.mul %14, %15 : !fuse.full<f32>
+    %9 = fuse.broadcast %8 : !fuse.row<f32> to !fuse.full<f32>
+    %10 = fuse.mul %x, %9 : !fuse.full<f32>
+    %11 = fuse.round_to_storage %10 of %x : !fuse.full<f32>, !fuse.full<f32>
+    %12 = fuse.broadcast %offset : !fuse.scalar<f32> to !fuse.col<f32>
+    %13 = fuse.add %12, %weight : !fuse.col<f32>
+    %14 = fuse.round_to_storage %13 of %x : !fuse.col<f32>, !fuse.full<f32>
+    %15 = fuse.broadcast %14 : !fuse.col<f32> to !fuse.full<f32>
+    %16 = fuse.mul %11, %15 : !fuse.full<f32>
     fuse.yield %16, %8 : !fuse.full<f32>, !fuse.row<f32>
   }
 }
