@@ -99,7 +99,8 @@ void checkAdamW(const NamedTensors &tensors, const c10::SymInt &step,
                     "tilefuse.adamw_step_: beta2 must be in [0, 1), got ",
                     options.beta2);
   TORCH_CHECK_VALUE(options.eps >= 0,
-                    "tilefuse.adamw_step_: eps must be >= 0, got ", options.eps);
+                    "tilefuse.adamw_step_: eps must be >= 0, got ",
+                    options.eps);
   TORCH_CHECK_VALUE(options.weightDecay >= 0,
                     "tilefuse.adamw_step_: weight_decay must be >= 0, got ",
                     options.weightDecay);
@@ -119,7 +120,7 @@ void checkLr(double lr, at::ScalarType param) {
 void checkNoOverlap(const NamedTensors &tensors) {
   for (auto [name, tensor] : {tensors[0], tensors[2], tensors[3], tensors[4]})
     TORCH_CHECK_VALUE(!tensor->defined() || at::has_internal_overlap(*tensor) !=
-                                                 at::MemOverlap::Yes,
+                                                at::MemOverlap::Yes,
                       "tilefuse.adamw_step_: '", name,
                       "' is updated in place and must not overlap itself");
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -129,8 +130,8 @@ void checkNoOverlap(const NamedTensors &tensors) {
       if (!a->defined() || !b->defined())
         continue;
       at::MemOverlapStatus status = at::get_overlap_status(*a, *b);
-      TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full, "tilefuse.",
-                        kOp, ": '", first, "' and '", second,
+      TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full, "tilefuse.", kOp,
+                        ": '", first, "' and '", second,
                         "' are the same tensor");
       TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Partial, "tilefuse.",
                         kOp, ": '", first, "' and '", second,
@@ -151,7 +152,8 @@ std::vector<c10::Scalar> stepScalars(T lr, const AdamWOptions &options,
   double biasCorrection1 = 1 - std::pow(options.beta1, double(step));
   double biasCorrection2 = 1 - std::pow(options.beta2, double(step));
   // Without weight decay PyTorch does not multiply at all.
-  T decay = options.weightDecay != 0 ? T(1) - lr * T(options.weightDecay) : T(1);
+  T decay =
+      options.weightDecay != 0 ? T(1) - lr * T(options.weightDecay) : T(1);
   T stepSize = lr / T(biasCorrection1);
   return {options.maximize ? -1.0 : 1.0,
           double(decay),
@@ -176,14 +178,16 @@ void runStep(const NamedTensors &tensors, std::vector<c10::Scalar> scalars,
   for (auto [name, tensor] : tensors) {
     if (!tensor->defined())
       continue;
-    inputs.push_back(rows(tensor == tensors[1].second ? tensor->contiguous()
-                                                      : *tensor));
+    inputs.push_back(
+        rows(tensor == tensors[1].second ? tensor->contiguous() : *tensor));
     if (tensor != tensors[1].second)
       updated.push_back(inputs.back());
   }
-  runFusion(kOp, (amsgrad ? adamwAmsgradStepFusion : adamwStepFusion)(param.scalar_type()),
-            inputs, scalars, param.scalar_type(), inputs[0].sizes(), updated,
-            /*storagePerTensor=*/true);
+  runFusion(
+      kOp,
+      (amsgrad ? adamwAmsgradStepFusion : adamwStepFusion)(param.scalar_type()),
+      inputs, scalars, param.scalar_type(), inputs[0].sizes(), updated,
+      /*storagePerTensor=*/true);
 }
 
 /// Checks that need no data, for a float lr or a tensor lr.
@@ -226,7 +230,8 @@ using AdamWStepOp = void(const Tensor &, const Tensor &, const Tensor &,
                          bool);
 
 /// adamw_step_ (float lr) and adamw_step_.Tensor, by lr's type.
-template <typename Lr> const c10::TypedOperatorHandle<AdamWStepOp<Lr>> &stepOp() {
+template <typename Lr>
+const c10::TypedOperatorHandle<AdamWStepOp<Lr>> &stepOp() {
   static auto op = findOp<AdamWStepOp<Lr>>(
       "tilefuse::adamw_step_", std::is_same_v<Lr, double> ? "" : "Tensor");
   return op;

@@ -44,8 +44,9 @@ void checkGate(const char *op, const Tensor &a, const Tensor &b) {
 /// act(a) * b by the fused forward kernel.
 Tensor runGateFwd(const char *op, BuiltinFusion &fusion, const Tensor &a,
                   const Tensor &b) {
-  return runFusion(op, fusion(a.scalar_type()), {a.contiguous(), b.contiguous()},
-                   {}, a.scalar_type(), a.sizes())[0];
+  return runFusion(op, fusion(a.scalar_type()),
+                   {a.contiguous(), b.contiguous()}, {}, a.scalar_type(),
+                   a.sizes())[0];
 }
 
 /// (da, db) by the fused backward kernel.
@@ -147,9 +148,8 @@ const c10::TypedOperatorHandle<GegluFwdOp> &gegluFwdOp() {
 
 Tensor gegluFwd(const Tensor &a, const Tensor &b, int64_t approximate) {
   checkApproximate(approximate);
-  return runGateFwd("geglu",
-                    approximate == Tanh ? gegluTanhFwdFusion : gegluFwdFusion,
-                    a, b);
+  return runGateFwd(
+      "geglu", approximate == Tanh ? gegluTanhFwdFusion : gegluFwdFusion, a, b);
 }
 
 Tensor gegluFwdMeta(const Tensor &a, const Tensor &, int64_t approximate) {
@@ -180,9 +180,9 @@ struct GegluFunction : torch::autograd::Function<GegluFunction> {
     return op.call(a, b, approximate);
   }
   static variable_list backward(AutogradContext *ctx, variable_list grads) {
-    static auto op = findOp<TensorPair(const Tensor &, const Tensor &,
-                                       const Tensor &, int64_t)>(
-        "tilefuse::geglu_bwd");
+    static auto op =
+        findOp<TensorPair(const Tensor &, const Tensor &, const Tensor &,
+                          int64_t)>("tilefuse::geglu_bwd");
     variable_list saved = ctx->get_saved_variables();
     if (!grads[0].defined())
       return {Tensor(), Tensor(), Tensor()};
@@ -223,8 +223,9 @@ at::Tensor tilefuse::ops::swiglu(const at::Tensor &a, const at::Tensor &b) {
 
 at::Tensor tilefuse::ops::geglu(const at::Tensor &a, const at::Tensor &b,
                                 std::string_view approximate) {
-  static auto op = findOp<Tensor(const Tensor &, const Tensor &,
-                                 c10::string_view)>("tilefuse::geglu");
+  static auto op =
+      findOp<Tensor(const Tensor &, const Tensor &, c10::string_view)>(
+          "tilefuse::geglu");
   return op.call(a, b, approximate);
 }
 

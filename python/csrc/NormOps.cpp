@@ -64,10 +64,10 @@ Tensor normalizedRows(const char *op, const Tensor &input,
 Tensor columnOf(const char *op, const char *name, const Tensor &tensor,
                 const Tensor &input, at::IntArrayRef normalizedShape) {
   checkFloat(op, name, tensor);
-  TORCH_CHECK_VALUE(tensor.sym_sizes() == c10::fromIntArrayRefSlow(normalizedShape),
-                    "tilefuse.", op, ": argument '", name,
-                    "' must have shape ", normalizedShape,
-                    " (normalized_shape), got ", tensor.sym_sizes());
+  TORCH_CHECK_VALUE(
+      tensor.sym_sizes() == c10::fromIntArrayRefSlow(normalizedShape),
+      "tilefuse.", op, ": argument '", name, "' must have shape ",
+      normalizedShape, " (normalized_shape), got ", tensor.sym_sizes());
   checkSameDevice(op, name, tensor, "input", input);
   return tensor.reshape({-1});
 }
@@ -91,8 +91,9 @@ void checkCasting(int64_t casting) {
 /// input and weight (`weight * hidden.to(input_dtype)`).
 at::ScalarType rmsNormOutputType(const Tensor &x, const Tensor &weight,
                                  int64_t casting) {
-  return casting == Llama ? at::promoteTypes(x.scalar_type(), weight.scalar_type())
-                          : x.scalar_type();
+  return casting == Llama
+             ? at::promoteTypes(x.scalar_type(), weight.scalar_type())
+             : x.scalar_type();
 }
 
 BuiltinFusion rmsNormFwdFusion("rms_norm_fwd");
@@ -117,8 +118,8 @@ TensorPair rmsNormFwd(const Tensor &x, const Tensor &weight, double eps,
   BuiltinFusion &fusion = casting == Gemma   ? rmsNormFwdFusion
                           : casting == Llama ? rmsNormLlamaFwdFusion
                                              : rmsNormNoneFwdFusion;
-  Tensor y = at::empty(x.sizes(), x.options().dtype(
-                                      rmsNormOutputType(x, weight, casting)));
+  Tensor y = at::empty(
+      x.sizes(), x.options().dtype(rmsNormOutputType(x, weight, casting)));
   auto out = runFusion("rms_norm", fusion(x.scalar_type()),
                        {x.contiguous(), weight.contiguous()}, {eps, offset},
                        x.scalar_type(), x.sizes(), {y, Tensor()},
@@ -126,18 +127,19 @@ TensorPair rmsNormFwd(const Tensor &x, const Tensor &weight, double eps,
   return {out[0], out[1]};
 }
 
-TensorPair rmsNormFwdMeta(const Tensor &x, const Tensor &weight, double,
-                          double, int64_t casting) {
+TensorPair rmsNormFwdMeta(const Tensor &x, const Tensor &weight, double, double,
+                          int64_t casting) {
   checkCasting(casting);
-  return {at::empty_symint(x.sym_sizes(),
-                           x.options().dtype(rmsNormOutputType(x, weight, casting))),
+  return {at::empty_symint(x.sym_sizes(), x.options().dtype(rmsNormOutputType(
+                                              x, weight, casting))),
           emptyRows(x)};
 }
 
 TensorPair rmsNormBwd(const Tensor &dy, const Tensor &x, const Tensor &weight,
                       const Tensor &rstd, double offset, int64_t casting) {
   checkCasting(casting);
-  BuiltinFusion &fusion = casting == Gemma ? rmsNormBwdFusion : rmsNormLlamaBwdFusion;
+  BuiltinFusion &fusion =
+      casting == Gemma ? rmsNormBwdFusion : rmsNormLlamaBwdFusion;
   Tensor dweight = at::empty(weight.sizes(), weight.options());
   auto out = runFusion(
       "rms_norm", fusion(x.scalar_type()),
@@ -218,8 +220,9 @@ Tensor rmsNorm(const Tensor &input, at::IntArrayRef normalizedShape,
   }
   // torch.nn.functional.rms_norm's default: the epsilon of the type it
   // computes in (float32 for float32, bfloat16 and float16 inputs).
-  double epsilon = eps.value_or(float64 ? std::numeric_limits<double>::epsilon()
-                                        : std::numeric_limits<float>::epsilon());
+  double epsilon =
+      eps.value_or(float64 ? std::numeric_limits<double>::epsilon()
+                           : std::numeric_limits<float>::epsilon());
   checkFitsComputeType(op, "eps", epsilon, input.scalar_type());
   checkFitsComputeType(op, "offset", offset, input.scalar_type());
   Tensor y = std::get<0>(rmsNormFwdOp().call(x, w, epsilon, offset, *casting));
@@ -334,10 +337,9 @@ at::Tensor tilefuse::ops::rms_norm(const at::Tensor &input,
                                    const std::optional<at::Tensor> &weight,
                                    std::optional<double> eps, double offset,
                                    std::string_view castingMode) {
-  static auto op = findOp<Tensor(const Tensor &, at::IntArrayRef,
-                                 const std::optional<Tensor> &,
-                                 std::optional<double>, double,
-                                 c10::string_view)>("tilefuse::rms_norm");
+  static auto op = findOp<Tensor(
+      const Tensor &, at::IntArrayRef, const std::optional<Tensor> &,
+      std::optional<double>, double, c10::string_view)>("tilefuse::rms_norm");
   return op.call(input, normalizedShape, weight, eps, offset, castingMode);
 }
 
