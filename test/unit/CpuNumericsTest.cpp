@@ -112,15 +112,14 @@ struct Values {
   std::map<std::string, int64_t> intScalars;
   /// The storage dtype of each float input.
   std::map<std::string, Dtype> storage;
-
-  /// `value` as fuse.round_to_storage of input `port` leaves it: rounded to
-  /// the port's storage dtype; unchanged when that is f32, the compute type
-  /// (the reference computes in double).
-  double stored(const std::string &port, double value) const {
-    Dtype dtype = storage.at(port);
-    return dtype == Dtype::F32 ? value : roundTo(static_cast<float>(value), dtype);
-  }
 };
+
+/// `value` as fuse.round_to_storage of an input stored in `dtype` leaves
+/// it: rounded to that dtype; unchanged for f32, the compute type (the
+/// reference computes in double).
+double storedAs(Dtype dtype, double value) {
+  return dtype == Dtype::F32 ? value : roundTo(static_cast<float>(value), dtype);
+}
 
 constexpr int64_t kIgnoreIndex = -100;
 
@@ -141,8 +140,9 @@ void rmsNormForward(const Values &in, int64_t rows, int64_t n, Values &out,
   auto &x = in.floats.at("x"), &w = in.floats.at("weight");
   double eps = in.scalars.at("eps"), offset = in.scalars.at("offset");
   auto &y = out.floats["y"], &rstd = out.floats["rstd"];
+  Dtype storage = in.storage.at("x");
   auto step = [&](double value) {
-    return casting == Casting::None ? in.stored("x", value) : value;
+    return casting == Casting::None ? storedAs(storage, value) : value;
   };
   y.resize(rows * n);
   rstd.resize(rows);
@@ -154,7 +154,7 @@ void rmsNormForward(const Values &in, int64_t rows, int64_t n, Values &out,
     for (int64_t c = 0; c < n; ++c) {
       double xhat = x[r * n + c] * rstd[r];
       if (casting != Casting::Gemma)
-        xhat = in.stored("x", xhat);
+        xhat = storedAs(storage, xhat);
       y[r * n + c] = xhat * step(offset + w[c]);
     }
   }
@@ -178,6 +178,7 @@ void rmsNormBackward(const Values &in, int64_t rows, int64_t n, Values &out,
        &w = in.floats.at("weight"), &rstd = in.floats.at("rstd");
   double offset = in.scalars.at("offset");
   auto &dx = out.floats["dx"], &dw = out.floats["dweight"];
+  Dtype storage = in.storage.at("x");
   dx.assign(rows * n, 0);
   dw.assign(n, 0);
   for (int64_t r = 0; r < rows; ++r) {
@@ -188,7 +189,7 @@ void rmsNormBackward(const Values &in, int64_t rows, int64_t n, Values &out,
     for (int64_t c = 0; c < n; ++c) {
       double xhat = x[r * n + c] * rstd[r];
       dx[r * n + c] = rstd[r] * (dy[r * n + c] * (offset + w[c]) - xhat * mean);
-      dw[c] += dy[r * n + c] * (roundedXhat ? in.stored("x", xhat) : xhat);
+      dw[c] += dy[r * n + c] * (roundedXhat ? storedAs(storage, xhat) : xhat);
     }
   }
 }
@@ -371,33 +372,42 @@ void adamwStepWith(const Values &in, int64_t rows, int64_t n, Values &out,
   auto &param = in.floats.at("param"), &grad = in.floats.at("grad"),
        &m = in.floats.at("exp_avg"), &v = in.floats.at("exp_avg_sq");
   auto scalar = [&](const char *name) { return in.scalars.at(name); };
-  double lerpWeight = scalar("lerp_weight");
+  const double gradSign = scalar("grad_sign"), decay = scalar("decay"),
+               lerpWeight = scalar("lerp_weight"), beta2 = scalar("beta2"),
+               oneMinusBeta2 = scalar("one_minus_beta2"),
+               biasCorrection2Sqrt = scalar("bias_correction2_sqrt"),
+               eps = scalar("eps"), negStepSize = scalar("neg_step_size");
+  const Dtype paramStorage = in.storage.at("param"),
+              expAvgStorage = in.storage.at("exp_avg"),
+              expAvgSqStorage = in.storage.at("exp_avg_sq");
+  const Dtype secondStorage =
+      amsgrad ? in.storage.at("max_exp_avg_sq") : expAvgSqStorage;
   auto &p1 = out.floats["param_out"], &m1 = out.floats["exp_avg_out"],
        &v1 = out.floats["exp_avg_sq_out"];
   p1.resize(rows * n);
   m1.resize(rows * n);
   v1.resize(rows * n);
   std::vector<double> *vmax1 = amsgrad ? &out.floats["max_exp_avg_sq_out"] : nullptr;
+  const std::vector<double> *vmax = amsgrad ? &in.floats.at("max_exp_avg_sq") : nullptr;
   if (vmax1)
     vmax1->resize(rows * n);
-  const char *second = amsgrad ? "max_exp_avg_sq" : "exp_avg_sq";
   for (int64_t i = 0; i < rows * n; ++i) {
-    double g = grad[i] * scalar("grad_sign");
-    double p = in.stored("param", param[i] * scalar("decay"));
-    m1[i] = in.stored("exp_avg", std::abs(lerpWeight) < 0.5
-                                     ? m[i] + lerpWeight * (g - m[i])
-                                     : g + (lerpWeight - 1) * (g - m[i]));
-    v1[i] = in.stored("exp_avg_sq",
-                      in.stored("exp_avg_sq", v[i] * scalar("beta2")) +
-                          scalar("one_minus_beta2") * g * g);
+    double g = grad[i] * gradSign;
+    double p = storedAs(paramStorage, param[i] * decay);
+    m1[i] = storedAs(expAvgStorage, std::abs(lerpWeight) < 0.5
+                                        ? m[i] + lerpWeight * (g - m[i])
+                                        : g + (lerpWeight - 1) * (g - m[i]));
+    v1[i] = storedAs(expAvgSqStorage, storedAs(expAvgSqStorage, v[i] * beta2) +
+                                          oneMinusBeta2 * g * g);
     double s = v1[i];
     if (vmax1)
-      s = (*vmax1)[i] = maxNaN(in.floats.at("max_exp_avg_sq")[i], v1[i]);
-    double denom = in.stored(
-        second, in.stored(second, in.stored(second, std::sqrt(s)) /
-                                      scalar("bias_correction2_sqrt")) +
-                    scalar("eps"));
-    p1[i] = p + scalar("neg_step_size") * m1[i] / denom;
+      s = (*vmax1)[i] = maxNaN((*vmax)[i], v1[i]);
+    double denom = storedAs(
+        secondStorage,
+        storedAs(secondStorage, storedAs(secondStorage, std::sqrt(s)) /
+                                    biasCorrection2Sqrt) +
+            eps);
+    p1[i] = p + negStepSize * m1[i] / denom;
   }
 }
 
@@ -809,9 +819,10 @@ void expectMatchesReference(CompiledFusion &fusion, const Reference &reference,
 class CpuNumericsSweep : public CpuNumerics {};
 
 /// Fusions that are variants of another one (the same kinds, reductions and
-/// lowering paths, other math): the sweep runs them at the row lengths that
-/// pick each path on the CPU (one lane, vectors on chip, streamed), and
-/// leaves the long rows to the fusion they vary.
+/// lowering paths, other math): the sweep runs them, aligned, at the row
+/// lengths that pick each path on the CPU (scalar lanes, vectors on chip,
+/// streamed), and leaves long rows and misaligned pointers to the fusion
+/// they vary.
 bool isVariant(const std::string &name) {
   return llvm::is_contained({"rms_norm_llama_fwd", "rms_norm_none_fwd",
                              "rms_norm_llama_bwd", "geglu_fwd", "geglu_bwd",
@@ -822,13 +833,15 @@ bool isVariant(const std::string &name) {
 
 TEST_F(CpuNumericsSweep, ReferenceFusionsMatchScalarReference) {
   const std::vector<int64_t> rowLengths = {1, 3, 64, 1000, 4096, 32000};
-  const std::vector<int64_t> variantRowLengths = {1, 3, 64, 1000};
+  const std::vector<int64_t> variantRowLengths = {3, 64, 1000};
   const std::vector<int64_t> rowCounts = {1, 7, 256};
   int checked = 0;
   for (const auto &[name, reference] : references()) {
     for (Dtype dtype : {Dtype::F32, Dtype::F16, Dtype::BF16}) {
       for (int64_t n : isVariant(name) ? variantRowLengths : rowLengths) {
         for (bool aligned : {true, false}) {
+          if (!aligned && isVariant(name))
+            continue;
           std::unique_ptr<CompiledFusion> fusion = compile(name, dtype, n, aligned);
           ASSERT_TRUE(fusion) << name;
           for (int64_t rows : rowCounts) {
