@@ -56,12 +56,11 @@ c10::SmallVector<int64_t, 6> shapeOf(PortInfo::Kind kind, int64_t n,
   return shape;
 }
 
-bool forcesCpu() {
-  static const bool forced = [] {
-    const char *target = std::getenv("TILEFUSE_TARGET");
-    return target && std::string_view(target) == "cpu";
-  }();
-  return forced;
+/// TILEFUSE_TARGET, checked: an unknown value is an error naming `op`.
+const TargetSelection &target(std::string_view op) {
+  const TargetSelection &selection = selectedTarget();
+  TORCH_CHECK(selection.error.empty(), "tilefuse.", op, ": ", selection.error);
+  return selection;
 }
 
 bool isStoredPort(const PortInfo &port) {
@@ -91,19 +90,23 @@ std::string storageSpec(const Fusion &fusion, at::ScalarType storage,
   return spec;
 }
 
-/// The driver and the compile target of `device`.
-std::pair<CudaDriver *, std::string> cudaTarget(std::string_view op,
-                                                const at::Device &device) {
-  TORCH_CHECK(!forcesCpu(), "tilefuse.", op,
+/// The driver (the PTX emulator's under TILEFUSE_TARGET=emulate) and the
+/// compile target of `device`.
+std::pair<CudaDriver *, std::string> gpuTarget(std::string_view op,
+                                               const at::Device &device) {
+  bool emulate = target(op).kind == TargetSelection::Kind::Emulate;
+  TORCH_CHECK(target(op).kind != TargetSelection::Kind::Cpu, "tilefuse.", op,
               ": TILEFUSE_TARGET=cpu needs CPU tensors, got ", device);
   llvm::Expected<CudaDriver &> driver = CudaDriver::global();
-  TORCH_CHECK(static_cast<bool>(driver), "tilefuse.", op,
-              ": CUDA tensors need the CUDA driver: ",
+  TORCH_CHECK(static_cast<bool>(driver), "tilefuse.", op, ": ",
+              emulate ? "TILEFUSE_TARGET=emulate needs the PTX emulator: "
+                      : "CUDA tensors need the CUDA driver: ",
               llvm::toString(driver.takeError()));
-  llvm::Expected<std::string> target = driver->target(device.index());
-  TORCH_CHECK(static_cast<bool>(target), "tilefuse.", op, ": ",
-              llvm::toString(target.takeError()));
-  return {&*driver, *target};
+  llvm::Expected<std::string> chip =
+      driver->target(emulate ? 0 : device.index());
+  TORCH_CHECK(static_cast<bool>(chip), "tilefuse.", op, ": ",
+              llvm::toString(chip.takeError()));
+  return {&*driver, *chip};
 }
 
 /// Checks `tensor` against `port` of a kernel specialized for (n, lead).
@@ -204,18 +207,28 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   std::shared_ptr<const CpuKernel> cpuKernel;
   std::shared_ptr<const GpuKernel> gpuKernel;
   std::optional<c10::DeviceGuard> guard;
-  if (device.is_cpu()) {
+  // Under TILEFUSE_TARGET=emulate, CPU tensors take the GPU path: PTX,
+  // CudaDriver, the PTX emulator (host pointers are its device pointers).
+  bool emulate = target(op).kind == TargetSelection::Kind::Emulate;
+  if (device.is_cpu() && !emulate) {
     auto kernel = fusion.cpuKernel(spec, n, aligned);
     TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
                 llvm::toString(kernel.takeError()));
     cpuKernel = *kernel;
   } else {
-    TORCH_CHECK(device.is_cuda(), "tilefuse.", op, ": unsupported device ",
-                device);
-    guard.emplace(device);
-    auto [cuda, target] = cudaTarget(op, device);
-    driver = cuda;
-    auto kernel = fusion.gpuKernel(spec, n, aligned, target);
+    if (emulate) {
+      TORCH_CHECK(device.is_cpu(), "tilefuse.", op,
+                  ": TILEFUSE_TARGET=emulate runs CPU tensors in the PTX "
+                  "emulator, got ",
+                  device);
+    } else {
+      TORCH_CHECK(device.is_cuda(), "tilefuse.", op, ": unsupported device ",
+                  device);
+      guard.emplace(device);
+    }
+    auto [gpu, chip] = gpuTarget(op, device);
+    driver = gpu;
+    auto kernel = fusion.gpuKernel(spec, n, aligned, chip);
     TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
                 llvm::toString(kernel.takeError()));
     gpuKernel = *kernel;
@@ -261,11 +274,12 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   }
   // Column reductions leave partials in their compute type, one row per
   // row group.
+  int deviceIndex = emulate ? 0 : device.index();
   std::vector<at::Tensor> workspaces;
   std::vector<void *> workspacePointers;
   if (info.hasColumnReduction()) {
     llvm::Expected<int64_t> groups =
-        driver->rowGroups(*gpuKernel, rows, device.index());
+        driver->rowGroups(*gpuKernel, rows, deviceIndex);
     TORCH_CHECK(static_cast<bool>(groups), "tilefuse.", op, ": ",
                 llvm::toString(groups.takeError()));
     for (const PortInfo &port : info.outputs) {
@@ -278,6 +292,35 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
                         .device(device)));
       workspacePointers.push_back(workspaces.back().data_ptr());
     }
+  }
+  if (emulate) {
+    // The emulator checks every access against the tensors' extents.
+    std::vector<std::string> names;
+    for (const PortInfo &port : info.outputs)
+      if (port.kind == PortInfo::Kind::Col)
+        names.push_back(port.name + " (partials)");
+    std::vector<CudaDriver::Buffer> extents;
+    const at::Tensor *input = tensors.begin();
+    for (const PortInfo &port : info.inputs) {
+      if (port.kind == PortInfo::Kind::Scalar) {
+        extents.push_back({port.name.c_str(), nullptr, 0});
+        continue;
+      }
+      extents.push_back(
+          {port.name.c_str(), input->data_ptr(), input->nbytes()});
+      ++input;
+    }
+    for (auto i : c10::irange(info.outputs.size()))
+      extents.push_back({info.outputs[i].name.c_str(), outputs[i].data_ptr(),
+                         outputs[i].nbytes()});
+    for (auto i : c10::irange(workspaces.size()))
+      extents.push_back(
+          {names[i].c_str(), workspaces[i].data_ptr(), workspaces[i].nbytes()});
+    llvm::Error error = driver->launch(gpuKernel, arguments, workspacePointers,
+                                       rows, deviceIndex, nullptr, extents);
+    TORCH_CHECK(!error, "tilefuse.", op, ": ",
+                llvm::toString(std::move(error)));
+    return outputs;
   }
   c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
   void *stream = cuda.getStream(device).native_handle();

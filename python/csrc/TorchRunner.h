@@ -1,10 +1,11 @@
 //===- TorchRunner.h - run a fusion on PyTorch tensors ----------*- C++ -*-===//
 //
 // The one place that turns tensors into kernel arguments: picks the target
-// from the tensors' device (TILEFUSE_TARGET=cpu forces the CPU), the
-// specialization from (storage dtype, n, 16-byte alignment), checks every
-// tensor against the kernel's interface, allocates the outputs, and runs
-// the kernel on the CPU or launches it on the caller's CUDA stream.
+// from the tensors' device (TILEFUSE_TARGET=cpu forces the CPU;
+// TILEFUSE_TARGET=emulate runs CPU tensors' GPU code in the PTX emulator),
+// the specialization from (storage dtype, n, 16-byte alignment), checks
+// every tensor against the kernel's interface, allocates the outputs, and
+// runs the kernel on the CPU or launches it on the caller's CUDA stream.
 //
 //===----------------------------------------------------------------------===//
 

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tilefuse/Compiler/Builder.h"
+#include "tilefuse/Emulator/Emulator.h"
 #include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Kernels/Builtins.h"
 #include "tilefuse/Runtime/CudaDriver.h"
@@ -292,4 +293,60 @@ PYBIND11_MODULE(_C, m) {
     llvm::Expected<CudaDriver &> driver = CudaDriver::global();
     return driver ? "" : takeMessage(driver.takeError());
   }, "Why the CUDA driver cannot be used, or '' when it can (loads it).");
+  m.def("target", [] {
+    const TargetSelection &target = selectedTarget();
+    if (!target.error.empty())
+      throw py::value_error(target.error);
+    const char *kind = target.kind == TargetSelection::Kind::Cpu ? "cpu"
+                       : target.kind == TargetSelection::Kind::Emulate
+                           ? "emulate"
+                           : "";
+    return py::make_tuple(kind, target.chip);
+  }, "TILEFUSE_TARGET as (kind, chip): ('', '') when unset, ('cpu', ''), or "
+     "('emulate', 'sm_90'/'sm_80').");
+  m.def("emulator_device", [] {
+    // The emulator picks its chip from TILEFUSE_TARGET when it is loaded.
+    if (selectedTarget().kind == TargetSelection::Kind::Emulate)
+      if (llvm::Expected<CudaDriver &> driver = CudaDriver::global(); !driver)
+        throw std::runtime_error(takeMessage(driver.takeError()));
+    return py::make_tuple(emulator::deviceChip(),
+                          emulator::deviceMultiprocessors());
+  }, "The emulated chip and its SM count.");
+  m.def("emulator_launches", [] {
+    py::list launches;
+    for (const emulator::LaunchRecord &record : emulator::takeLaunches()) {
+      py::list buffers;
+      for (const emulator::BufferTraffic &buffer : record.buffers) {
+        py::dict entry;
+        entry["name"] = buffer.name;
+        entry["bytes"] = buffer.bytes;
+        entry["loaded_bytes"] = buffer.loadedBytes;
+        entry["stored_bytes"] = buffer.storedBytes;
+        entry["loads"] = buffer.loads;
+        entry["stores"] = buffer.stores;
+        buffers.append(entry);
+      }
+      py::dict instructions;
+      for (size_t c = 0; c < emulator::kInstructionClasses; ++c)
+        instructions[emulator::className(
+            static_cast<emulator::InstructionClass>(c))] =
+            record.instructions[c];
+      py::dict launch;
+      launch["kernel"] = record.kernel;
+      launch["chip"] = record.chip;
+      launch["grid"] = py::make_tuple(record.grid[0], record.grid[1],
+                                      record.grid[2]);
+      launch["block"] = py::make_tuple(record.block[0], record.block[1],
+                                       record.block[2]);
+      launch["buffers"] = buffers;
+      launch["instructions"] = instructions;
+      launch["barriers"] = record.barriers;
+      launch["shuffles"] = record.shuffles;
+      launch["declared_registers"] = record.declaredRegisters;
+      launch["shared_bytes"] = record.sharedBytes;
+      launch["seconds"] = record.seconds;
+      launches.append(launch);
+    }
+    return launches;
+  }, "The PTX emulator's launches since the last call (and forgets them).");
 }

@@ -37,7 +37,7 @@ from ._dsl import (
     tanh,
     where,
 )
-from . import functional
+from . import emulator, functional
 
 __version__ = "0.1.0"
 
@@ -48,7 +48,7 @@ def compile_count() -> int:
 
 
 __all__ = [
-    "Fusion", "Value", "abs", "cast", "compile_count", "erf", "exp", "functional",
+    "Fusion", "Value", "abs", "cast", "compile_count", "emulator", "erf", "exp", "functional",
     "fusion", "gather", "gelu", "iota", "log", "max", "maximum", "mean", "min",
     "minimum", "rsqrt", "sigmoid", "silu", "sqrt", "sum", "tanh", "where",
 ]

@@ -28,11 +28,22 @@ def info() -> int:
     entries = _cache_entries(directory)
     size = sum(os.path.getsize(e) for e in entries)
     error = _C.cuda_driver_error()
-    driver = f"not usable: {error}" if error else "loaded"
     print(f"tilefuse {__version__} ({_C.compiler_version()})")
     print("targets: cpu (ORC JIT); sm_80, sm_86, sm_89, sm_90 (PTX through the CUDA driver)")
-    print(f"CUDA driver: {driver}; torch {torch.__version__}, "
-          f"CUDA available: {torch.cuda.is_available()}")
+    kind, chip = _C.target()
+    if kind == "emulate":
+        state = f"not usable: {error}" if error else "loaded"
+        emulated, sms = _C.emulator_device()
+        print(f"target: TILEFUSE_TARGET=emulate: CPU tensors run their GPU code "
+              f"(PTX for {chip}) in the PTX emulator ({state}; {emulated}, {sms} SMs), "
+              "with bounds, race, barrier and uninitialized-register checks")
+        print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}")
+    else:
+        if kind == "cpu":
+            print("target: TILEFUSE_TARGET=cpu: CPU tensors only")
+        driver = f"not usable: {error}" if error else "loaded"
+        print(f"CUDA driver: {driver}; torch {torch.__version__}, "
+              f"CUDA available: {torch.cuda.is_available()}")
     print(f"cache: {directory} ({len(entries)} kernels, {size / 1024:.1f} KiB)"
           + ("" if _C.cache_writes_to_disk() else " [read-only: memory only]"))
     return 0
@@ -80,11 +91,17 @@ def demo() -> int:
     import tilefuse
     from tilefuse import functional as TF
 
-    on_gpu = torch.cuda.is_available() and os.environ.get("TILEFUSE_TARGET") != "cpu"
+    emulated = tilefuse.emulator.active()
+    on_gpu = (torch.cuda.is_available() and not emulated
+              and os.environ.get("TILEFUSE_TARGET") != "cpu")
     if on_gpu:
         device, dtype, rows, n, vocab = "cuda", torch.bfloat16, 8192, 4096, 32000
         note = f"GPU ({torch.cuda.get_device_name()})"
         synchronize = torch.cuda.synchronize
+    elif emulated:
+        device, dtype, rows, n, vocab = "cpu", torch.bfloat16, 32, 1024, 4096
+        note = f"PTX emulator ({tilefuse.emulator.device()[0]}; times are the emulator's)"
+        synchronize = lambda: None  # noqa: E731
     else:
         device, dtype, rows, n, vocab = "cpu", torch.float32, 256, 1024, 4096
         note = "CPU target" + (" (TILEFUSE_TARGET=cpu)" if torch.cuda.is_available() else "")

@@ -2,9 +2,13 @@
 
 #include "tilefuse/Runtime/CudaDriver.h"
 #include "tilefuse/Compiler/KernelABI.h"
+#include "tilefuse/Emulator/Emulator.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 
+#include <cstdlib>
 #include <dlfcn.h>
 
 using namespace tilefuse;
@@ -38,6 +42,8 @@ struct CudaDriver::Api {
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, unsigned, CUstream, void **,
                            void **);
+  /// The emulator's only: the buffers of the next launch.
+  decltype(&tilefuseEmulatorSetBuffers) setBuffers = nullptr;
   ~Api() {
     if (library)
       dlclose(library);
@@ -70,6 +76,8 @@ CudaDriver::load(const std::string &library) {
   resolve(api->moduleGetFunction, "cuModuleGetFunction");
   resolve(api->moduleUnload, "cuModuleUnload");
   resolve(api->launchKernel, "cuLaunchKernel");
+  api->setBuffers = reinterpret_cast<decltype(api->setBuffers)>(
+      dlsym(api->library, "tilefuseEmulatorSetBuffers"));
   if (missing)
     return llvm::createStringError(llvm::formatv(
         "the CUDA driver ({0}) has no {1}: it is too old", library, missing));
@@ -77,6 +85,40 @@ CudaDriver::load(const std::string &library) {
   if (llvm::Error error = driver->check(driver->api->init(0), "cuInit"))
     return std::move(error);
   return driver;
+}
+
+const TargetSelection &tilefuse::selectedTarget() {
+  static const TargetSelection selection = [] {
+    TargetSelection selection;
+    const char *value = std::getenv("TILEFUSE_TARGET");
+    llvm::StringRef text = value ? value : "";
+    if (text.empty())
+      return selection;
+    if (text == "cpu") {
+      selection.kind = TargetSelection::Kind::Cpu;
+    } else if (text == "emulate" || text == "emulate:sm_90" ||
+               text == "emulate:sm_80") {
+      selection.kind = TargetSelection::Kind::Emulate;
+      selection.chip = text == "emulate:sm_80" ? "sm_80" : "sm_90";
+    } else {
+      selection.error = llvm::formatv("TILEFUSE_TARGET={0} is not a target: "
+                                      "use cpu, emulate, emulate:sm_80 or "
+                                      "emulate:sm_90",
+                                      text);
+    }
+    return selection;
+  }();
+  return selection;
+}
+
+std::string CudaDriver::emulatorPath() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void *>(&selectedTarget), &info) ||
+      !info.dli_fname)
+    return "";
+  llvm::SmallString<256> path(llvm::sys::path::parent_path(info.dli_fname));
+  llvm::sys::path::append(path, "libtilefuse_emulator.so");
+  return std::string(path);
 }
 
 llvm::Expected<CudaDriver &> CudaDriver::global() {
@@ -88,7 +130,20 @@ llvm::Expected<CudaDriver &> CudaDriver::global() {
   };
   static Global *loaded = [] {
     auto *global = new Global;
-    llvm::Expected<std::unique_ptr<CudaDriver>> driver = load("libcuda.so.1");
+    std::string library = "libcuda.so.1";
+    if (selectedTarget().kind == TargetSelection::Kind::Emulate) {
+      // The one already loaded (a program linked with it, like _C), else
+      // the one beside this library (the package), else wherever the
+      // dynamic linker finds it.
+      library = "libtilefuse_emulator.so";
+      void *loaded = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+      if (loaded)
+        dlclose(loaded);
+      else if (std::string beside = emulatorPath();
+               !beside.empty() && llvm::sys::fs::exists(beside))
+        library = beside;
+    }
+    llvm::Expected<std::unique_ptr<CudaDriver>> driver = load(library);
     if (driver)
       global->driver = std::move(*driver);
     else
@@ -101,6 +156,8 @@ llvm::Expected<CudaDriver &> CudaDriver::global() {
 }
 
 CudaDriver::CudaDriver(std::unique_ptr<Api> api) : api(std::move(api)) {}
+
+bool CudaDriver::emulated() const { return api->setBuffers != nullptr; }
 
 // Modules stay loaded until the process exits: contexts may already be gone
 // when static destructors run, so unloading then is unsafe.
@@ -213,17 +270,35 @@ CudaDriver::functions(void *context,
   return it->second = loaded;
 }
 
+llvm::Error CudaDriver::launchOne(void *function, const std::string &name,
+                                  unsigned blocks, unsigned threads,
+                                  void *stream, std::vector<void *> &params,
+                                  const std::vector<Buffer> &buffers) {
+  if (api->setBuffers) {
+    std::vector<TilefuseEmulatorBuffer> described;
+    for (const Buffer &buffer : buffers)
+      described.push_back({buffer.name, buffer.base, buffer.bytes});
+    api->setBuffers(described.data(), described.size());
+  }
+  return check(api->launchKernel(function, blocks, 1, 1, threads, 1, 1, 0,
+                                 stream, params.data(), nullptr),
+               "cuLaunchKernel", name);
+}
+
 llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
                                llvm::ArrayRef<void *> arguments,
                                llvm::ArrayRef<void *> workspaces, int64_t rows,
-                               int device, void *stream) {
+                               int device, void *stream,
+                               llvm::ArrayRef<Buffer> extents) {
   const KernelInfo &info = kernel->info;
   size_t inputs = info.inputs.size();
   size_t columnOutputs = llvm::count_if(info.outputs, [](const PortInfo &p) {
     return p.kind == PortInfo::Kind::Col;
   });
   if (arguments.size() != inputs + info.outputs.size() ||
-      workspaces.size() != columnOutputs)
+      workspaces.size() != columnOutputs ||
+      (!extents.empty() &&
+       extents.size() != arguments.size() + workspaces.size()))
     return llvm::createStringError(llvm::formatv(
         "{0}: expected {1} arguments and {2} workspaces, got {3} and {4}",
         info.name, inputs + info.outputs.size(), columnOutputs,
@@ -244,16 +319,31 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
     return const_cast<void *>(static_cast<const void *>(&slot));
   };
   std::vector<void *> params, finalizeParams;
-  for (size_t i = 0; i < inputs; ++i)
-    params.push_back(info.inputs[i].kind == PortInfo::Kind::Scalar
-                         ? arguments[i]
-                         : address(arguments[i]));
+  // What each launch touches (when described): the main kernel every
+  // tensor and workspace, the finalize the workspaces and their outputs.
+  std::vector<Buffer> buffers, finalizeBuffers;
+  auto extent = [&](size_t i) -> const Buffer * {
+    return extents.empty() ? nullptr : &extents[i];
+  };
+  for (size_t i = 0; i < inputs; ++i) {
+    bool scalar = info.inputs[i].kind == PortInfo::Kind::Scalar;
+    params.push_back(scalar ? arguments[i] : address(arguments[i]));
+    if (!scalar && extent(i))
+      buffers.push_back(*extent(i));
+  }
   size_t workspace = 0;
   for (size_t i = 0; i < info.outputs.size(); ++i) {
     void *const &output = arguments[inputs + i];
+    if (extent(inputs + i))
+      buffers.push_back(*extent(inputs + i));
     if (info.outputs[i].kind != PortInfo::Kind::Col) {
       params.push_back(address(output));
       continue;
+    }
+    if (const Buffer *partials = extent(arguments.size() + workspace)) {
+      buffers.push_back(*partials);
+      finalizeBuffers.push_back(*partials);
+      finalizeBuffers.push_back(*extent(inputs + i));
     }
     params.push_back(address(workspaces[workspace]));
     finalizeParams.push_back(address(workspaces[workspace++]));
@@ -266,17 +356,15 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
   const TileConfig &tile = info.tile;
   unsigned blocks = rowGroupCount / tile.rowsPerBlock;
   if (blocks > 0)
-    if (llvm::Error error = check(
-            api->launchKernel(loaded->main, blocks, 1, 1,
-                              tile.threadsPerRow * tile.rowsPerBlock, 1, 1, 0,
-                              stream, params.data(), nullptr),
-            "cuLaunchKernel", info.name))
+    if (llvm::Error error =
+            launchOne(loaded->main, info.name, blocks,
+                      tile.threadsPerRow * tile.rowsPerBlock, stream, params,
+                      buffers))
       return error;
   if (!loaded->finalize)
     return llvm::Error::success();
   unsigned finalizeBlocks = (info.n + kFinalizeThreads - 1) / kFinalizeThreads;
-  return check(api->launchKernel(loaded->finalize, finalizeBlocks, 1, 1,
-                                 kFinalizeThreads, 1, 1, 0, stream,
-                                 finalizeParams.data(), nullptr),
-               "cuLaunchKernel", info.name + kFinalizeSuffix);
+  return launchOne(loaded->finalize, info.name + kFinalizeSuffix,
+                   finalizeBlocks, kFinalizeThreads, stream, finalizeParams,
+                   finalizeBuffers);
 }

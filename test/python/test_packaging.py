@@ -1,5 +1,6 @@
 """`pip install .` (not only the editable install the tests use): the wheel
-holds the package and _C, and works away from the source tree."""
+holds the package, _C and the PTX emulator, and works away from the source
+tree."""
 
 import os
 import subprocess
@@ -23,6 +24,7 @@ def test_wheel_installs_and_runs_outside_the_tree(tmp_path):
     (wheel,) = (tmp_path / "wheel").iterdir()
     names = zipfile.ZipFile(wheel).namelist()
     assert any(name.startswith("tilefuse/_C.") for name in names)
+    assert "tilefuse/libtilefuse_emulator.so" in names
     installed = subprocess.run(pip + ["install", "--no-deps", "-q", "--target",
                                       str(tmp_path / "site"), str(wheel)],
                                capture_output=True, text=True)
@@ -39,4 +41,10 @@ def test_wheel_installs_and_runs_outside_the_tree(tmp_path):
         TILEFUSE_CACHE_DIR=str(tmp_path / "cache"))
     ran = subprocess.run([sys.executable, "-S", "-c", script], cwd=tmp_path, env=env,
                          capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    # The PTX emulator ships in the wheel and runs the GPU code from there.
+    script += ("(launch,) = tilefuse.emulator.last_launches()\n"
+               "assert launch['kernel'] == 'swiglu_fwd', launch\n")
+    ran = subprocess.run([sys.executable, "-S", "-c", script], cwd=tmp_path,
+                         env=dict(env, TILEFUSE_TARGET="emulate"), capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr

@@ -2,16 +2,12 @@
 //
 // Each reference fusion (test/lit/fusions) is compiled for the CPU target,
 // JIT-compiled, run through the runtime's CPU executor (rows split across
-// four threads), and compared with a plain scalar C++ reference computed in
-// double from the same (storage-rounded) inputs.
-//
-// Tolerances, on |kernel - reference| <= atol + rtol * |reference|:
-//   f32: atol 1e-5, rtol 1e-5    (f32 arithmetic, reordered sums)
-//   f16: atol 2e-3, rtol 2e-3    (one rounding of the output: 2^-11)
-//   bf16: atol 1.6e-2, rtol 1.6e-2 (one rounding of the output: 2^-8)
-// NaN must be NaN, and an infinity the same infinity, as in PyTorch.
+// four threads), and compared with the scalar references of
+// ScalarReference.h (tolerances there).
 //
 //===----------------------------------------------------------------------===//
+
+#include "ScalarReference.h"
 
 #include "tilefuse/Compiler/Pipeline.h"
 #include "tilefuse/Compiler/Registration.h"
@@ -27,418 +23,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
-#include <functional>
-#include <map>
-#include <random>
 #include <string>
 #include <vector>
 
 using namespace mlir;
+using namespace tilefuse::testing;
 
 namespace {
-
-enum class Dtype { F32, F16, BF16 };
-
-const char *dtypeName(Dtype dtype) {
-  switch (dtype) {
-  case Dtype::F32: return "f32";
-  case Dtype::F16: return "f16";
-  case Dtype::BF16: return "bf16";
-  }
-  return "?";
-}
-
-size_t dtypeBytes(Dtype dtype) { return dtype == Dtype::F32 ? 4 : 2; }
-
-/// `value` rounded to nearest even in `dtype`, as raw bits.
-uint32_t toBits(float value, Dtype dtype) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  switch (dtype) {
-  case Dtype::F32:
-    return bits;
-  case Dtype::BF16:
-    if (std::isnan(value))
-      return (bits >> 16) | 0x40; // quiet NaN, sign kept
-    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;
-  case Dtype::F16: {
-    _Float16 half = static_cast<_Float16>(value);
-    uint16_t halfBits;
-    std::memcpy(&halfBits, &half, 2);
-    return halfBits;
-  }
-  }
-  return 0;
-}
-
-float fromBits(uint32_t bits, Dtype dtype) {
-  float value;
-  switch (dtype) {
-  case Dtype::F32:
-    std::memcpy(&value, &bits, 4);
-    return value;
-  case Dtype::BF16:
-    bits <<= 16;
-    std::memcpy(&value, &bits, 4);
-    return value;
-  case Dtype::F16: {
-    uint16_t halfBits = static_cast<uint16_t>(bits);
-    _Float16 half;
-    std::memcpy(&half, &halfBits, 2);
-    return static_cast<float>(half);
-  }
-  }
-  return 0;
-}
-
-float roundTo(float value, Dtype dtype) {
-  return fromBits(toBits(value, dtype), dtype);
-}
-
-/// NaN-propagating max, as torch.amax.
-double maxNaN(double a, double b) {
-  if (std::isnan(a) || std::isnan(b))
-    return NAN;
-  return std::max(a, b);
-}
-
-/// Host values of one kernel input or output, by name. Floats are kept as
-/// float (already rounded to their storage type), indices as int64.
-struct Values {
-  std::map<std::string, std::vector<double>> floats;
-  std::map<std::string, std::vector<int64_t>> ints;
-  std::map<std::string, double> scalars;
-  std::map<std::string, int64_t> intScalars;
-  /// The storage dtype of each float input.
-  std::map<std::string, Dtype> storage;
-};
-
-/// `value` as fuse.round_to_storage of an input stored in `dtype` leaves
-/// it: rounded to that dtype; unchanged for f32, the compute type (the
-/// reference computes in double).
-double storedAs(Dtype dtype, double value) {
-  return dtype == Dtype::F32 ? value : roundTo(static_cast<float>(value), dtype);
-}
-
-constexpr int64_t kIgnoreIndex = -100;
-
-using Reference = std::function<void(const Values &, int64_t rows, int64_t n,
-                                     Values &out)>;
-
-//===----------------------------------------------------------------------===//
-// Scalar references, written from the formulas in PyTorch's terms.
-//===----------------------------------------------------------------------===//
-
-/// RMSNorm forward in the three casting modes: "gemma" rounds nothing
-/// before the output, "llama" rounds x * rstd to x's dtype, "none" every
-/// step.
-enum class Casting { Gemma, Llama, None };
-
-void rmsNormForward(const Values &in, int64_t rows, int64_t n, Values &out,
-                    Casting casting) {
-  auto &x = in.floats.at("x"), &w = in.floats.at("weight");
-  double eps = in.scalars.at("eps"), offset = in.scalars.at("offset");
-  auto &y = out.floats["y"], &rstd = out.floats["rstd"];
-  Dtype storage = in.storage.at("x");
-  auto step = [&](double value) {
-    return casting == Casting::None ? storedAs(storage, value) : value;
-  };
-  y.resize(rows * n);
-  rstd.resize(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    double sum = 0;
-    for (int64_t c = 0; c < n; ++c)
-      sum += step(x[r * n + c] * x[r * n + c]);
-    rstd[r] = step(1.0 / std::sqrt(step(step(sum / n) + eps)));
-    for (int64_t c = 0; c < n; ++c) {
-      double xhat = x[r * n + c] * rstd[r];
-      if (casting != Casting::Gemma)
-        xhat = storedAs(storage, xhat);
-      y[r * n + c] = xhat * step(offset + w[c]);
-    }
-  }
-}
-
-void rmsNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  rmsNormForward(in, rows, n, out, Casting::Gemma);
-}
-void rmsNormLlamaFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  rmsNormForward(in, rows, n, out, Casting::Llama);
-}
-void rmsNormNoneFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  rmsNormForward(in, rows, n, out, Casting::None);
-}
-
-/// RMSNorm backward; with `roundedXhat` (llama, none) dweight sums dy times
-/// xhat rounded to x's dtype, as the forward multiplied it.
-void rmsNormBackward(const Values &in, int64_t rows, int64_t n, Values &out,
-                     bool roundedXhat) {
-  auto &dy = in.floats.at("dy"), &x = in.floats.at("x"),
-       &w = in.floats.at("weight"), &rstd = in.floats.at("rstd");
-  double offset = in.scalars.at("offset");
-  auto &dx = out.floats["dx"], &dw = out.floats["dweight"];
-  Dtype storage = in.storage.at("x");
-  dx.assign(rows * n, 0);
-  dw.assign(n, 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    double dot = 0;
-    for (int64_t c = 0; c < n; ++c)
-      dot += dy[r * n + c] * (offset + w[c]) * x[r * n + c] * rstd[r];
-    double mean = dot / n;
-    for (int64_t c = 0; c < n; ++c) {
-      double xhat = x[r * n + c] * rstd[r];
-      dx[r * n + c] = rstd[r] * (dy[r * n + c] * (offset + w[c]) - xhat * mean);
-      dw[c] += dy[r * n + c] * (roundedXhat ? storedAs(storage, xhat) : xhat);
-    }
-  }
-}
-
-void rmsNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  rmsNormBackward(in, rows, n, out, /*roundedXhat=*/false);
-}
-void rmsNormLlamaBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  rmsNormBackward(in, rows, n, out, /*roundedXhat=*/true);
-}
-
-void layerNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  auto &x = in.floats.at("x"), &w = in.floats.at("weight"),
-       &bias = in.floats.at("bias");
-  double eps = in.scalars.at("eps");
-  auto &y = out.floats["y"], &mean = out.floats["mean"],
-       &rstd = out.floats["rstd"];
-  y.resize(rows * n);
-  mean.resize(rows);
-  rstd.resize(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    double sum = 0;
-    for (int64_t c = 0; c < n; ++c)
-      sum += x[r * n + c];
-    mean[r] = sum / n;
-    double var = 0;
-    for (int64_t c = 0; c < n; ++c)
-      var += (x[r * n + c] - mean[r]) * (x[r * n + c] - mean[r]);
-    rstd[r] = 1.0 / std::sqrt(var / n + eps);
-    for (int64_t c = 0; c < n; ++c)
-      y[r * n + c] = (x[r * n + c] - mean[r]) * rstd[r] * w[c] + bias[c];
-  }
-}
-
-void layerNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  auto &dy = in.floats.at("dy"), &x = in.floats.at("x"),
-       &w = in.floats.at("weight"), &mean = in.floats.at("mean"),
-       &rstd = in.floats.at("rstd");
-  auto &dx = out.floats["dx"], &dw = out.floats["dweight"],
-       &db = out.floats["dbias"];
-  dx.assign(rows * n, 0);
-  dw.assign(n, 0);
-  db.assign(n, 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    double sumG = 0, sumGX = 0;
-    for (int64_t c = 0; c < n; ++c) {
-      double xhat = (x[r * n + c] - mean[r]) * rstd[r];
-      double g = dy[r * n + c] * w[c];
-      sumG += g;
-      sumGX += g * xhat;
-    }
-    for (int64_t c = 0; c < n; ++c) {
-      double xhat = (x[r * n + c] - mean[r]) * rstd[r];
-      double g = dy[r * n + c] * w[c];
-      dx[r * n + c] = rstd[r] * (g - sumG / n - xhat * (sumGX / n));
-      dw[c] += dy[r * n + c] * xhat;
-      db[c] += dy[r * n + c];
-    }
-  }
-}
-
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
-void swigluFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  auto &a = in.floats.at("a"), &b = in.floats.at("b");
-  auto &c = out.floats["c"];
-  c.resize(rows * n);
-  for (int64_t i = 0; i < rows * n; ++i)
-    c[i] = a[i] * sigmoid(a[i]) * b[i];
-}
-
-void swigluBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  auto &dc = in.floats.at("dc"), &a = in.floats.at("a"), &b = in.floats.at("b");
-  auto &da = out.floats["da"], &db = out.floats["db"];
-  da.resize(rows * n);
-  db.resize(rows * n);
-  for (int64_t i = 0; i < rows * n; ++i) {
-    double s = sigmoid(a[i]);
-    db[i] = dc[i] * a[i] * s;
-    da[i] = dc[i] * b[i] * s * (1 + a[i] * (1 - s));
-  }
-}
-
-/// gelu and its derivative, exact (erf) or with approximate='tanh'.
-std::pair<double, double> gelu(double a, bool tanhForm) {
-  if (tanhForm) {
-    const double beta = std::sqrt(2.0 / M_PI), kappa = 0.044715;
-    double t = std::tanh(beta * (a + kappa * a * a * a));
-    return {0.5 * a * (1 + t),
-            0.5 * (1 + t) + 0.5 * a * (1 - t * t) * beta * (1 + 3 * kappa * a * a)};
-  }
-  double cdf = 0.5 * (1 + std::erf(a / std::sqrt(2.0)));
-  return {a * cdf, cdf + a * std::exp(-0.5 * a * a) / std::sqrt(2 * M_PI)};
-}
-
-void gegluForward(const Values &in, int64_t rows, int64_t n, Values &out,
-                  bool tanhForm) {
-  auto &a = in.floats.at("a"), &b = in.floats.at("b");
-  auto &c = out.floats["c"];
-  c.resize(rows * n);
-  for (int64_t i = 0; i < rows * n; ++i)
-    c[i] = gelu(a[i], tanhForm).first * b[i];
-}
-
-void gegluBackward(const Values &in, int64_t rows, int64_t n, Values &out,
-                   bool tanhForm) {
-  auto &dc = in.floats.at("dc"), &a = in.floats.at("a"), &b = in.floats.at("b");
-  auto &da = out.floats["da"], &db = out.floats["db"];
-  da.resize(rows * n);
-  db.resize(rows * n);
-  for (int64_t i = 0; i < rows * n; ++i) {
-    auto [value, slope] = gelu(a[i], tanhForm);
-    da[i] = dc[i] * b[i] * slope;
-    db[i] = dc[i] * value;
-  }
-}
-
-void gegluFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  gegluForward(in, rows, n, out, /*tanhForm=*/false);
-}
-void gegluBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  gegluBackward(in, rows, n, out, /*tanhForm=*/false);
-}
-void gegluTanhFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  gegluForward(in, rows, n, out, /*tanhForm=*/true);
-}
-void gegluTanhBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  gegluBackward(in, rows, n, out, /*tanhForm=*/true);
-}
-
-void crossEntropyFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  auto &logits = in.floats.at("logits");
-  auto &target = in.ints.at("target");
-  double eps = in.scalars.at("label_smoothing");
-  int64_t ignore = in.intScalars.at("ignore_index");
-  auto &loss = out.floats["loss"], &lse = out.floats["lse"];
-  loss.resize(rows);
-  lse.resize(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    const double *row = &logits[r * n];
-    double max = -INFINITY, sum = 0, total = 0;
-    for (int64_t c = 0; c < n; ++c)
-      max = maxNaN(max, row[c]);
-    for (int64_t c = 0; c < n; ++c) {
-      sum += std::exp(row[c] - max);
-      total += row[c];
-    }
-    lse[r] = max + std::log(sum);
-    if (target[r] == ignore) {
-      loss[r] = 0;
-      continue;
-    }
-    double nll = lse[r] - row[target[r]];
-    loss[r] = (1 - eps) * nll + eps * (lse[r] - total / n);
-  }
-}
-
-void crossEntropyBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
-  auto &logits = in.floats.at("logits"), &lse = in.floats.at("lse"),
-       &dloss = in.floats.at("dloss");
-  auto &target = in.ints.at("target");
-  double eps = in.scalars.at("label_smoothing");
-  int64_t ignore = in.intScalars.at("ignore_index");
-  auto &dlogits = out.floats["dlogits"];
-  dlogits.resize(rows * n);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < n; ++c) {
-      double p = std::exp(logits[r * n + c] - lse[r]);
-      double onehot = c == target[r] ? 1 : 0;
-      double scale = target[r] == ignore ? 0 : dloss[r];
-      dlogits[r * n + c] = (p - (1 - eps) * onehot - eps / n) * scale;
-    }
-}
-
-/// torch.optim.AdamW's step as the fusion computes it from the host's
-/// scalars, each in-place update rounded to the storage of the tensor it
-/// writes.
-void adamwStepWith(const Values &in, int64_t rows, int64_t n, Values &out,
-                   bool amsgrad) {
-  auto &param = in.floats.at("param"), &grad = in.floats.at("grad"),
-       &m = in.floats.at("exp_avg"), &v = in.floats.at("exp_avg_sq");
-  auto scalar = [&](const char *name) { return in.scalars.at(name); };
-  const double gradSign = scalar("grad_sign"), decay = scalar("decay"),
-               lerpWeight = scalar("lerp_weight"), beta2 = scalar("beta2"),
-               oneMinusBeta2 = scalar("one_minus_beta2"),
-               biasCorrection2Sqrt = scalar("bias_correction2_sqrt"),
-               eps = scalar("eps"), negStepSize = scalar("neg_step_size");
-  const Dtype paramStorage = in.storage.at("param"),
-              expAvgStorage = in.storage.at("exp_avg"),
-              expAvgSqStorage = in.storage.at("exp_avg_sq");
-  const Dtype secondStorage =
-      amsgrad ? in.storage.at("max_exp_avg_sq") : expAvgSqStorage;
-  auto &p1 = out.floats["param_out"], &m1 = out.floats["exp_avg_out"],
-       &v1 = out.floats["exp_avg_sq_out"];
-  p1.resize(rows * n);
-  m1.resize(rows * n);
-  v1.resize(rows * n);
-  std::vector<double> *vmax1 = amsgrad ? &out.floats["max_exp_avg_sq_out"] : nullptr;
-  const std::vector<double> *vmax = amsgrad ? &in.floats.at("max_exp_avg_sq") : nullptr;
-  if (vmax1)
-    vmax1->resize(rows * n);
-  for (int64_t i = 0; i < rows * n; ++i) {
-    double g = grad[i] * gradSign;
-    double p = storedAs(paramStorage, param[i] * decay);
-    m1[i] = storedAs(expAvgStorage, std::abs(lerpWeight) < 0.5
-                                        ? m[i] + lerpWeight * (g - m[i])
-                                        : g + (lerpWeight - 1) * (g - m[i]));
-    v1[i] = storedAs(expAvgSqStorage, storedAs(expAvgSqStorage, v[i] * beta2) +
-                                          oneMinusBeta2 * g * g);
-    double s = v1[i];
-    if (vmax1)
-      s = (*vmax1)[i] = maxNaN((*vmax)[i], v1[i]);
-    double denom = storedAs(
-        secondStorage,
-        storedAs(secondStorage, storedAs(secondStorage, std::sqrt(s)) /
-                                    biasCorrection2Sqrt) +
-            eps);
-    p1[i] = p + negStepSize * m1[i] / denom;
-  }
-}
-
-void adamwStep(const Values &in, int64_t rows, int64_t n, Values &out) {
-  adamwStepWith(in, rows, n, out, /*amsgrad=*/false);
-}
-void adamwAmsgradStep(const Values &in, int64_t rows, int64_t n, Values &out) {
-  adamwStepWith(in, rows, n, out, /*amsgrad=*/true);
-}
-
-const std::map<std::string, Reference> &references() {
-  static const std::map<std::string, Reference> table = {
-      {"rms_norm_fwd", rmsNormFwd},       {"rms_norm_bwd", rmsNormBwd},
-      {"rms_norm_llama_fwd", rmsNormLlamaFwd},
-      {"rms_norm_llama_bwd", rmsNormLlamaBwd},
-      {"rms_norm_none_fwd", rmsNormNoneFwd},
-      {"layer_norm_fwd", layerNormFwd},   {"layer_norm_bwd", layerNormBwd},
-      {"swiglu_fwd", swigluFwd},          {"swiglu_bwd", swigluBwd},
-      {"geglu_fwd", gegluFwd},            {"geglu_bwd", gegluBwd},
-      {"geglu_tanh_fwd", gegluTanhFwd},   {"geglu_tanh_bwd", gegluTanhBwd},
-      {"cross_entropy_fwd", crossEntropyFwd},
-      {"cross_entropy_bwd", crossEntropyBwd},
-      {"adamw_step", adamwStep},
-      {"adamw_amsgrad_step", adamwAmsgradStep},
-  };
-  return table;
-}
-
-//===----------------------------------------------------------------------===//
-// Running a compiled fusion
-//===----------------------------------------------------------------------===//
 
 using tilefuse::KernelInfo;
 using tilefuse::PortInfo;
@@ -542,259 +133,15 @@ protected:
 MLIRContext *CpuNumerics::context = nullptr;
 tilefuse::CpuExecutor *CpuNumerics::executor = nullptr;
 
-/// Host storage of one tensor, `offset` bytes past a 64-byte boundary so
-/// that the unaligned class sees unaligned pointers.
-struct Buffer {
-  std::vector<uint8_t> bytes;
-  size_t offset = 0;
-  void *data() { return bytes.data() + offset; }
-};
-
-Buffer makeBuffer(size_t bytes, size_t misalignment) {
-  Buffer buffer;
-  buffer.bytes.resize(bytes + 64 + misalignment);
-  auto address = reinterpret_cast<uintptr_t>(buffer.bytes.data());
-  buffer.offset = (64 - address % 64) % 64 + misalignment;
-  return buffer;
-}
-
-size_t elementCount(Kind kind, int64_t rows, int64_t n) {
-  switch (kind) {
-  case Kind::Full: return rows * n;
-  case Kind::Row: return rows;
-  case Kind::Col: return n;
-  case Kind::Scalar: return 1;
-  }
-  return 0;
-}
-
-bool isFloatDtype(const std::string &dtype) { return dtype[0] == 'f' || dtype == "bf16"; }
-
-Dtype dtypeOf(const std::string &dtype) {
-  if (dtype == "bf16")
-    return Dtype::BF16;
-  if (dtype == "f16")
-    return Dtype::F16;
-  return Dtype::F32;
-}
-
-void storeFloats(const std::vector<double> &values, const std::string &type,
-                 void *data) {
-  Dtype dtype = dtypeOf(type);
-  for (size_t i = 0; i < values.size(); ++i) {
-    uint32_t bits = toBits(static_cast<float>(values[i]), dtype);
-    std::memcpy(static_cast<uint8_t *>(data) + i * dtypeBytes(dtype), &bits,
-                dtypeBytes(dtype));
-  }
-}
-
-std::vector<double> loadFloats(const void *data, const std::string &type,
-                               size_t count) {
-  Dtype dtype = dtypeOf(type);
-  std::vector<double> values(count);
-  for (size_t i = 0; i < count; ++i) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, static_cast<const uint8_t *>(data) + i * dtypeBytes(dtype),
-                dtypeBytes(dtype));
-    values[i] = fromBits(bits, dtype);
-  }
-  return values;
-}
-
 /// Runs `fusion` on `in` over `rows` rows through the runtime's CPU
 /// executor (rows split over four threads). Returns the outputs.
 Values run(CompiledFusion &fusion, tilefuse::CpuExecutor &executor,
            const Values &in, int64_t rows, bool aligned) {
-  const KernelInfo &info = fusion.info;
-  size_t misalignment = aligned ? 0 : 2;
-  std::vector<Buffer> buffers;
-  buffers.reserve(info.inputs.size() + info.outputs.size());
-  std::vector<float> floatScalars(info.inputs.size());
-  std::vector<int64_t> intScalars(info.inputs.size());
-  std::vector<void *> arguments;
-  for (size_t i = 0; i < info.inputs.size(); ++i) {
-    const PortInfo &port = info.inputs[i];
-    if (port.kind == Kind::Scalar) {
-      if (isFloatDtype(port.dtype)) {
-        floatScalars[i] = static_cast<float>(in.scalars.at(port.name));
-        arguments.push_back(&floatScalars[i]);
-      } else {
-        intScalars[i] = in.intScalars.at(port.name);
-        arguments.push_back(&intScalars[i]);
-      }
-      continue;
-    }
-    size_t count = elementCount(port.kind, rows, info.n);
-    size_t bytes = isFloatDtype(port.dtype) ? count * dtypeBytes(dtypeOf(port.dtype))
-                                            : count * sizeof(int64_t);
-    buffers.push_back(makeBuffer(bytes, misalignment));
-    if (isFloatDtype(port.dtype))
-      storeFloats(in.floats.at(port.name), port.dtype, buffers.back().data());
-    else
-      std::memcpy(buffers.back().data(), in.ints.at(port.name).data(), bytes);
-    arguments.push_back(buffers.back().data());
-  }
-  size_t firstOutput = buffers.size();
-  for (const PortInfo &port : info.outputs) {
-    size_t count = elementCount(port.kind, rows, info.n);
-    buffers.push_back(
-        makeBuffer(count * dtypeBytes(dtypeOf(port.dtype)), misalignment));
-    arguments.push_back(buffers.back().data());
-  }
-  llvm::Error error = fusion.kernel->run(executor, arguments, rows);
+  Arguments arguments =
+      makeArguments(fusion.info, in, rows, aligned);
+  llvm::Error error = fusion.kernel->run(executor, arguments.pointers, rows);
   EXPECT_FALSE(static_cast<bool>(error)) << llvm::toString(std::move(error));
-
-  Values out;
-  for (size_t o = 0; o < info.outputs.size(); ++o) {
-    const PortInfo &port = info.outputs[o];
-    out.floats[port.name] =
-        loadFloats(buffers[firstOutput + o].data(), port.dtype,
-                   elementCount(port.kind, rows, info.n));
-  }
-  return out;
-}
-
-//===----------------------------------------------------------------------===//
-// Inputs
-//===----------------------------------------------------------------------===//
-
-/// Random inputs for `fusion`, rounded to their storage types. Row inputs
-/// that are statistics (rstd, mean, lse) are computed from the data so that
-/// backward passes see consistent values.
-Values makeInputs(const CompiledFusion &fusion, int64_t rows, uint32_t seed) {
-  const KernelInfo &info = fusion.info;
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_int_distribution<int64_t> column(0, info.n - 1);
-  Values in;
-  int64_t n = info.n;
-  for (const PortInfo &port : info.inputs) {
-    if (port.kind == Kind::Scalar)
-      continue;
-    if (isFloatDtype(port.dtype))
-      in.storage[port.name] = dtypeOf(port.dtype);
-    size_t count = elementCount(port.kind, rows, n);
-    if (!isFloatDtype(port.dtype)) {
-      auto &target = in.ints[port.name];
-      for (size_t i = 0; i < count; ++i)
-        target.push_back(i % 5 == 3 ? kIgnoreIndex : column(rng));
-      continue;
-    }
-    auto &values = in.floats[port.name];
-    Dtype dtype = dtypeOf(port.dtype);
-    for (size_t i = 0; i < count; ++i) {
-      double value = normal(rng);
-      if (port.name == "exp_avg_sq" || port.name == "max_exp_avg_sq" ||
-          port.name == "rstd")
-        value = std::abs(value) + 0.1;
-      if (port.name == "weight")
-        value = 1.0 + 0.1 * value;
-      values.push_back(roundTo(static_cast<float>(value), dtype));
-    }
-  }
-  // AdamW's scalars as the host computes them for lr 1e-3, betas (0.9,
-  // 0.999), weight decay 0.01, step 7 and maximize.
-  const double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, step = 7;
-  in.scalars = {{"eps", 1e-5},
-                {"label_smoothing", 0.1},
-                {"offset", 0.5},
-                {"grad_sign", -1.0},
-                {"decay", 1 - lr * 0.01},
-                {"lerp_weight", 1 - beta1},
-                {"beta2", beta2},
-                {"one_minus_beta2", 1 - beta2},
-                {"bias_correction2_sqrt", std::sqrt(1 - std::pow(beta2, step))},
-                {"neg_step_size", -lr / (1 - std::pow(beta1, step))}};
-  if (info.name.rfind("adamw", 0) == 0)
-    in.scalars["eps"] = 1e-8;
-  in.intScalars = {{"ignore_index", kIgnoreIndex}};
-  if (in.floats.count("lse")) {
-    // lse from the logits themselves, as the forward pass saved it.
-    Values forward, stats;
-    forward.floats["logits"] = in.floats["logits"];
-    forward.ints["target"] = in.ints["target"];
-    forward.scalars = in.scalars;
-    forward.intScalars = in.intScalars;
-    crossEntropyFwd(forward, rows, n, stats);
-    in.floats["lse"] = stats.floats["lse"];
-    for (double &value : in.floats["lse"])
-      value = static_cast<float>(value);
-  }
-  if (in.floats.count("mean")) {
-    Values forward, stats;
-    forward.floats = {{"x", in.floats["x"]},
-                      {"weight", in.floats["weight"]},
-                      {"bias", std::vector<double>(n, 0.0)}};
-    forward.scalars = in.scalars;
-    layerNormFwd(forward, rows, n, stats);
-    for (const char *name : {"mean", "rstd"}) {
-      in.floats[name] = stats.floats[name];
-      for (double &value : in.floats[name])
-        value = static_cast<float>(value);
-    }
-  }
-  return in;
-}
-
-//===----------------------------------------------------------------------===//
-// Comparison
-//===----------------------------------------------------------------------===//
-
-struct Tolerance {
-  double atol, rtol;
-};
-
-Tolerance toleranceFor(const std::string &storage) {
-  switch (dtypeOf(storage)) {
-  case Dtype::F32: return {1e-5, 1e-5};
-  case Dtype::F16: return {2e-3, 2e-3};
-  case Dtype::BF16: return {1.6e-2, 1.6e-2};
-  }
-  return {0, 0};
-}
-
-/// Counts mismatches; reports the first few.
-void expectClose(const std::string &what, const std::vector<double> &actual,
-                 const std::vector<double> &expected, Tolerance tolerance,
-                 double scale = 1.0) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  int reported = 0;
-  size_t mismatches = 0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    double a = actual[i], e = expected[i];
-    bool ok;
-    if (std::isnan(e) || std::isinf(e))
-      ok = std::isnan(e) ? std::isnan(a) : a == e;
-    else
-      ok = std::abs(a - e) <=
-           scale * (tolerance.atol + tolerance.rtol * std::abs(e));
-    if (!ok) {
-      ++mismatches;
-      if (reported++ < 5)
-        ADD_FAILURE() << what << "[" << i << "]: got " << a << ", expected "
-                      << e;
-    }
-  }
-  EXPECT_EQ(mismatches, 0u) << what;
-}
-
-/// Column reductions sum `rows` terms: the tolerance grows with sqrt(rows).
-double columnScale(const PortInfo &port, int64_t rows) {
-  return port.kind == Kind::Col ? std::sqrt(std::max<int64_t>(rows, 1)) : 1.0;
-}
-
-struct Case {
-  std::string fusion;
-  Dtype dtype;
-  int64_t n;
-  int64_t rows;
-  bool aligned;
-};
-
-std::string caseName(const Case &c) {
-  return c.fusion + "/" + dtypeName(c.dtype) + "/n=" + std::to_string(c.n) +
-         "/rows=" + std::to_string(c.rows) +
-         (c.aligned ? "/aligned" : "/unaligned");
+  return readOutputs(fusion.info, arguments, rows);
 }
 
 /// Runs `fusion` on random inputs and compares every output with
@@ -802,37 +149,18 @@ std::string caseName(const Case &c) {
 void expectMatchesReference(CompiledFusion &fusion, const Reference &reference,
                             int64_t rows, bool aligned, uint32_t seed,
                             tilefuse::CpuExecutor &executor) {
-  int64_t n = fusion.info.n;
-  Values in = makeInputs(fusion, rows, seed);
-  Values expected;
-  reference(in, rows, n, expected);
+  Values in = makeInputs(fusion.info, rows, seed);
   Values actual = run(fusion, executor, in, rows, aligned);
-  for (const PortInfo &port : fusion.info.outputs) {
-    std::vector<double> want = expected.floats.at(port.name);
-    for (double &value : want)
-      value = roundTo(static_cast<float>(value), dtypeOf(port.dtype));
-    expectClose(port.name, actual.floats.at(port.name), want,
-                toleranceFor(port.dtype), columnScale(port, rows));
-  }
+  tilefuse::testing::expectMatchesReference(fusion.info, reference, in, actual,
+                                            rows);
 }
 
 class CpuNumericsSweep : public CpuNumerics {};
 
-/// Fusions that are variants of another one (the same kinds, reductions and
-/// lowering paths, other math): the sweep runs them, aligned, at the row
-/// lengths that pick each path on the CPU (scalar lanes, vectors on chip,
-/// streamed), and leaves long rows and misaligned pointers to the fusion
-/// they vary.
-bool isVariant(const std::string &name) {
-  return llvm::is_contained({"rms_norm_llama_fwd", "rms_norm_none_fwd",
-                             "rms_norm_llama_bwd", "geglu_fwd", "geglu_bwd",
-                             "geglu_tanh_fwd", "geglu_tanh_bwd",
-                             "adamw_amsgrad_step"},
-                            name);
-}
-
 TEST_F(CpuNumericsSweep, ReferenceFusionsMatchScalarReference) {
   const std::vector<int64_t> rowLengths = {1, 3, 64, 1000, 4096, 32000};
+  // Variants (ScalarReference.h), aligned, at the row lengths that pick
+  // each path on the CPU: scalar lanes, vectors on chip, streamed.
   const std::vector<int64_t> variantRowLengths = {3, 64, 1000};
   const std::vector<int64_t> rowCounts = {1, 7, 256};
   int checked = 0;
@@ -915,22 +243,11 @@ TEST_F(CpuNumerics, NaNAndInfPropagate) {
     int64_t n = 64, rows = 7;
     std::unique_ptr<CompiledFusion> fusion = compile(name, Dtype::F32, n, true);
     ASSERT_TRUE(fusion);
-    Values in = makeInputs(*fusion, rows, /*seed=*/3);
-    // A NaN in row 2 and +Inf in row 4 of the first full input.
-    for (const PortInfo &port : fusion->info.inputs) {
-      if (port.kind != Kind::Full || !isFloatDtype(port.dtype))
-        continue;
-      in.floats[port.name][2 * n + 5] = NAN;
-      in.floats[port.name][4 * n + 9] = INFINITY;
-      break;
-    }
-    Values expected;
-    reference(in, rows, n, expected);
+    Values in = makeInputs(fusion->info, rows, /*seed=*/3);
+    addNaNAndInf(fusion->info, in);
     Values actual = run(*fusion, *executor, in, rows, true);
-    for (const PortInfo &port : fusion->info.outputs)
-      expectClose(port.name, actual.floats.at(port.name),
-                  expected.floats.at(port.name), toleranceFor(port.dtype),
-                  columnScale(port, rows));
+    tilefuse::testing::expectMatchesReference(fusion->info, reference, in,
+                                              actual, rows);
   }
 }
 
@@ -940,7 +257,7 @@ TEST_F(CpuNumerics, ZeroRows) {
   std::unique_ptr<CompiledFusion> fusion =
       compile("rms_norm_bwd", Dtype::F32, 64, true);
   ASSERT_TRUE(fusion);
-  Values in = makeInputs(*fusion, 0, 1);
+  Values in = makeInputs(fusion->info, 0, 1);
   Values actual = run(*fusion, *executor, in, 0, true);
   EXPECT_TRUE(actual.floats.at("dx").empty());
   for (double value : actual.floats.at("dweight"))

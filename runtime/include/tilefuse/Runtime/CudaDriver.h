@@ -6,6 +6,11 @@
 // the caller's stream. Every failure is an error naming the driver call
 // and the kernel.
 //
+// TILEFUSE_TARGET=emulate (or emulate:sm_80, emulate:sm_90) opens the PTX
+// emulator (libtilefuse_emulator.so, runtime/emulator) instead: it exports
+// the same entry points, so this code is what runs against it, and host
+// pointers are its device pointers.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TILEFUSE_RUNTIME_CUDADRIVER_H
@@ -19,14 +24,43 @@
 
 namespace tilefuse {
 
+/// What TILEFUSE_TARGET asks for: nothing (CPU tensors run on the CPU,
+/// CUDA tensors on the GPU), "cpu" (CPU tensors only), or "emulate" /
+/// "emulate:sm_80" / "emulate:sm_90" (CPU tensors run their GPU code in the
+/// PTX emulator; sm_90 by default). Read once; `error` is set for any other
+/// value.
+struct TargetSelection {
+  enum class Kind { Default, Cpu, Emulate } kind = Kind::Default;
+  std::string chip; // Emulate: sm_80 or sm_90
+  std::string error;
+};
+const TargetSelection &selectedTarget();
+
 class CudaDriver {
 public:
+  /// One buffer a launch may touch, for the emulator's bounds checks and
+  /// traffic counters (a real driver is not told).
+  struct Buffer {
+    const char *name;
+    const void *base;
+    uint64_t bytes;
+  };
+
   /// Opens `library` and initializes the driver (cuInit).
   static llvm::Expected<std::unique_ptr<CudaDriver>>
   load(const std::string &library);
-  /// The process's driver: libcuda.so.1, opened on the first call; the
-  /// error, if it could not be, on every call.
+  /// The process's driver: libcuda.so.1, or the emulator under
+  /// TILEFUSE_TARGET=emulate (the one the process has loaded, else the one
+  /// beside the library holding this code, else wherever the dynamic
+  /// linker finds it), opened on the first call; the error, if it could
+  /// not be, on every call.
   static llvm::Expected<CudaDriver &> global();
+  /// Where the emulator library is looked for first (beside the shared
+  /// object that holds this code).
+  static std::string emulatorPath();
+
+  /// Whether this is the PTX emulator.
+  bool emulated() const;
   ~CudaDriver();
 
   /// The compile target of `device`: sm_80, sm_86, sm_89 or sm_90 (any
@@ -43,12 +77,16 @@ public:
   /// current context gets `device`'s primary context (as the CUDA runtime
   /// would). `arguments` as CpuExecutor::run takes them (per input then
   /// output: the device pointer, or a scalar's address); `workspaces` holds
-  /// one f32 [rowGroups, n] buffer per column-reduction output, in output
-  /// order. The kernel stays loaded (and alive) while the process runs.
+  /// one [rowGroups, n] buffer of the accumulator's dtype per
+  /// column-reduction output, in output order. `extents`, when given,
+  /// describes each argument then each workspace (a scalar's is ignored);
+  /// the emulator checks each launch's accesses against the buffers it
+  /// touches. The kernel stays loaded (and alive) while the process runs.
   llvm::Error launch(std::shared_ptr<const GpuKernel> kernel,
                      llvm::ArrayRef<void *> arguments,
                      llvm::ArrayRef<void *> workspaces, int64_t rows,
-                     int device, void *stream);
+                     int device, void *stream,
+                     llvm::ArrayRef<Buffer> extents = {});
 
 private:
   struct Api;
@@ -65,6 +103,10 @@ private:
   llvm::Expected<int> attribute(int device, int which);
   llvm::Expected<Loaded>
   functions(void *context, const std::shared_ptr<const GpuKernel> &kernel);
+  llvm::Error launchOne(void *function, const std::string &name,
+                        unsigned blocks, unsigned threads, void *stream,
+                        std::vector<void *> &params,
+                        const std::vector<Buffer> &buffers);
 
   std::unique_ptr<Api> api;
   std::mutex mutex;

@@ -1,0 +1,132 @@
+//===- Emulator.h - the PTX emulator: device, launches ----------*- C++ -*-===//
+//
+// libtilefuse_emulator.so runs PTX on the host. It exports, with C linkage,
+// the CUDA driver entry points CudaDriver resolves (cuInit ...
+// cuLaunchKernel), so CudaDriver loads it in place of libcuda.so.1 when
+// TILEFUSE_TARGET=emulate (or emulate:sm_80) and the code that talks to the
+// real driver is the code under test. Device pointers are host pointers.
+//
+// Every launch is checked: global accesses outside the buffers the launch
+// was given (tilefuseEmulatorSetBuffers), shared accesses outside the
+// declared .shared arrays, shared-memory races between barriers, reads of
+// registers never written, misaligned accesses, integer division by zero,
+// barriers not every thread of a block reaches and shuffles that can never
+// complete. A failed check fails cuLaunchKernel with a message (through
+// cuGetErrorString) naming the kernel, the PTX line and instruction, the
+// block and the thread.
+//
+// Each launch leaves a LaunchRecord: global bytes per buffer, dynamic
+// thread-instructions by class, barriers and shuffles. TILEFUSE_LOG=emulate
+// prints one line per launch to stderr.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TILEFUSE_EMULATOR_EMULATOR_H
+#define TILEFUSE_EMULATOR_EMULATOR_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+extern "C" {
+/// One global buffer a launch may access: [base, base + bytes).
+struct TilefuseEmulatorBuffer {
+  const char *name;
+  const void *base;
+  uint64_t bytes;
+};
+
+/// The buffers the next cuLaunchKernel on this thread may access (copied;
+/// a later call replaces them). Resolved with dlsym by CudaDriver: a real
+/// driver does not have it. Returns 0.
+int tilefuseEmulatorSetBuffers(const TilefuseEmulatorBuffer *buffers,
+                               size_t count);
+}
+
+namespace tilefuse::emulator {
+
+/// What a dynamic thread-instruction does (the traffic benchmark's issue
+/// model weighs them differently).
+enum class InstructionClass : uint8_t {
+  Memory,         // ld, st
+  Arithmetic,     // integer, f16/bf16/f32 arithmetic, compare, select, logic
+  Double,         // f64 arithmetic
+  Transcendental, // ex2, lg2, tanh, rsqrt, rcp/sqrt .approx (the SFU)
+  Division,       // IEEE div, sqrt, rcp: a multi-instruction sequence on a GPU
+  Conversion,     // cvt, pack and unpack moves
+  Sync,           // bar.sync, shfl.sync
+  Control,        // bra, call, ret
+  Count
+};
+constexpr size_t kInstructionClasses =
+    static_cast<size_t>(InstructionClass::Count);
+const char *className(InstructionClass kind);
+
+/// Global traffic of one buffer in one launch.
+struct BufferTraffic {
+  std::string name;
+  uint64_t base = 0, bytes = 0;
+  uint64_t loadedBytes = 0, storedBytes = 0;
+  uint64_t loads = 0, stores = 0; // thread-level access instructions
+  /// Under setTrafficDetail(true): distinct 32-byte sectors each block
+  /// touched, summed over blocks (what per-block caching would fetch), and
+  /// distinct sectors over the whole launch (what a cache holding the whole
+  /// buffer would fetch), in bytes.
+  uint64_t blockUniqueBytes = 0, launchUniqueBytes = 0;
+};
+
+struct LaunchRecord {
+  std::string kernel, chip;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  std::vector<BufferTraffic> buffers;
+  /// Thread-instructions executed, by class (predicated-off ones too: they
+  /// take an issue slot).
+  uint64_t instructions[kInstructionClasses] = {};
+  /// Barriers completed (once per block per bar.sync) and warp shuffles
+  /// completed (once per group of lanes that exchanged).
+  uint64_t barriers = 0, shuffles = 0;
+  /// Under setTrafficDetail(true): how many times a thread had to wait for
+  /// its outstanding global loads, as a GPU scheduling loads as early as
+  /// dependences allow would: at a load whose address, or a store whose
+  /// data, one of them produces (later loads cannot pass a store that may
+  /// alias), at a branch, barrier, shuffle, call or the end. Loaded bytes
+  /// per round trip are the bytes a thread keeps in flight.
+  uint64_t loadRoundTrips = 0;
+  /// 32-bit registers each thread declares (a .b64 counts twice; ptxas
+  /// allocates its own, usually fewer) and static shared bytes per block.
+  unsigned declaredRegisters = 0, sharedBytes = 0;
+  double seconds = 0;
+
+  uint64_t totalInstructions() const;
+  uint64_t loadedBytes() const;
+  uint64_t storedBytes() const;
+  /// One line: kernel, grid, bytes per buffer, instructions, time.
+  std::string summary() const;
+};
+
+/// The launches recorded since the last call (oldest first; at most the
+/// last 4096 are kept), and forgets them.
+std::vector<LaunchRecord> takeLaunches();
+
+/// The emulated chip: "sm_90" (H200-like: 132 SMs) or "sm_80" (A100-like:
+/// 108 SMs). cuInit picks it from TILEFUSE_TARGET (emulate or
+/// emulate:sm_XX); this overrides it, and `multiprocessors` > 0 overrides
+/// the SM count (tests use a few SMs to get persistent grids cheaply).
+/// Returns false for an unknown chip.
+bool setDevice(const std::string &chip, int multiprocessors = 0);
+std::string deviceChip();
+int deviceMultiprocessors();
+
+/// Counts distinct sectors per block and per launch (BufferTraffic). Off
+/// by default (it costs memory and time per access).
+void setTrafficDetail(bool on);
+
+/// Host threads running independent blocks (0: the default, the
+/// hardware's concurrency or TILEFUSE_EMULATE_THREADS). Results and the
+/// reported error do not depend on it.
+void setHostThreads(unsigned threads);
+
+} // namespace tilefuse::emulator
+
+#endif // TILEFUSE_EMULATOR_EMULATOR_H

@@ -1,0 +1,489 @@
+//===- Driver.cpp - the CUDA driver entry points, emulated ----------------===//
+//
+// What CudaDriver resolves from libcuda.so.1, with the driver's signatures
+// and result codes: one device (the emulated chip), a primary context per
+// process, modules parsed from PTX, and launches that run to completion
+// before cuLaunchKernel returns. A failure's message (a parse error, a
+// failed check) is what cuGetErrorString returns for that result on the
+// calling thread.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Interpreter.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+using namespace tilefuse::emulator;
+
+namespace {
+
+struct Device {
+  std::string chip = "sm_90";
+  unsigned sm = 90;
+  int multiprocessors = 132;
+  bool configured = false; // by setDevice: TILEFUSE_TARGET is not read
+};
+
+struct LoadedModule;
+struct LoadedFunction {
+  LoadedModule *module;
+  const Function *function;
+};
+struct LoadedModule {
+  std::unique_ptr<Module> module;
+  std::deque<LoadedFunction> functions;
+};
+
+struct State {
+  std::mutex mutex;
+  Device device;
+  bool initialized = false;
+  std::deque<LaunchRecord> records;
+  unsigned hostThreads = 0;
+  bool trafficDetail = false;
+  bool log = false;
+};
+
+State &state() {
+  static State *instance = new State; // never destroyed: see CudaDriver
+  return *instance;
+}
+
+/// The primary context: the only one.
+int primaryContext;
+thread_local void *currentContext = nullptr;
+thread_local std::vector<Buffer> nextBuffers;
+thread_local int lastResult = kSuccess;
+thread_local std::string lastMessage;
+
+int failWith(int result, std::string message) {
+  lastResult = result;
+  lastMessage = "emulator: " + std::move(message);
+  return result;
+}
+
+struct Chip {
+  const char *name;
+  unsigned sm;
+  int multiprocessors, clockKHz, l2Bytes, sharedPerSM, sharedOptIn;
+};
+/// H200-like (sm_90) and A100-like (sm_80) devices.
+constexpr Chip kChips[] = {
+    {"sm_90", 90, 132, 1980000, 50 * 1024 * 1024, 233472, 232448},
+    {"sm_80", 80, 108, 1410000, 40 * 1024 * 1024, 167936, 166912},
+};
+
+const Chip *chipNamed(llvm::StringRef name) {
+  for (const Chip &chip : kChips)
+    if (name == chip.name)
+      return &chip;
+  return nullptr;
+}
+
+unsigned defaultHostThreads() {
+  if (const char *text = std::getenv("TILEFUSE_EMULATE_THREADS")) {
+    unsigned threads = 0;
+    if (!llvm::StringRef(text).getAsInteger(10, threads) && threads > 0)
+      return threads;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// The C++ interface (Emulator.h)
+//===----------------------------------------------------------------------===//
+
+const char *tilefuse::emulator::className(InstructionClass kind) {
+  switch (kind) {
+  case InstructionClass::Memory: return "memory";
+  case InstructionClass::Arithmetic: return "arithmetic";
+  case InstructionClass::Double: return "f64";
+  case InstructionClass::Transcendental: return "transcendental";
+  case InstructionClass::Division: return "division";
+  case InstructionClass::Conversion: return "conversion";
+  case InstructionClass::Sync: return "sync";
+  case InstructionClass::Control: return "control";
+  case InstructionClass::Count: break;
+  }
+  return "?";
+}
+
+uint64_t LaunchRecord::totalInstructions() const {
+  uint64_t total = 0;
+  for (uint64_t count : instructions)
+    total += count;
+  return total;
+}
+
+uint64_t LaunchRecord::loadedBytes() const {
+  uint64_t total = 0;
+  for (const BufferTraffic &buffer : buffers)
+    total += buffer.loadedBytes;
+  return total;
+}
+
+uint64_t LaunchRecord::storedBytes() const {
+  uint64_t total = 0;
+  for (const BufferTraffic &buffer : buffers)
+    total += buffer.storedBytes;
+  return total;
+}
+
+std::string LaunchRecord::summary() const {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("tilefuse emulate: {0} on {1}, grid {2}x{3}x{4}, block "
+                      "{5}x{6}x{7}:",
+                      kernel, chip, grid[0], grid[1], grid[2], block[0],
+                      block[1], block[2]);
+  for (const BufferTraffic &buffer : buffers)
+    os << llvm::formatv(" {0} ld {1} B st {2} B;", buffer.name,
+                        buffer.loadedBytes, buffer.storedBytes);
+  os << llvm::formatv(" {0} thread-instructions (", totalInstructions());
+  bool first = true;
+  for (size_t c = 0; c < kInstructionClasses; ++c) {
+    if (!instructions[c])
+      continue;
+    os << (first ? "" : ", ") << className(static_cast<InstructionClass>(c))
+       << " " << instructions[c];
+    first = false;
+  }
+  os << llvm::formatv("), {0} barriers, {1} shuffles, {2:f3} s", barriers,
+                      shuffles, seconds);
+  return text;
+}
+
+std::vector<LaunchRecord> tilefuse::emulator::takeLaunches() {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::vector<LaunchRecord> records(s.records.begin(), s.records.end());
+  s.records.clear();
+  return records;
+}
+
+bool tilefuse::emulator::setDevice(const std::string &chip,
+                                   int multiprocessors) {
+  const Chip *known = chipNamed(chip);
+  if (!known)
+    return false;
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.device.chip = known->name;
+  s.device.sm = known->sm;
+  s.device.multiprocessors =
+      multiprocessors > 0 ? multiprocessors : known->multiprocessors;
+  s.device.configured = true;
+  return true;
+}
+
+std::string tilefuse::emulator::deviceChip() {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.device.chip;
+}
+
+int tilefuse::emulator::deviceMultiprocessors() {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.device.multiprocessors;
+}
+
+void tilefuse::emulator::setTrafficDetail(bool on) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.trafficDetail = on;
+}
+
+void tilefuse::emulator::setHostThreads(unsigned threads) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.hostThreads = threads;
+}
+
+//===----------------------------------------------------------------------===//
+// The driver API
+//===----------------------------------------------------------------------===//
+
+extern "C" {
+
+int tilefuseEmulatorSetBuffers(const TilefuseEmulatorBuffer *buffers,
+                               size_t count) {
+  nextBuffers.clear();
+  for (size_t i = 0; i < count; ++i)
+    nextBuffers.push_back({buffers[i].name ? buffers[i].name : "",
+                           reinterpret_cast<uint64_t>(buffers[i].base),
+                           buffers[i].bytes});
+  return kSuccess;
+}
+
+int cuInit(unsigned flags) {
+  if (flags != 0)
+    return failWith(kInvalidValue, "cuInit takes flags 0");
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.initialized)
+    return kSuccess;
+  const char *log = std::getenv("TILEFUSE_LOG");
+  s.log = log && llvm::StringRef(log).contains("emulate");
+  if (!s.hostThreads)
+    s.hostThreads = defaultHostThreads();
+  // TILEFUSE_TARGET=emulate or emulate:sm_XX picks the chip.
+  if (!s.device.configured)
+    if (const char *target = std::getenv("TILEFUSE_TARGET")) {
+      llvm::StringRef text(target);
+      if (text.consume_front("emulate:")) {
+        const Chip *chip = chipNamed(text);
+        if (!chip)
+          return failWith(kInvalidValue,
+                          llvm::formatv("TILEFUSE_TARGET=emulate:{0}: the "
+                                        "emulator has sm_80 and sm_90",
+                                        text));
+        s.device.chip = chip->name;
+        s.device.sm = chip->sm;
+        s.device.multiprocessors = chip->multiprocessors;
+      }
+    }
+  s.initialized = true;
+  return kSuccess;
+}
+
+int cuGetErrorName(int result, const char **name) {
+  switch (result) {
+  case kSuccess: *name = "CUDA_SUCCESS"; break;
+  case kInvalidValue: *name = "CUDA_ERROR_INVALID_VALUE"; break;
+  case kNotInitialized: *name = "CUDA_ERROR_NOT_INITIALIZED"; break;
+  case kNoBinaryForGpu: *name = "CUDA_ERROR_NO_BINARY_FOR_GPU"; break;
+  case kInvalidPtx: *name = "CUDA_ERROR_INVALID_PTX"; break;
+  case kInvalidHandle: *name = "CUDA_ERROR_INVALID_HANDLE"; break;
+  case kNotFound: *name = "CUDA_ERROR_NOT_FOUND"; break;
+  case kIllegalAddress: *name = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+  case kLaunchOutOfResources:
+    *name = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
+    break;
+  case kMisalignedAddress: *name = "CUDA_ERROR_MISALIGNED_ADDRESS"; break;
+  case kLaunchFailed: *name = "CUDA_ERROR_LAUNCH_FAILED"; break;
+  default:
+    *name = nullptr;
+    return kInvalidValue;
+  }
+  return kSuccess;
+}
+
+int cuGetErrorString(int result, const char **text) {
+  if (result == lastResult && result != kSuccess) {
+    *text = lastMessage.c_str();
+    return kSuccess;
+  }
+  const char *name = nullptr;
+  int known = cuGetErrorName(result, &name);
+  *text = name;
+  return known;
+}
+
+int cuCtxGetCurrent(void **context) {
+  *context = currentContext;
+  return kSuccess;
+}
+
+int cuCtxSetCurrent(void *context) {
+  if (context && context != &primaryContext)
+    return failWith(kInvalidValue, "unknown context");
+  currentContext = context;
+  return kSuccess;
+}
+
+int cuDevicePrimaryCtxRetain(void **context, int device) {
+  if (device != 0)
+    return failWith(kInvalidValue,
+                    llvm::formatv("device {0} does not exist (the emulator "
+                                  "has device 0)",
+                                  device));
+  *context = &primaryContext;
+  return kSuccess;
+}
+
+int cuDeviceGetAttribute(int *value, int attribute, int device) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.initialized)
+    return failWith(kNotInitialized, "cuInit was not called");
+  if (device != 0)
+    return failWith(kInvalidValue, llvm::formatv("device {0} does not exist",
+                                                 device));
+  const Chip &chip = *chipNamed(s.device.chip);
+  switch (attribute) {
+  case 1: *value = 1024; break;                      // threads per block
+  case 2: case 3: *value = 1024; break;              // block x, y
+  case 4: *value = 64; break;                        // block z
+  case 5: *value = 2147483647; break;                // grid x
+  case 6: case 7: *value = 65535; break;             // grid y, z
+  case 8: *value = 49152; break;                     // shared per block
+  case 10: *value = 32; break;                       // warp size
+  case 12: *value = 65536; break;                    // registers per block
+  case 13: *value = chip.clockKHz; break;
+  case 16: *value = s.device.multiprocessors; break;
+  case 38: *value = chip.l2Bytes; break;
+  case 39: *value = 2048; break;                     // threads per SM
+  case 75: *value = chip.sm / 10; break;             // compute capability
+  case 76: *value = chip.sm % 10; break;
+  case 81: *value = chip.sharedPerSM; break;
+  case 82: *value = 65536; break;                    // registers per SM
+  case 97: *value = chip.sharedOptIn; break;
+  case 106: *value = 32; break;                      // blocks per SM
+  default:
+    return failWith(kInvalidValue,
+                    llvm::formatv("device attribute {0} is not emulated",
+                                  attribute));
+  }
+  return kSuccess;
+}
+
+int cuModuleLoadData(void **module, const void *image) {
+  State &s = state();
+  unsigned sm;
+  std::string chip;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.initialized)
+      return failWith(kNotInitialized, "cuInit was not called");
+    sm = s.device.sm;
+    chip = s.device.chip;
+  }
+  if (!currentContext)
+    return failWith(kInvalidValue, "no current context");
+  llvm::Expected<std::unique_ptr<Module>> parsed =
+      parseModule(static_cast<const char *>(image));
+  if (!parsed)
+    return failWith(kInvalidPtx, llvm::toString(parsed.takeError()));
+  if ((*parsed)->smVersion > sm)
+    return failWith(kNoBinaryForGpu,
+                    llvm::formatv("the PTX targets {0}, the emulated device "
+                                  "is {1}",
+                                  (*parsed)->target, chip));
+  auto *loaded = new LoadedModule;
+  loaded->module = std::move(*parsed);
+  *module = loaded;
+  return kSuccess;
+}
+
+int cuModuleGetFunction(void **function, void *module, const char *name) {
+  if (!module)
+    return failWith(kInvalidHandle, "null module");
+  auto *loaded = static_cast<LoadedModule *>(module);
+  const Function *found = loaded->module->find(name);
+  if (!found || !found->entry || !found->hasBody)
+    return failWith(kNotFound, llvm::formatv("the module has no kernel {0}",
+                                             name));
+  loaded->functions.push_back({loaded, found});
+  *function = &loaded->functions.back();
+  return kSuccess;
+}
+
+int cuModuleUnload(void *module) {
+  delete static_cast<LoadedModule *>(module);
+  return kSuccess;
+}
+
+int cuLaunchKernel(void *function, unsigned gridX, unsigned gridY,
+                   unsigned gridZ, unsigned blockX, unsigned blockY,
+                   unsigned blockZ, unsigned sharedBytes, void *stream,
+                   void **params, void **extra) {
+  (void)stream; // launches complete before returning: any stream is fine
+  std::vector<Buffer> buffers = std::move(nextBuffers);
+  nextBuffers.clear();
+  if (!function)
+    return failWith(kInvalidHandle, "null function");
+  const LoadedFunction &loaded = *static_cast<LoadedFunction *>(function);
+  const Function &kernel = *loaded.function;
+  if (extra)
+    return failWith(kInvalidValue,
+                    "the extra launch argument is not supported");
+  unsigned threads = blockX * blockY * blockZ;
+  if (!gridX || !gridY || !gridZ || !threads || threads > 1024 ||
+      blockZ > 64 || gridY > 65535 || gridZ > 65535)
+    return failWith(kInvalidValue,
+                    llvm::formatv("{0}: invalid launch grid {1}x{2}x{3}, "
+                                  "block {4}x{5}x{6}",
+                                  kernel.name, gridX, gridY, gridZ, blockX,
+                                  blockY, blockZ));
+  if (kernel.maxThreads && threads > kernel.maxThreads)
+    return failWith(kInvalidValue,
+                    llvm::formatv("{0}: {1} threads per block exceed its "
+                                  ".maxntid {2}",
+                                  kernel.name, threads, kernel.maxThreads));
+  if (kernel.requiredThreads[0] &&
+      (kernel.requiredThreads[0] != blockX ||
+       kernel.requiredThreads[1] != blockY ||
+       kernel.requiredThreads[2] != blockZ))
+    return failWith(kInvalidValue,
+                    llvm::formatv("{0}: block {1}x{2}x{3} differs from its "
+                                  ".reqntid",
+                                  kernel.name, blockX, blockY, blockZ));
+  bool dynamic = llvm::any_of(kernel.shared, [](const SharedArray &array) {
+    return array.dynamic;
+  });
+  if (sharedBytes && !dynamic)
+    return failWith(kInvalidValue,
+                    llvm::formatv("{0}: {1} bytes of dynamic shared memory for "
+                                  "a kernel without an .extern .shared array",
+                                  kernel.name, sharedBytes));
+  if (kernel.staticSharedBytes + sharedBytes > 49152)
+    return failWith(kLaunchOutOfResources,
+                    llvm::formatv("{0}: {1} bytes of shared memory exceed "
+                                  "48 KiB per block",
+                                  kernel.name,
+                                  kernel.staticSharedBytes + sharedBytes));
+  if (!params && !kernel.params.empty())
+    return failWith(kInvalidValue, llvm::formatv("{0}: no kernel parameters",
+                                                 kernel.name));
+
+  Launch launch;
+  launch.module = loaded.module->module.get();
+  launch.kernel = &kernel;
+  launch.grid[0] = gridX;
+  launch.grid[1] = gridY;
+  launch.grid[2] = gridZ;
+  launch.block[0] = blockX;
+  launch.block[1] = blockY;
+  launch.block[2] = blockZ;
+  launch.dynamicSharedBytes = sharedBytes;
+  launch.params.assign(kernel.kernelParamBytes, 0);
+  for (size_t i = 0; i < kernel.params.size(); ++i)
+    std::memcpy(launch.params.data() + kernel.params[i].offset, params[i],
+                kernel.params[i].bytes);
+  launch.buffers = std::move(buffers);
+  State &s = state();
+  bool log;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.initialized)
+      return failWith(kNotInitialized, "cuInit was not called");
+    launch.chip = s.device.chip;
+    launch.hostThreads = s.hostThreads ? s.hostThreads : defaultHostThreads();
+    launch.trafficDetail = s.trafficDetail;
+    log = s.log;
+  }
+  LaunchRecord record;
+  std::optional<LaunchError> error = execute(launch, record);
+  if (log)
+    llvm::errs() << record.summary() << (error ? " [failed]" : "") << "\n";
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.records.push_back(std::move(record));
+    while (s.records.size() > 4096)
+      s.records.pop_front();
+  }
+  if (error)
+    return failWith(error->code, error->message);
+  return kSuccess;
+}
+
+} // extern "C"

@@ -1,0 +1,277 @@
+//===- EmulatedNumericsTest.cpp - the reference fusions' PTX, run ---------===//
+//
+// Each reference fusion (test/lit/fusions) is compiled to PTX for sm_80 and
+// sm_90 by the runtime, launched through the real CudaDriver (parameter
+// packing, grid, finalize launch) into the PTX emulator, which checks every
+// access, and compared with the scalar references of ScalarReference.h,
+// every output included (the finalize kernel's column results too).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ScalarReference.h"
+
+#include "tilefuse/Emulator/Emulator.h"
+#include "tilefuse/Runtime/CudaDriver.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Parser/Parser.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+using namespace tilefuse;
+using namespace tilefuse::testing;
+using Kind = PortInfo::Kind;
+
+namespace {
+
+std::string fusionPath(const std::string &name) {
+  return std::string(TILEFUSE_FUSIONS_DIR) + "/" + name + ".mlir";
+}
+
+class EmulatedNumerics : public ::testing::Test {
+protected:
+  void TearDown() override { emulator::setDevice("sm_90"); }
+
+  /// A driver for the emulated `chip` with `multiprocessors` SMs (0: the
+  /// chip's own count). CudaDriver caches device attributes, so each
+  /// device gets its own driver.
+  std::unique_ptr<CudaDriver> driverFor(const std::string &chip,
+                                        int multiprocessors = 0) {
+    EXPECT_TRUE(emulator::setDevice(chip, multiprocessors));
+    auto driver = CudaDriver::load(TILEFUSE_EMULATOR_LIBRARY);
+    EXPECT_TRUE(static_cast<bool>(driver))
+        << llvm::toString(driver.takeError());
+    if (!driver)
+      return nullptr;
+    EXPECT_TRUE((*driver)->emulated());
+    auto target = (*driver)->target(0);
+    EXPECT_TRUE(static_cast<bool>(target) && *target == chip);
+    if (!target)
+      llvm::consumeError(target.takeError());
+    return std::move(*driver);
+  }
+
+  /// The PTX of reference fusion `name` for `chip`.
+  std::shared_ptr<const GpuKernel> compile(const std::string &name, Dtype dtype,
+                                           int64_t n, bool aligned,
+                                           const std::string &chip) {
+    std::string diagnostics;
+    mlir::ScopedDiagnosticHandler handler(
+        &runtime.context(), [&](mlir::Diagnostic &diagnostic) {
+          diagnostics += diagnostic.str() + "\n";
+          return mlir::success();
+        });
+    auto module = mlir::parseSourceFile<mlir::ModuleOp>(fusionPath(name),
+                                                        &runtime.context());
+    EXPECT_TRUE(module) << diagnostics;
+    if (!module)
+      return nullptr;
+    CompileOptions options;
+    options.dtype = dtypeName(dtype);
+    options.n = n;
+    options.aligned = aligned;
+    options.target = chip;
+    auto kernel = runtime.getGpuKernel(*module, options);
+    EXPECT_TRUE(static_cast<bool>(kernel))
+        << llvm::toString(kernel.takeError()) << diagnostics;
+    return kernel ? *kernel : nullptr;
+  }
+
+  /// Runs `kernel` on `in` over `rows` rows through `driver`, every buffer
+  /// described to the emulator. Returns the outputs.
+  Values run(CudaDriver &driver, const std::shared_ptr<const GpuKernel> &kernel,
+             const Values &in, int64_t rows, bool aligned) {
+    const KernelInfo &info = kernel->info;
+    Arguments arguments = makeArguments(info, in, rows, aligned);
+    std::vector<CudaDriver::Buffer> extents;
+    size_t buffer = 0;
+    for (const PortInfo &port : info.inputs) {
+      if (port.kind == Kind::Scalar) {
+        extents.push_back({port.name.c_str(), nullptr, 0});
+        continue;
+      }
+      HostBuffer &host = arguments.buffers[buffer++];
+      extents.push_back({port.name.c_str(), host.data(), host.size});
+    }
+    for (const PortInfo &port : info.outputs) {
+      HostBuffer &host = arguments.buffers[buffer++];
+      extents.push_back({port.name.c_str(), host.data(), host.size});
+    }
+    // Column reductions: partials in the accumulator's dtype, one row per
+    // row group.
+    llvm::Expected<int64_t> groups = driver.rowGroups(*kernel, rows, 0);
+    EXPECT_TRUE(static_cast<bool>(groups));
+    std::vector<HostBuffer> partials;
+    std::vector<std::string> names;
+    for (const PortInfo &port : info.outputs)
+      if (port.kind == Kind::Col) {
+        partials.push_back(makeBuffer(std::max<int64_t>(*groups, 1) * info.n *
+                                          elementBytes(port.accumulatorDtype),
+                                      0));
+        names.push_back(port.name + " partials");
+      }
+    std::vector<void *> workspaces;
+    for (size_t i = 0; i < partials.size(); ++i) {
+      workspaces.push_back(partials[i].data());
+      extents.push_back(
+          {names[i].c_str(), partials[i].data(), partials[i].size});
+    }
+    llvm::Error error = driver.launch(kernel, arguments.pointers, workspaces,
+                                      rows, 0, nullptr, extents);
+    EXPECT_FALSE(static_cast<bool>(error)) << llvm::toString(std::move(error));
+    return readOutputs(info, arguments, rows);
+  }
+
+  /// Runs reference fusion `name` on random inputs and compares every
+  /// output with its scalar reference.
+  void check(CudaDriver &driver, const std::string &chip, const Case &c) {
+    SCOPED_TRACE(chip + "/" + caseName(c));
+    auto kernel = compile(c.fusion, c.dtype, c.n, c.aligned, chip);
+    ASSERT_TRUE(kernel);
+    Values in = makeInputs(kernel->info, c.rows, /*seed=*/c.n * 31 + c.rows);
+    Values actual = run(driver, kernel, in, c.rows, c.aligned);
+    expectMatchesReference(kernel->info, references().at(c.fusion), in, actual,
+                           c.rows);
+  }
+
+  Runtime runtime{std::nullopt};
+};
+
+/// Rows per case: enough for several blocks (and row groups of the column
+/// reductions) at small n, a few rows of the long ones.
+int64_t rowsFor(int64_t n) { return n <= 7 ? 300 : n <= 1000 ? 9 : 3; }
+
+TEST_F(EmulatedNumerics, ReferenceFusionsMatchScalarReference) {
+  int checked = 0;
+  auto start = std::chrono::steady_clock::now();
+  uint64_t instructions = 0;
+  double emulated = 0;
+  for (const char *chip : {"sm_90", "sm_80"}) {
+    auto driver = driverFor(chip);
+    ASSERT_TRUE(driver);
+    emulator::takeLaunches();
+    for (const auto &entry : references()) {
+      // Variants (ScalarReference.h): one short and one long row, aligned.
+      bool variant = isVariant(entry.first);
+      for (Dtype dtype : {Dtype::F32, Dtype::F16, Dtype::BF16})
+        for (int64_t n : {1, 7, 1000, 4096, 8192})
+          for (bool aligned : {true, false}) {
+            if (variant && (n == 1 || n > 1000 || !aligned))
+              continue;
+            check(*driver, chip, {entry.first, dtype, n, rowsFor(n), aligned});
+            ++checked;
+          }
+    }
+    for (const emulator::LaunchRecord &record : emulator::takeLaunches()) {
+      instructions += record.totalInstructions();
+      emulated += record.seconds;
+    }
+  }
+  double seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  std::printf("checked %d (chip, fusion, dtype, n, alignment) cases in %.1f s; "
+              "the emulator ran %.3g thread-instructions in %.1f s (%.3g per "
+              "second)\n",
+              checked, seconds, double(instructions), emulated,
+              instructions / std::max(emulated, 1e-9));
+}
+
+/// Vocabulary-sized rows, a few of them.
+TEST_F(EmulatedNumerics, LongRows) {
+  auto driver = driverFor("sm_90");
+  ASSERT_TRUE(driver);
+  for (const auto &entry : references())
+    for (Dtype dtype : {Dtype::BF16, Dtype::F32})
+      for (int64_t n : {32000, 128256, 262144})
+        if (!isVariant(entry.first))
+          check(*driver, "sm_90", {entry.first, dtype, n, 2, true});
+}
+
+/// With 2 SMs, column reductions run a persistent grid of fewer blocks
+/// than rows: blocks loop over rows, and the last row group's rows clamp.
+TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
+  auto driver = driverFor("sm_90", 2);
+  ASSERT_TRUE(driver);
+  for (const char *name : {"rms_norm_bwd", "layer_norm_bwd"})
+    for (Dtype dtype : {Dtype::F32, Dtype::BF16})
+      for (int64_t n : {7, 1000}) {
+        auto kernel = compile(name, dtype, n, true, "sm_90");
+        ASSERT_TRUE(kernel);
+        const TileConfig &tile = kernel->info.tile;
+        ASSERT_GT(tile.blocksPerSM, 0);
+        int64_t blocks = tile.blocksPerSM * 2;
+        int64_t rows = blocks * tile.rowsPerBlock * 3 + 5;
+        emulator::takeLaunches();
+        check(*driver, "sm_90", {name, dtype, n, rows, true});
+        std::vector<emulator::LaunchRecord> launches = emulator::takeLaunches();
+        ASSERT_EQ(launches.size(), 2u) << "the kernel, then its finalize";
+        EXPECT_EQ(launches[0].grid[0], blocks);
+        EXPECT_LT(launches[0].grid[0] * tile.rowsPerBlock, rows);
+      }
+}
+
+/// NaN and Inf propagate as in PyTorch (see CpuNumericsTest).
+TEST_F(EmulatedNumerics, NaNAndInfPropagate) {
+  auto driver = driverFor("sm_90");
+  ASSERT_TRUE(driver);
+  for (const auto &[name, reference] : references()) {
+    SCOPED_TRACE(name);
+    int64_t n = 64, rows = 7;
+    auto kernel = compile(name, Dtype::F32, n, true, "sm_90");
+    ASSERT_TRUE(kernel);
+    Values in = makeInputs(kernel->info, rows, /*seed=*/3);
+    addNaNAndInf(kernel->info, in);
+    Values actual = run(*driver, kernel, in, rows, true);
+    expectMatchesReference(kernel->info, reference, in, actual, rows);
+  }
+}
+
+/// The counters add up: an elementwise kernel reads each input once and
+/// writes its output once, in 16-byte accesses; a row reduction shuffles
+/// and synchronizes.
+TEST_F(EmulatedNumerics, CountersMatchTheKernelsTraffic) {
+  auto driver = driverFor("sm_90");
+  ASSERT_TRUE(driver);
+  int64_t n = 4096, rows = 6;
+  auto swiglu = compile("swiglu_fwd", Dtype::BF16, n, true, "sm_90");
+  ASSERT_TRUE(swiglu);
+  emulator::takeLaunches();
+  Values in = makeInputs(swiglu->info, rows, 1);
+  run(*driver, swiglu, in, rows, true);
+  std::vector<emulator::LaunchRecord> launches = emulator::takeLaunches();
+  ASSERT_EQ(launches.size(), 1u);
+  const emulator::LaunchRecord &record = launches[0];
+  EXPECT_EQ(record.kernel, "swiglu_fwd");
+  EXPECT_EQ(record.chip, "sm_90");
+  ASSERT_EQ(record.buffers.size(), 3u);
+  uint64_t bytes = rows * n * 2;
+  for (const emulator::BufferTraffic &buffer : record.buffers) {
+    bool output = buffer.name == "c";
+    EXPECT_EQ(buffer.loadedBytes, output ? 0 : bytes) << buffer.name;
+    EXPECT_EQ(buffer.storedBytes, output ? bytes : 0) << buffer.name;
+    EXPECT_EQ((output ? buffer.stores : buffer.loads) * 16, bytes)
+        << buffer.name << ": 16-byte accesses";
+  }
+  EXPECT_EQ(record.barriers, 0u);
+  EXPECT_GT(record.instructions[size_t(emulator::InstructionClass::Memory)],
+            0u);
+
+  auto rmsNorm = compile("rms_norm_fwd", Dtype::F32, n, true, "sm_90");
+  ASSERT_TRUE(rmsNorm);
+  in = makeInputs(rmsNorm->info, rows, 2);
+  run(*driver, rmsNorm, in, rows, true);
+  launches = emulator::takeLaunches();
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_GT(launches[0].shuffles, 0u);
+  EXPECT_GT(launches[0].barriers, 0u);
+  EXPECT_GT(launches[0].instructions[size_t(
+                emulator::InstructionClass::Transcendental)],
+            0u)
+      << "rsqrt.approx";
+}
+
+} // namespace
