@@ -7,8 +7,10 @@
 //   - *_fwd / *_bwd ops: CPU and CUDA kernels (TorchRunner), Meta kernels
 //     (torch.compile traces with them), and for *_fwd an Autograd kernel
 //     whose backward is the fused *_bwd kernel;
-//   - launch_fusion, which runs a fusion the Python DSL traced.
-// This file holds cross_entropy, launch_fusion and the library's
+//   - launch_fusion, which runs a fusion the Python DSL traced or
+//     register_fusion parsed from fuse IR text;
+//   - compile_count: compilations so far (not counting cache hits).
+// This file holds cross_entropy, the fusion ops and the library's
 // TORCH_LIBRARY; NormOps.cpp (rms_norm, layer_norm), GluOps.cpp (swiglu,
 // geglu) and AdamWOps.cpp (adamw_step_) add theirs as fragments.
 // Errors are TypeError / ValueError / IndexError naming the op and argument.
@@ -36,7 +38,16 @@
 #include <variant>
 
 using at::Tensor;
-using namespace tilefuse::torch_ops;
+using tilefuse::torch_ops::TensorPair;
+using tilefuse::torch_ops::checkFloat;
+using tilefuse::torch_ops::checkSameDevice;
+using tilefuse::torch_ops::rowDtype;
+using tilefuse::torch_ops::emptyRows;
+using tilefuse::torch_ops::emptyLike;
+using tilefuse::torch_ops::needsGraph;
+using tilefuse::torch_ops::findOp;
+using tilefuse::torch_ops::BuiltinFusion;
+using tilefuse::torch_ops::runFusion;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -288,6 +299,18 @@ std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
   return outputs;
 }
 
+/// A fusion written as fuse IR text (Fusion::ir(), test/lit/fusions), for
+/// processes without the Python extension: the self-contained library on a
+/// machine that has only PyTorch. Returns a handle for launch_fusion.
+int64_t registerFusion(c10::string_view ir, c10::string_view storage) {
+  auto fusion = tilefuse::Fusion::parse(llvm::StringRef(ir.data(), ir.size()));
+  TORCH_CHECK_VALUE(static_cast<bool>(fusion),
+                    "tilefuse.register_fusion: argument 'ir': ",
+                    llvm::toString(fusion.takeError()));
+  return tilefuse::torch_ops::registerFusion(
+      std::move(*fusion), std::string_view(storage.data(), storage.size()));
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -317,6 +340,9 @@ TORCH_LIBRARY(tilefuse, m) {
         "Tensor dloss, int ignore_index, float label_smoothing) -> Tensor");
   m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars) -> "
         "Tensor[]");
+  m.def("register_fusion(str ir, str storage) -> int", registerFusion);
+  m.def("compile_count() -> int",
+        [] { return tilefuse::Runtime::global().compileCount(); });
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {
