@@ -116,22 +116,36 @@ void gegluBwd(FusionBuilder &b) {
   b.output("db", dc * (a * cdf));
 }
 
-void gegluTanhFwd(FusionBuilder &b) {
-  Value a = b.input("a", Kind::Full), gate = b.input("b", Kind::Full);
-  b.output("c", gelu(a, "tanh") * gate);
+// gelu's tanh form without the cancellation of 1 + tanh(u) where tanh
+// saturates (a large negative a multiplies it):
+//   gelu(a) = 0.5 a (1 + tanh(u)) = a * sigmoid(2u),
+//   u = sqrt(2/pi) (a + 0.044715 a^3).
+const double kGeluBeta = M_SQRT2 * M_2_SQRTPI * 0.5, kGeluKappa = 0.044715;
+
+Value geluTanhInner(Value a, Value square) {
+  return kGeluBeta * (a + kGeluKappa * (square * a));
 }
 
+void gegluTanhFwd(FusionBuilder &b) {
+  Value a = b.input("a", Kind::Full), gate = b.input("b", Kind::Full);
+  b.output("c", a * sigmoid(2.0 * geluTanhInner(a, a * a)) * gate);
+}
+
+/// gelu'(a) = 0.5 (1 + t) + 0.5 a (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 a^2),
+/// t = tanh(u), as torch's gelu_backward, with 0.5 (1 + t) = sigmoid(2u) and
+/// 1 - t^2 = sech^2(u) = 4 e / (1 + e)^2, e = exp(-2|u|), both accurate
+/// where t saturates.
 void gegluTanhBwd(FusionBuilder &b) {
   Value dc = b.input("dc", Kind::Full), a = b.input("a", Kind::Full);
   Value gate = b.input("b", Kind::Full);
-  const double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
-  Value square = a * a;
-  Value t = tanh(beta * (a + kappa * (square * a)));
-  Value half = 0.5 * a, onePlusT = 1.0 + t;
-  Value slope = 0.5 * onePlusT +
-                half * (1.0 - t * t) * (beta * (1.0 + 3.0 * kappa * square));
+  Value square = a * a, u = geluTanhInner(a, square);
+  Value s = sigmoid(2.0 * u), e = exp(-2.0 * abs(u));
+  Value onePlusE = 1.0 + e;
+  Value sech2 = 4.0 * e / (onePlusE * onePlusE);
+  Value slope = s + 0.5 * a * sech2 *
+                        (kGeluBeta * (1.0 + 3.0 * kGeluKappa * square));
   b.output("da", dc * gate * slope);
-  b.output("db", dc * (half * onePlusT));
+  b.output("db", dc * (a * s));
 }
 
 void crossEntropyFwd(FusionBuilder &b) {
