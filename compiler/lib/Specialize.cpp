@@ -38,14 +38,19 @@ Type parseDtype(MLIRContext *context, StringRef dtype) {
 
 /// The storage dtype of each stored port, from a spec "bf16" or
 /// "bf16,exp_avg=f32,exp_avg_sq=f32": the default, then overrides by port
-/// name (inputs and outputs).
+/// name (inputs and outputs). The default "declared" keeps each port's
+/// declared type (the DSL declares each tensor's own dtype).
 struct StorageSpec {
-  Type defaultType;
+  Type defaultType; // null for "declared"
   llvm::StringMap<Type> overrides;
 
-  Type of(StringRef port) const {
+  /// The storage element type of the port `name` declared as `declared`.
+  Type of(StringRef port, Type declared) const {
     auto it = overrides.find(port);
-    return it == overrides.end() ? defaultType : it->second;
+    if (it != overrides.end())
+      return it->second;
+    return defaultType ? defaultType
+                       : cast<ValueType>(declared).getElementType();
   }
 };
 
@@ -53,10 +58,13 @@ FailureOr<StorageSpec> parseStorageSpec(KernelOp kernel, StringRef spec) {
   SmallVector<StringRef> fields;
   spec.split(fields, ',');
   StorageSpec result;
-  result.defaultType = parseDtype(kernel.getContext(), fields.front().trim());
-  if (!result.defaultType)
-    return kernel.emitError("fuse-specialize: unsupported dtype '")
-           << fields.front() << "': expected f32, f16, bf16 or f64";
+  StringRef defaultDtype = fields.front().trim();
+  if (defaultDtype != "declared") {
+    result.defaultType = parseDtype(kernel.getContext(), defaultDtype);
+    if (!result.defaultType)
+      return kernel.emitError("fuse-specialize: unsupported dtype '")
+             << defaultDtype << "': expected f32, f16, bf16, f64 or declared";
+  }
   // The ports an override may name: stored (full or per-column float).
   llvm::StringSet<> stored;
   auto collect = [&](ArrayAttr names, ArrayRef<Type> types) {
@@ -86,6 +94,20 @@ FailureOr<StorageSpec> parseStorageSpec(KernelOp kernel, StringRef spec) {
   return result;
 }
 
+/// The narrowest storage type of a full or per-column float port (it sets
+/// the vector width), f32 if there is none.
+Type narrowestStorage(KernelOp kernel) {
+  Type narrowest = Float32Type::get(kernel.getContext());
+  for (ArrayRef<Type> types : {kernel.getInputTypes(), kernel.getOutputTypes()})
+    for (Type type : types)
+      if (isStoredInDtype(type)) {
+        Type element = cast<ValueType>(type).getElementType();
+        if (element.getIntOrFloatBitWidth() < narrowest.getIntOrFloatBitWidth())
+          narrowest = element;
+      }
+  return narrowest;
+}
+
 struct FuseSpecializePass
     : tilefuse::impl::FuseSpecializeBase<FuseSpecializePass> {
   using FuseSpecializeBase::FuseSpecializeBase;
@@ -111,7 +133,7 @@ struct FuseSpecializePass
     SmallVector<StringRef> inputNames(
         kernel.getInputNames().getAsValueRange<StringAttr>());
     auto storageOf = [&](BlockArgument arg) {
-      return storage->of(inputNames[arg.getArgNumber()]);
+      return storage->of(inputNames[arg.getArgNumber()], arg.getType());
     };
 
     // Roundings to an input's storage, while the inputs are still the
@@ -151,7 +173,7 @@ struct FuseSpecializePass
          llvm::zip(yield->getOpOperands(),
                    kernel.getOutputNames().getAsValueRange<StringAttr>())) {
       auto computeType = cast<ValueType>(operand.get().getType());
-      Type stored = storage->of(name);
+      Type stored = storage->of(name, computeType);
       if (isStoredInDtype(computeType) &&
           computeType.getElementType() != stored)
         operand.set(CastOp::create(builder, yield.getLoc(),
@@ -170,7 +192,10 @@ struct FuseSpecializePass
     });
 
     SmallVector<NamedAttribute> fields = {
-        builder.getNamedAttr("dtype", TypeAttr::get(storage->defaultType)),
+        builder.getNamedAttr("dtype",
+                             TypeAttr::get(storage->defaultType
+                                               ? storage->defaultType
+                                               : narrowestStorage(kernel))),
         builder.getNamedAttr("n", builder.getI64IntegerAttr(n)),
         builder.getNamedAttr("aligned", builder.getBoolAttr(aligned)),
     };

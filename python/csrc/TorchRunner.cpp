@@ -22,6 +22,8 @@ using namespace tilefuse;
 
 namespace {
 
+using torch_ops::scalarType;
+
 /// fuse element type names and the torch dtypes they store.
 constexpr std::pair<const char *, at::ScalarType> kDtypes[] = {
     {"f32", at::kFloat},  {"f16", at::kHalf}, {"bf16", at::kBFloat16},
@@ -34,14 +36,6 @@ const char *dtypeName(at::ScalarType type) {
     if (dtype == type)
       return name;
   return nullptr;
-}
-
-/// The torch dtype of a fuse element type name.
-at::ScalarType scalarType(const std::string &dtype) {
-  for (auto [name, type] : kDtypes)
-    if (dtype == name)
-      return type;
-  TORCH_CHECK_TYPE(false, "tilefuse: no torch dtype for '", dtype, "'");
 }
 
 /// The shape of a `kind` tensor; on the stack for up to 5 leading dims
@@ -131,6 +125,20 @@ void checkTensor(std::string_view op, const char *role, const PortInfo &port,
                     port.name, "' must be contiguous");
 }
 
+/// The narrowest dtype of a fusion's full and per-column float ports (f32
+/// if none), as fuse-specialize{dtype=declared} finds it.
+at::ScalarType narrowestStorage(const Fusion &fusion) {
+  at::ScalarType narrowest = at::kFloat;
+  for (const auto *ports : {&fusion.inputs(), &fusion.outputs()})
+    for (const PortInfo &port : *ports) {
+      at::ScalarType type = scalarType(port.dtype);
+      if (isStoredPort(port) &&
+          c10::elementSize(type) < c10::elementSize(narrowest))
+        narrowest = type;
+    }
+  return narrowest;
+}
+
 /// `value`'s bytes at the start of an 8-byte slot.
 template <typename T> int64_t slotOf(T value) {
   static_assert(sizeof(T) <= sizeof(int64_t));
@@ -161,11 +169,19 @@ int64_t scalarSlot(std::string_view op, const PortInfo &port,
 
 } // namespace
 
+at::ScalarType torch_ops::scalarType(const std::string &dtype) {
+  for (auto [name, type] : kDtypes)
+    if (dtype == name)
+      return type;
+  TORCH_CHECK_TYPE(false, "tilefuse: no torch dtype for '", dtype, "'");
+}
+
 std::vector<at::Tensor>
 torch_ops::runFusion(std::string_view op, Fusion &fusion,
                      at::TensorList tensors, c10::ArrayRef<c10::Scalar> scalars,
-                     at::ScalarType storage, at::IntArrayRef shape,
-                     at::TensorList out, bool storagePerTensor) {
+                     std::optional<at::ScalarType> storage,
+                     at::IntArrayRef shape, at::TensorList out,
+                     bool storagePerTensor) {
   TORCH_CHECK_VALUE(!shape.empty() && shape.back() > 0, "tilefuse.", op,
                     ": the input must have a last dimension of at least 1, "
                     "got shape ",
@@ -184,16 +200,20 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   TORCH_CHECK(out.empty() || out.size() == fusion.outputs().size(), "tilefuse.",
               op, ": expected ", fusion.outputs().size(), " output slots, got ",
               out.size());
-  const char *storageName = dtypeName(storage);
-  TORCH_CHECK_TYPE(storageName && at::isFloatingType(storage), "tilefuse.", op,
-                   ": unsupported storage dtype ", storage);
+  const char *storageName = storage ? dtypeName(*storage) : "declared";
+  TORCH_CHECK_TYPE(storageName && (!storage || at::isFloatingType(*storage)),
+                   "tilefuse.", op, ": unsupported storage dtype ", *storage);
   at::Device device = tensors.front().device();
+  TORCH_INTERNAL_ASSERT(storage || !storagePerTensor,
+                        "per-tensor storage needs a default dtype");
   std::string spec = storagePerTensor
-                         ? storageSpec(fusion, storage, tensors, out)
+                         ? storageSpec(fusion, *storage, tensors, out)
                          : std::string(storageName);
 
-  // The specialization: 16-byte vectors need n and every pointer aligned.
-  int64_t vector = 16 / c10::elementSize(storage);
+  // The specialization: 16-byte vectors need n and every pointer aligned;
+  // the narrowest stored float sets the vector width.
+  int64_t vector =
+      16 / c10::elementSize(storage ? *storage : narrowestStorage(fusion));
   bool aligned = n % vector == 0;
   for (const at::Tensor &tensor : tensors)
     aligned =
@@ -344,22 +364,18 @@ Fusion &torch_ops::BuiltinFusion::operator()(at::ScalarType storage) {
 
 namespace {
 std::mutex registryMutex;
-std::vector<std::pair<std::shared_ptr<Fusion>, at::ScalarType>> &registry() {
-  static auto *fusions =
-      new std::vector<std::pair<std::shared_ptr<Fusion>, at::ScalarType>>();
+std::vector<std::pair<std::shared_ptr<Fusion>, std::optional<at::ScalarType>>> &
+registry() {
+  static auto *fusions = new std::vector<
+      std::pair<std::shared_ptr<Fusion>, std::optional<at::ScalarType>>>();
   return *fusions;
 }
 } // namespace
 
 int64_t torch_ops::registerFusion(std::shared_ptr<Fusion> fusion,
-                                  std::string_view storage) {
-  at::ScalarType type = scalarType(std::string(storage));
-  TORCH_CHECK_TYPE(at::isFloatingType(type),
-                   "tilefuse: storage dtype must be "
-                   "f32, f16, bf16 or f64, got ",
-                   storage);
+                                  std::optional<at::ScalarType> storage) {
   std::lock_guard<std::mutex> lock(registryMutex);
-  registry().emplace_back(std::move(fusion), type);
+  registry().emplace_back(std::move(fusion), storage);
   return registry().size() - 1;
 }
 
@@ -370,4 +386,13 @@ torch_ops::RegisteredFusion torch_ops::registeredFusion(std::string_view op,
                     "tilefuse.", op, ": no fusion has handle ", handle);
   auto &[fusion, storage] = registry()[handle];
   return {*fusion, storage};
+}
+
+at::ScalarType
+torch_ops::RegisteredFusion::dtypeOf(const PortInfo &port) const {
+  at::ScalarType declared = scalarType(port.dtype);
+  bool stored = port.kind == PortInfo::Kind::Full ||
+                port.kind == PortInfo::Kind::Col;
+  return storage && stored && at::isFloatingType(declared) ? *storage
+                                                           : declared;
 }

@@ -20,22 +20,28 @@
 
 namespace tilefuse {
 class Fusion;
+struct PortInfo;
 
 namespace torch_ops {
+
+/// The torch dtype of a fuse element type name (f32, bf16, i64, ...).
+at::ScalarType scalarType(const std::string &dtype);
 
 /// Runs `fusion` over a [..., n] iteration space of shape `shape` (rows =
 /// the product of the leading dimensions). `tensors` are its full, per-row
 /// and per-column inputs and `scalars` its scalar inputs, each in
 /// declaration order; `storage` is the dtype of its full and per-column
-/// float tensors. `out` may give outputs to write in place (by output
-/// index; an undefined tensor is allocated in `storage`). With
-/// `storagePerTensor`, each float tensor given (inputs and `out`) is stored
-/// in its own dtype instead: the kernel is specialized for that mix (bf16
-/// parameters with f32 state). Errors name `op`.
+/// float tensors, or nullopt when every port keeps the type the fusion
+/// declares (DSL fusions). `out` may give outputs to write in place (by
+/// output index; an undefined tensor is allocated). With `storagePerTensor`,
+/// each float tensor given (inputs and `out`) is stored in its own dtype
+/// instead, `storage` being the default: the kernel is specialized for that
+/// mix (bf16 parameters with f32 state). Errors name `op`.
 std::vector<at::Tensor> runFusion(std::string_view op, Fusion &fusion,
                                   at::TensorList tensors,
                                   c10::ArrayRef<c10::Scalar> scalars,
-                                  at::ScalarType storage, at::IntArrayRef shape,
+                                  std::optional<at::ScalarType> storage,
+                                  at::IntArrayRef shape,
                                   at::TensorList out = {},
                                   bool storagePerTensor = false);
 
@@ -53,14 +59,18 @@ private:
   Fusion *fusions[2] = {};
 };
 
-/// Fusions the DSL traced, each with the storage dtype of the call it was
-/// traced for (f32, f16, bf16 or f64), by the handle registerFusion gave.
+/// Fusions by the handle registerFusion gave: traced by the DSL (every port
+/// typed as declared: no storage dtype) or written as IR and run with the
+/// storage dtype of the registration (f32, f16, bf16 or f64).
 struct RegisteredFusion {
   Fusion &fusion;
-  at::ScalarType storage;
+  std::optional<at::ScalarType> storage;
+  /// The dtype `port` of the fusion or of its derived kernels has in
+  /// tensors: the storage dtype for full and per-column floats.
+  at::ScalarType dtypeOf(const PortInfo &port) const;
 };
 int64_t registerFusion(std::shared_ptr<Fusion> fusion,
-                       std::string_view storage);
+                       std::optional<at::ScalarType> storage = std::nullopt);
 RegisteredFusion registeredFusion(std::string_view op, int64_t handle);
 
 } // namespace torch_ops
