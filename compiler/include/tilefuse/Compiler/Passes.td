@@ -15,6 +15,14 @@ def FuseSpecialize : Pass<"fuse-specialize", "::tilefuse::fuse::KernelOp"> {
     keeps them. `fuse.row_length` becomes the constant `n`. `rows` and every
     scalar stay runtime arguments: a new batch size or learning rate never
     recompiles. The choices are recorded in `fuse.specialization`.
+
+    `abi` (KernelABI.h, KernelAbi::str) changes how the kernel is called:
+    scalars read through pointers to one-element tensors
+    (`pointer:NAME:DTYPE`), and multi-tensor kernels (`multi-tensor`, with
+    `n=0`: elementwise fusions of full tensors and scalars, run over tables
+    of tensors of any size) with per-tensor scalars
+    (`per-tensor:NAME:DTYPE`), outputs written over an input
+    (`inplace:OUTPUT:INPUT`) and a skip flag (`skip-if:DTYPE`).
   }];
   let options = [
     Option<"dtype", "dtype", "std::string", /*default=*/"\"f32\"",
@@ -22,6 +30,8 @@ def FuseSpecialize : Pass<"fuse-specialize", "::tilefuse::fuse::KernelOp"> {
     Option<"n", "n", "int64_t", /*default=*/"0", "The row length n (> 0)">,
     Option<"aligned", "aligned", "bool", /*default=*/"true",
            "Pointers are 16-byte aligned and n is a multiple of the vector width">,
+    Option<"abi", "abi", "std::string", /*default=*/"\"\"",
+           "How the kernel is called (KernelAbi::str); empty for the default">,
   ];
   let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
 }
