@@ -646,12 +646,24 @@ void adamwStepAutograd(const Tensor &param, const Tensor &grad,
 //===----------------------------------------------------------------------===//
 
 /// Runs a fusion the DSL traced; its first full input gives the shape.
+/// `scalarTensors` are the scalars it reads through pointers, in order;
+/// outputs written in place go to their inputs' tensors.
 std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
-                                 c10::ArrayRef<c10::Scalar> scalars) {
-  auto [fusion, storage] =
+                                 c10::ArrayRef<c10::Scalar> scalars,
+                                 at::TensorList scalarTensors) {
+  auto registered =
       tilefuse::torch_ops::registeredFusion("launch_fusion", handle);
+  tilefuse::Fusion &fusion = registered.fusion;
+  const std::vector<tilefuse::PortInfo> &ports = fusion.inputs();
+  // Each input's position among the tensors (-1 for scalars).
+  std::vector<int64_t> tensorIndex;
+  int64_t next = 0;
+  for (const tilefuse::PortInfo &port : ports)
+    tensorIndex.push_back(port.kind == tilefuse::PortInfo::Kind::Scalar
+                              ? -1
+                              : next++);
   const Tensor *full = tensors.begin();
-  for (const tilefuse::PortInfo &port : fusion.inputs()) {
+  for (const tilefuse::PortInfo &port : ports) {
     if (port.kind == tilefuse::PortInfo::Kind::Full)
       break;
     if (port.kind != tilefuse::PortInfo::Kind::Scalar)
@@ -659,22 +671,62 @@ std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
   }
   TORCH_CHECK_VALUE(full < tensors.end(), "tilefuse.", fusion.name(),
                     ": expected a full [..., n] tensor input");
-  return runFusion(fusion.name(), fusion, tensors, scalars, storage,
-                   full->sizes());
+  std::vector<std::optional<Tensor>> scalarSlots;
+  if (!registered.pointerScalars.empty()) {
+    const Tensor *scalarTensor = scalarTensors.begin();
+    for (auto [i, port] : llvm::enumerate(ports)) {
+      if (port.kind != tilefuse::PortInfo::Kind::Scalar)
+        continue;
+      bool pointer = registered.pointerScalars[i];
+      TORCH_CHECK_VALUE(!pointer || scalarTensor < scalarTensors.end(),
+                        "tilefuse.", fusion.name(), ": scalar '", port.name,
+                        "' expects a tensor");
+      scalarSlots.push_back(pointer ? std::optional<Tensor>(*scalarTensor++)
+                                    : std::nullopt);
+    }
+  }
+  std::vector<Tensor> out;
+  if (!registered.inplace.empty()) {
+    out.resize(fusion.outputs().size());
+    for (auto [output, input] : registered.inplace) {
+      TORCH_CHECK_VALUE(tensorIndex[input] >= 0 &&
+                            tensorIndex[input] < int64_t(tensors.size()),
+                        "tilefuse.", fusion.name(), ": input ", input,
+                        " is not a tensor");
+      out[output] = tensors[tensorIndex[input]];
+    }
+  }
+  return runFusion(fusion.name(), fusion, tensors, scalars,
+                   registered.storage, full->sizes(), out, scalarSlots);
 }
 
 /// DSL fusions have no backward yet: outputs of inputs that need a gradient
 /// get a grad_fn that raises when differentiated.
 std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
-                                         c10::ArrayRef<c10::Scalar> scalars) {
-  static auto op = findOp<std::vector<Tensor>(int64_t, at::TensorList,
-                                              c10::ArrayRef<c10::Scalar>)>(
-      "tilefuse::launch_fusion");
+                                         c10::ArrayRef<c10::Scalar> scalars,
+                                         at::TensorList scalarTensors) {
+  static auto op =
+      findOp<std::vector<Tensor>(int64_t, at::TensorList,
+                                 c10::ArrayRef<c10::Scalar>, at::TensorList)>(
+          "tilefuse::launch_fusion");
+  auto registered =
+      tilefuse::torch_ops::registeredFusion("launch_fusion", handle);
+  // A fusion writing in place is not differentiable: it overwrites what a
+  // graph would need (as torch refuses in-place ops on leaves that need a
+  // gradient).
+  TORCH_CHECK(registered.inplace.empty() ||
+                  !torch::autograd::compute_requires_grad(tensors),
+              "tilefuse.", registered.fusion.name(),
+              ": writes in place and is not differentiable; call it under "
+              "torch.no_grad() or on tensors that do not require grad");
   std::vector<Tensor> outputs;
   {
     at::AutoDispatchBelowADInplaceOrView below;
-    outputs = op.call(handle, tensors, scalars);
+    outputs = op.call(handle, tensors, scalars, scalarTensors);
   }
+  // Tensors written in place: a new version, as torch's in-place ops.
+  for (auto [output, input] : registered.inplace)
+    torch::autograd::increment_version(outputs[output]);
   bool dual = llvm::any_of(tensors, [](const Tensor &tensor) {
     return tensor._fw_grad(/*level=*/0).defined();
   });
@@ -777,8 +829,8 @@ TORCH_LIBRARY(tilefuse, m) {
         "Tensor(c!) exp_avg_sq, *, float lr, float beta1=0.9, "
         "float beta2=0.999, float eps=1e-08, float weight_decay=0.01, "
         "SymInt step) -> ()");
-  m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars) -> "
-        "Tensor[]");
+  m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars, "
+        "Tensor[] scalar_tensors) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {

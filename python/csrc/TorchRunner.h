@@ -28,12 +28,42 @@ namespace torch_ops {
 /// and per-column inputs and `scalars` its scalar inputs, each in
 /// declaration order; `storage` is the dtype of its full and per-column
 /// float tensors. `out` may give outputs to write in place (by output
-/// index; an undefined tensor is allocated). Errors name `op`.
-std::vector<at::Tensor> runFusion(std::string_view op, Fusion &fusion,
-                                  at::TensorList tensors,
-                                  c10::ArrayRef<c10::Scalar> scalars,
-                                  at::ScalarType storage, at::IntArrayRef shape,
-                                  at::TensorList out = {});
+/// index; an undefined tensor is allocated). `scalarTensors`, when given,
+/// has one entry per scalar input: a one-element tensor binds that scalar
+/// by pointer (read on the device: no synchronization, and a new value
+/// never recompiles), and `scalars` then holds only the others. Errors
+/// name `op`.
+std::vector<at::Tensor>
+runFusion(std::string_view op, Fusion &fusion, at::TensorList tensors,
+          c10::ArrayRef<c10::Scalar> scalars, at::ScalarType storage,
+          at::IntArrayRef shape, at::TensorList out = {},
+          c10::ArrayRef<std::optional<at::Tensor>> scalarTensors = {});
+
+/// One input of a multi-tensor call, per input of the fusion.
+struct MultiTensorInput {
+  enum class Kind {
+    Tensors,   // a full input: one tensor per row set
+    Value,     // a scalar by value
+    Pointer,   // a scalar in a one-element tensor, shared by all row sets
+    PerTensor, // a scalar in a one-element tensor per row set
+  };
+  Kind kind;
+  at::TensorList tensors;
+  c10::Scalar value;
+};
+
+/// Runs the elementwise `fusion` over row sets (the i-th tensor of every
+/// list; KernelABI.h's multi-tensor kernels): one launch per (dtype,
+/// alignment class) and table's worth of tensors, on the GPU, or one
+/// parallel loop on the CPU. `inplace` pairs (output, input) indices: the
+/// output overwrites that input's tensors. When `skipIf` (one element) is
+/// nonzero the call changes nothing. Returns the tensors of each output not
+/// written in place. Errors name `op`.
+std::vector<std::vector<at::Tensor>>
+runMultiTensor(std::string_view op, Fusion &fusion,
+               c10::ArrayRef<MultiTensorInput> inputs,
+               c10::ArrayRef<std::pair<size_t, size_t>> inplace,
+               const std::optional<at::Tensor> &skipIf);
 
 /// A built-in fusion (kernels_dsl), built once per compute type: f64 for
 /// float64 tensors, else f32. Later calls cost one atomic load.
@@ -50,13 +80,19 @@ private:
 };
 
 /// Fusions the DSL traced, each with the storage dtype of the call it was
-/// traced for (f32, f16, bf16 or f64), by the handle registerFusion gave.
+/// traced for (f32, f16, bf16 or f64), by the handle registerFusion gave;
+/// with the (output, input) pairs it writes in place and the scalar inputs
+/// it reads through pointers.
 struct RegisteredFusion {
   Fusion &fusion;
   at::ScalarType storage;
+  const std::vector<std::pair<size_t, size_t>> &inplace;
+  const std::vector<bool> &pointerScalars;
 };
 int64_t registerFusion(std::shared_ptr<Fusion> fusion,
-                       std::string_view storage);
+                       std::string_view storage,
+                       std::vector<std::pair<size_t, size_t>> inplace = {},
+                       std::vector<bool> pointerScalars = {});
 RegisteredFusion registeredFusion(std::string_view op, int64_t handle);
 
 } // namespace torch_ops

@@ -177,11 +177,18 @@ PYBIND11_MODULE(_C, m) {
   py::class_<PyFusion>(m, "Fusion")
       .def_property_readonly("ir", [](const PyFusion &f) { return f.fusion->ir(); })
       .def_property_readonly("fingerprint", [](const PyFusion &f) { return f.fusion->fingerprint(); })
-      .def("launch_handle", [](const PyFusion &f, const std::string &storage) {
-        return torch_ops::registerFusion(f.fusion, storage);
-      }, py::arg("storage"),
-      "A new handle for tilefuse::launch_fusion to run this fusion on tensors "
-      "of storage dtype `storage` (f32, f16, bf16 or f64).")
+      .def("launch_handle", [](const PyFusion &f, const std::string &storage,
+                               std::vector<std::pair<size_t, size_t>> inplace,
+                               std::vector<bool> pointers) {
+        return torch_ops::registerFusion(f.fusion, storage, std::move(inplace),
+                                         std::move(pointers));
+      }, py::arg("storage"), py::arg("inplace") = std::vector<std::pair<size_t, size_t>>{},
+      py::arg("pointers") = std::vector<bool>{},
+      "A new handle for tilefuse::launch_fusion and launch_multi_tensor to "
+      "run this fusion on tensors of storage dtype `storage` (f32, f16, bf16 "
+      "or f64), writing the (output, input) index pairs `inplace` into their "
+      "inputs, reading the scalar inputs flagged in `pointers` (one flag per "
+      "input) from one-element tensors.")
       .def_property_readonly("inputs", [](const PyFusion &f) { return f.ports(false); })
       .def_property_readonly("outputs", [](const PyFusion &f) { return f.ports(true); })
       .def("compile_cpu", &PyFusion::compileCpu, py::arg("dtype"), py::arg("n"),
@@ -286,6 +293,9 @@ PYBIND11_MODULE(_C, m) {
     return names;
   });
   m.def("compile_count", [] { return Runtime::global().compileCount(); });
+  m.def("kernel_launches", [] { return kernelLaunches(); },
+        "Kernel launches so far: CPU kernel runs (one parallel loop each) "
+        "and GPU launches.");
   m.def("cache_directory", [] { return Runtime::global().cache().directory(); });
   m.def("cache_writes_to_disk", [] { return Runtime::global().cache().writesToDisk(); });
   m.def("compiler_version", [] { return compilerVersion(); });

@@ -23,14 +23,17 @@ from ._dsl import (
     gather,
     gelu,
     iota,
+    lerp,
     log,
     max,
     maximum,
     mean,
     min,
     minimum,
+    per_tensor,
     rsqrt,
     sigmoid,
+    sign,
     silu,
     sqrt,
     sum,
@@ -47,8 +50,15 @@ def compile_count() -> int:
     return _C.compile_count()
 
 
+def kernel_launches() -> int:
+    """Kernel launches this process made: GPU launches (emulated ones too)
+    and CPU kernel runs (one parallel loop each)."""
+    return _C.kernel_launches()
+
+
 __all__ = [
-    "Fusion", "Value", "abs", "cast", "compile_count", "emulator", "erf", "exp", "functional",
-    "fusion", "gather", "gelu", "iota", "log", "max", "maximum", "mean", "min",
-    "minimum", "rsqrt", "sigmoid", "silu", "sqrt", "sum", "tanh", "where",
+    "Fusion", "Value", "abs", "cast", "compile_count", "kernel_launches", "emulator", "erf", "exp", "functional",
+    "fusion", "gather", "gelu", "iota", "lerp", "log", "max", "maximum", "mean", "min",
+    "minimum", "per_tensor", "rsqrt", "sigmoid", "sign", "silu", "sqrt", "sum", "tanh",
+    "where",
 ]

@@ -6,7 +6,15 @@ it and caches the kernel; later calls only run it. Argument kinds come from
 the call: the first tensor with the most dimensions is full `[..., n]`;
 another tensor of its shape is full, of shape `[n]` per-column (per-row if it
 is an integer tensor and also matches the leading dims), of the leading
-shape per-row; a Python number or a 0-d tensor is a runtime scalar.
+shape per-row; a Python number or a 0-d tensor is a runtime scalar. A 0-d
+tensor on the tensors' device is read there, through a pointer (a new value
+neither recompiles nor waits for the device); Python floats are float64
+scalars which, as in torch, take a tensor's dtype when combined with it.
+
+`fusion.multi_tensor(lists...)` runs an elementwise fusion over lists of
+tensors (the i-th of each list forms a row set) in a few launches, and
+`@tilefuse.fusion(inplace={"param": "param_out"})` writes an output over an
+input, in single and multi-tensor calls.
 """
 
 from __future__ import annotations
@@ -192,6 +200,25 @@ def where(condition, a, b):
     return Value(builder, builder.where(condition._value, a, b))
 
 
+def lerp(start, end, weight):
+    """torch.lerp(start, end, weight) as torch computes it: a scalar weight
+    in start's dtype, start + weight * (end - start) for |weight| < 0.5,
+    else end - (end - start) * (1 - weight)."""
+    start = _value(start, "lerp")
+    if not isinstance(weight, Value) or weight.kind == "scalar":
+        weight = cast(weight, TORCH_DTYPES[start.dtype]) if isinstance(weight, Value) else \
+            Value(start._builder, start._builder.scalar_like(float(weight), start._value))
+    difference = end - start
+    return where(abs(weight) < 0.5, start + weight * difference,
+                 end - difference * (1 - weight))
+
+
+def sign(x):
+    """torch.sign: 1, -1, or 0 (for zeros and NaN, as torch gives)."""
+    x = _value(x, "sign")
+    return where(x > 0, 1.0, where(x < 0, -1.0, 0.0))
+
+
 def cast(x, dtype: torch.dtype):
     """Converts the element type (like Tensor.to(dtype))."""
     x = _value(x, "cast")
@@ -235,9 +262,25 @@ def iota():
     return Value(builder, builder.iota())
 
 
+def _number_spec(arg):
+    """The spec of a Python number: a float64 scalar (bools too) or int64."""
+    if isinstance(arg, bool):
+        return ("scalar", "f64", float(arg))
+    return ("scalar", "i64" if isinstance(arg, int) else "f64", arg)
+
+
+def _pointer_dtype(name: str, parameter: str, tensor: torch.Tensor) -> str:
+    """The fuse dtype of a scalar read through a pointer."""
+    if tensor.dtype not in DTYPE_NAMES:
+        raise TypeError(f"tilefuse.{name}: argument '{parameter}' has unsupported dtype "
+                        f"{tensor.dtype}")
+    return DTYPE_NAMES[tensor.dtype]
+
+
 def _classify(name: str, args: tuple, parameters: list[str]):
     """The kind, dtype and tensor of each argument, and (n, leading shape,
-    storage dtype, device)."""
+    storage dtype, device). Kinds: full, row, col, scalar (a number) and
+    pointer (a 0-d tensor on the tensors' device, read there)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0]
     if not tensors:
         raise ValueError(f"tilefuse.{name}: needs at least one tensor argument with a last dimension")
@@ -249,12 +292,12 @@ def _classify(name: str, args: tuple, parameters: list[str]):
     specs = []
     for parameter, arg in zip(parameters, args):
         if isinstance(arg, torch.Tensor) and arg.dim() == 0:
-            arg = arg.item()
-        if isinstance(arg, bool):
-            specs.append(("scalar", "f32", float(arg)))
-            continue
-        if isinstance(arg, (int, float)):
-            specs.append(("scalar", "i64" if isinstance(arg, int) else "f32", arg))
+            if arg.device == device:
+                specs.append(("pointer", _pointer_dtype(name, parameter, arg), arg))
+                continue
+            arg = arg.item()  # a CPU scalar beside device tensors: its value
+        if isinstance(arg, (bool, int, float)):
+            specs.append(_number_spec(arg))
             continue
         if not isinstance(arg, torch.Tensor):
             raise TypeError(f"tilefuse.{name}: argument '{parameter}' must be a tensor or a "
@@ -288,7 +331,32 @@ def _classify(name: str, args: tuple, parameters: list[str]):
 
 _REGISTRY: list["Fusion"] = []
 _launch_fusion = torch.ops.tilefuse.launch_fusion.default
+_launch_multi_tensor = torch.ops.tilefuse.launch_multi_tensor.default
 _MAX_PLANS = 1024
+
+
+def _declared(kind: str, dtype: str, compute: str) -> str:
+    """The element type a traced input is declared with: tensors of floats
+    compute in `compute` (f32, or f64 for float64 tensors); numbers are
+    float64 or int64; a scalar read through a pointer keeps its tensor's
+    dtype (16-bit floats widened to f32)."""
+    floats = ("f32", "f16", "bf16", "f64")
+    if kind == "scalar":
+        return dtype
+    if kind == "pointer":
+        return "f32" if dtype in ("f16", "bf16") else dtype
+    return compute if dtype in floats else dtype
+
+
+class per_tensor:  # noqa: N801 - reads as a function at call sites
+    """One scalar per row set of a `multi_tensor` call: a list of one-element
+    tensors (an optimizer's per-parameter step count), each read on the
+    device."""
+
+    __slots__ = ("tensors",)
+
+    def __init__(self, tensors):
+        self.tensors = list(tensors)
 
 
 class Fusion:
@@ -296,13 +364,20 @@ class Fusion:
     the kernel through the C++ op `tilefuse::launch_fusion`; under
     torch.compile calls go through the `tilefuse::run_fusion` custom op, so
     they stay in the graph (its fake implementation traces on metadata
-    alone)."""
+    alone). `multi_tensor` applies an elementwise fusion to lists of
+    tensors."""
 
-    def __init__(self, fn, name: str | None = None):
+    def __init__(self, fn, name: str | None = None, inplace: dict | None = None):
         self._fn = fn
         self._name = name or fn.__name__
         self._parameters = list(inspect.signature(fn).parameters)
+        self._inplace = dict(inplace or {})
+        for parameter in self._inplace:
+            if parameter not in self._parameters:
+                raise ValueError(f"tilefuse.fusion {self._name}: inplace names '{parameter}', "
+                                 f"which is not a parameter ({', '.join(self._parameters)})")
         self._traces: dict[tuple, tuple] = {}
+        self._multi_traces: dict[tuple, tuple] = {}
         # Argument metadata -> how to launch (skips classifying again).
         self._plans: dict[tuple, tuple] = {}
         self._structure: tuple[list[str], str] | None = None
@@ -310,14 +385,13 @@ class Fusion:
         _REGISTRY.append(self)
         functools.update_wrapper(self, fn)
 
-    def _trace(self, specs, storage: torch.dtype):
-        compute = "f64" if storage == torch.float64 else "f32"
+    def _trace(self, specs, compute: str):
         builder = _C.Builder(self._name, compute)
         values = []
         for parameter, (kind, dtype, _) in zip(self._parameters, specs):
-            # Floats of every kind compute in f32, or f64 for float64 tensors.
-            declared = compute if dtype in ("f32", "f16", "bf16", "f64") else dtype
-            values.append(Value(builder, builder.input(parameter, kind, declared)))
+            builder_kind = "scalar" if kind in ("pointer", "per_tensor") else kind
+            values.append(Value(builder, builder.input(parameter, builder_kind,
+                                                       _declared(kind, dtype, compute))))
         _tracing.builder = builder
         try:
             result = self._fn(*values)
@@ -347,6 +421,21 @@ class Fusion:
         self._structure = (names, shape)
         return fusion
 
+    def _inplace_pairs(self, specs) -> list[tuple[int, int]]:
+        """(output, input) index pairs of the outputs written in place."""
+        names = self._structure[0]
+        pairs = []
+        for parameter, output in self._inplace.items():
+            if output not in names:
+                raise ValueError(f"tilefuse.fusion {self._name}: inplace maps '{parameter}' to "
+                                 f"'{output}', which is not an output ({', '.join(names)})")
+            index = self._parameters.index(parameter)
+            if specs[index][0] not in ("full", "row", "col"):
+                raise TypeError(f"tilefuse.fusion {self._name}: '{parameter}' is written in "
+                                f"place and must be a tensor, got a {specs[index][0]}")
+            pairs.append((names.index(output), index))
+        return pairs
+
     def _execute(self, args: list, fake: bool = False) -> list[torch.Tensor]:
         """Traces (once per signature), then runs, or under fake tensors only
         allocates, the outputs."""
@@ -354,28 +443,40 @@ class Fusion:
         signature = tuple((kind, dtype) for kind, dtype, _ in specs)
         trace = self._traces.get(signature)
         if trace is None:
-            compiled = self._trace(specs, storage)
+            compute = "f64" if storage == torch.float64 else "f32"
+            compiled = self._trace(specs, compute)
             # Floats come back in the storage dtype (per-row results too, as
             # torch's would); integers and masks as declared.
             dtypes = [storage if dtype in ("f32", "f64") else TORCH_DTYPES[dtype]
                       for _, _, dtype in compiled.outputs]
-            handle = compiled.launch_handle(DTYPE_NAMES[storage])
-            trace = self._traces[signature] = (compiled, handle, dtypes)
-        compiled, handle, dtypes = trace
+            pairs = self._inplace_pairs(specs)
+            pointers = [kind == "pointer" for kind, _, _ in specs]
+            handle = compiled.launch_handle(DTYPE_NAMES[storage], pairs, pointers)
+            trace = self._traces[signature] = (compiled, handle, dtypes, pairs)
+        compiled, handle, dtypes, pairs = trace
         if fake or device.type == "meta":
             shapes = [{"full": (*lead, n), "row": lead, "col": (n,)}[kind]
                       for _, kind, _ in compiled.outputs]
-            return [torch.empty(shape, dtype=dtype, device=device)
-                    for shape, dtype in zip(shapes, dtypes)]
-        # What each argument becomes: a tensor, a per-row float tensor in
-        # the compute dtype, a number, or a 0-d tensor's number.
+            written = dict(pairs)
+            return [args[written[o]] if o in written else
+                    torch.empty(shape, dtype=dtype, device=device)
+                    for o, (shape, dtype) in enumerate(zip(shapes, dtypes))]
+        # What each argument becomes: a tensor (as given when written in
+        # place: a copy would not be), a per-row float tensor in the compute
+        # dtype, a number, a scalar read through a pointer, or a CPU 0-d
+        # tensor's number.
         compute = torch.float64 if storage == torch.float64 else torch.float32
+        written = {index for _, index in pairs}
         actions = []
-        for (kind, dtype, _), arg in zip(specs, args):
+        for index, ((kind, dtype, _), arg) in enumerate(zip(specs, args)):
             if not isinstance(arg, torch.Tensor):
                 actions.append("number")
+            elif kind == "pointer":
+                actions.append("pointer")
             elif arg.dim() == 0:
                 actions.append("item")
+            elif index in written:
+                actions.append("inplace")
             elif kind == "row" and arg.dtype in FLOAT_STORAGE and arg.dtype != compute:
                 actions.append(compute)
             else:
@@ -398,6 +499,10 @@ class Fusion:
             outputs = self._compiled_call(args)
         else:
             outputs = self._execute(list(args))
+        return self._shaped(outputs)
+
+    def _shaped(self, outputs):
+        """The outputs as the function returned them: one, a tuple or a dict."""
         names, shape = self._structure
         if shape == "dict":
             return dict(zip(names, outputs))
@@ -407,7 +512,9 @@ class Fusion:
 
     def _compiled_call(self, args) -> list[torch.Tensor]:
         """Through the tilefuse::run_fusion custom op, which torch.compile
-        keeps in its graph (its fake implementation needs only metadata)."""
+        keeps in its graph (its fake implementation needs only metadata);
+        fusions that write in place through tilefuse::run_fusion_inplace,
+        which declares the mutation."""
         tensors, floats, ints, layout = [], [], [], []
         for parameter, arg in zip(self._parameters, args):
             if isinstance(arg, torch.Tensor):
@@ -422,12 +529,117 @@ class Fusion:
             else:
                 raise TypeError(f"tilefuse.{self._name}: argument '{parameter}' must be a "
                                 f"tensor or a number, got {type(arg).__name__}")
-        return torch.ops.tilefuse.run_fusion(self._id, "".join(layout), tensors, floats, ints)
+        if not self._inplace:
+            return torch.ops.tilefuse.run_fusion(self._id, "".join(layout), tensors, floats,
+                                                 ints)
+        fresh = iter(torch.ops.tilefuse.run_fusion_inplace(self._id, "".join(layout), tensors,
+                                                           floats, ints))
+        written = dict(self._inplace_pairs_by_output())
+        return [args[written[o]] if o in written else next(fresh)
+                for o in range(len(self._structure[0]))]
+
+    def _inplace_pairs_by_output(self):
+        names = self._structure[0]
+        return [(names.index(output), self._parameters.index(parameter))
+                for parameter, output in self._inplace.items()]
+
+    def multi_tensor(self, *args, skip_if: torch.Tensor | None = None):
+        """Runs this elementwise fusion over lists of tensors: the i-th tensor
+        of every list forms one row set (tensors of one shape, any shape per
+        set, any number of sets). Each argument is a list of tensors, a
+        number, a 0-d tensor (read on the device) or `tilefuse.per_tensor`
+        (one 0-d tensor per set). Sets run in one launch per (dtype,
+        alignment class) and table of tensors on a GPU, one parallel loop on
+        the CPU; the kernel never depends on the tensors' sizes. Outputs
+        declared `inplace` overwrite their inputs; the others come back as
+        lists, shaped as the function returns them. When `skip_if` (a
+        one-element tensor, e.g. GradScaler's found_inf) is nonzero nothing
+        is written."""
+        if len(args) != len(self._parameters):
+            raise TypeError(f"tilefuse.{self._name}.multi_tensor: expected "
+                            f"{len(self._parameters)} arguments, got {len(args)}")
+        layout, updated, tensors, scalars, scalar_tensors = [], [], [], [], []
+        specs, per_tensor_lists, count, compute = [], [], None, None
+        for parameter, arg in zip(self._parameters, args):
+            where = f"tilefuse.{self._name}.multi_tensor: argument '{parameter}'"
+            if isinstance(arg, per_tensor) or isinstance(arg, (list, tuple)):
+                items = arg.tensors if isinstance(arg, per_tensor) else list(arg)
+                if not all(isinstance(t, torch.Tensor) for t in items):
+                    raise TypeError(f"{where} must hold tensors")
+                if count is not None and len(items) != count:
+                    raise ValueError(f"{where} has {len(items)} tensors, the other lists {count}")
+                count = len(items)
+            if isinstance(arg, per_tensor):
+                dtype = _pointer_dtype(self._name, parameter, arg.tensors[0]) if arg.tensors \
+                    else "f32"
+                specs.append(("per_tensor", dtype, None))
+                layout.append("t")
+                per_tensor_lists.append(items)
+            elif isinstance(arg, (list, tuple)):
+                floats = {t.dtype for t in items if t.dtype in FLOAT_STORAGE}
+                wide = torch.float64 in floats
+                if wide and len(floats) > 1:
+                    raise TypeError(f"{where} mixes float64 with other float dtypes")
+                if floats and compute is not None and compute != ("f64" if wide else "f32"):
+                    raise TypeError(f"{where}: float64 lists cannot mix with other float lists")
+                if floats:
+                    compute = "f64" if wide else "f32"
+                dtype = DTYPE_NAMES.get(items[0].dtype, "f32") if items else "f32"
+                specs.append(("full", dtype if dtype not in ("f16", "bf16") else "f32", None))
+                if parameter in self._inplace:
+                    layout.append("u")
+                    updated.extend(items)
+                else:
+                    layout.append("f")
+                    tensors.append(items)
+            elif isinstance(arg, torch.Tensor):
+                if arg.dim() != 0:
+                    raise TypeError(f"{where} is a tensor of shape {list(arg.shape)}; pass a "
+                                    "list of tensors, or a 0-d tensor for a scalar")
+                specs.append(("pointer", _pointer_dtype(self._name, parameter, arg), None))
+                layout.append("p")
+                scalar_tensors.append(arg)
+            elif isinstance(arg, (bool, int, float)):
+                specs.append(_number_spec(arg)[:2] + (None,))
+                layout.append("v")
+                scalars.append(float(arg) if isinstance(arg, bool) else arg)
+            else:
+                raise TypeError(f"{where} must be a list of tensors, a number, a 0-d tensor "
+                                f"or tilefuse.per_tensor(...), got {type(arg).__name__}")
+        if count is None:
+            raise ValueError(f"tilefuse.{self._name}.multi_tensor: needs at least one list "
+                             "of tensors")
+        for parameter in self._inplace:
+            if layout[self._parameters.index(parameter)] != "u":
+                raise TypeError(f"tilefuse.{self._name}.multi_tensor: '{parameter}' is written "
+                                "in place and must be a list of tensors")
+        compute = compute or "f32"
+        signature = (compute, tuple((kind, dtype) for kind, dtype, _ in specs))
+        trace = self._multi_traces.get(signature)
+        if trace is None:
+            compiled = self._trace(specs, compute)
+            pairs = self._inplace_pairs(specs)
+            trace = self._multi_traces[signature] = (
+                compiled.launch_handle(compute, pairs), len(compiled.outputs))
+        handle, outputs = trace
+        flat_tensors = [t for items in tensors for t in items] + \
+            [t for items in per_tensor_lists for t in items]
+        fresh = _launch_multi_tensor(handle, "".join(layout), updated, flat_tensors, scalars,
+                                     scalar_tensors, skip_if)
+        written = dict(self._inplace_pairs_by_output())
+        results, position = [], 0
+        for o in range(outputs):
+            if o in written:
+                results.append(list(args[written[o]]))
+            else:
+                results.append(list(fresh[position:position + count]))
+                position += count
+        return self._shaped(results)
 
     @property
     def ir(self) -> list[str]:
         """The fuse IR of every trace so far."""
-        return [compiled.ir for compiled, _, _ in self._traces.values()]
+        return [trace[0].ir for trace in self._traces.values()]
 
 
 def _plan_key(args) -> tuple:
@@ -438,17 +650,21 @@ def _plan_key(args) -> tuple:
 
 def _run(plan: tuple, args) -> list[torch.Tensor]:
     handle, actions, dtypes = plan
-    tensors, scalars = [], []
+    tensors, scalars, scalar_tensors = [], [], []
     for action, arg in zip(actions, args):
         if action == "tensor":
             tensors.append(arg.contiguous())
+        elif action == "inplace":
+            tensors.append(arg)
         elif action == "number":
             scalars.append(arg)
+        elif action == "pointer":
+            scalar_tensors.append(arg)
         elif action == "item":
             scalars.append(arg.item())
         else:  # a per-row float tensor in another dtype than the compute one
             tensors.append(arg.to(action).contiguous())
-    outputs = _launch_fusion(handle, tensors, scalars)
+    outputs = _launch_fusion(handle, tensors, scalars, scalar_tensors)
     return [o if o.dtype == dtype else o.to(dtype) for o, dtype in zip(outputs, dtypes)]
 
 
@@ -468,8 +684,30 @@ def _(fusion_id, layout, tensors, floats, ints):
     return _REGISTRY[fusion_id]._execute(_arguments(layout, tensors, floats, ints), fake=True)
 
 
-def fusion(fn=None, *, name: str | None = None):
-    """Decorator: trace `fn` into a fused kernel compiled on first call."""
+def _fresh_outputs(fusion: Fusion, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The outputs not written in place (a custom op returns no aliases)."""
+    written = dict(fusion._inplace_pairs_by_output())
+    return [output for o, output in enumerate(outputs) if o not in written]
+
+
+@torch.library.custom_op("tilefuse::run_fusion_inplace", mutates_args=("tensors",))
+def _run_fusion_inplace(fusion_id: int, layout: str, tensors: list[torch.Tensor],
+                        floats: list[float], ints: list[int]) -> list[torch.Tensor]:
+    fusion = _REGISTRY[fusion_id]
+    return _fresh_outputs(fusion, fusion._execute(_arguments(layout, tensors, floats, ints)))
+
+
+@_run_fusion_inplace.register_fake
+def _(fusion_id, layout, tensors, floats, ints):
+    fusion = _REGISTRY[fusion_id]
+    return _fresh_outputs(fusion, fusion._execute(_arguments(layout, tensors, floats, ints),
+                                                  fake=True))
+
+
+def fusion(fn=None, *, name: str | None = None, inplace: dict | None = None):
+    """Decorator: trace `fn` into a fused kernel compiled on first call.
+    `inplace` maps parameters to the outputs written over them
+    ({"param": "param_out"}): such calls write no new tensors."""
     if fn is None:
-        return lambda f: Fusion(f, name)
-    return Fusion(fn, name)
+        return lambda f: Fusion(f, name, inplace)
+    return Fusion(fn, name, inplace)
