@@ -23,6 +23,7 @@ from ._dsl import (
     gather,
     gelu,
     iota,
+    item,
     lerp,
     log,
     max,
@@ -58,7 +59,7 @@ def kernel_launches() -> int:
 
 __all__ = [
     "Fusion", "Value", "abs", "cast", "compile_count", "kernel_launches", "emulator", "erf", "exp", "functional",
-    "fusion", "gather", "gelu", "iota", "lerp", "log", "max", "maximum", "mean", "min",
+    "fusion", "gather", "gelu", "iota", "item", "lerp", "log", "max", "maximum", "mean", "min",
     "minimum", "per_tensor", "rsqrt", "sigmoid", "sign", "silu", "sqrt", "sum", "tanh",
     "where",
 ]

@@ -60,13 +60,17 @@ def _unsupported(what: str) -> TypeError:
 
 class Value:
     """A value of the fusion being traced (a tensor, per row, per column, or
-    a scalar). Supports + - * / ** and comparisons."""
+    a scalar). Supports + - * / ** and comparisons. Values computed from
+    Python-number arguments and literals alone are numbers: as in Python
+    they compute in float64 among themselves, and take the dtype of the
+    value they meet otherwise, a 0-d tensor's or a tensor's (torch's rule)."""
 
-    __slots__ = ("_builder", "_value")
+    __slots__ = ("_builder", "_value", "_number")
 
-    def __init__(self, builder, value):
+    def __init__(self, builder, value, number: bool = False):
         self._builder = builder
         self._value = value
+        self._number = number
 
     @property
     def kind(self) -> str:
@@ -76,23 +80,40 @@ class Value:
     def dtype(self) -> str:
         return self._value.dtype
 
-    def _lift(self, other):
+    def _lift(self, other) -> "Value":
         if isinstance(other, Value):
             if other._builder is not self._builder:
                 raise _unsupported("values of two different fusions")
-            return other._value
+            return other
         if isinstance(other, (bool, int, float)):
-            return self._builder.scalar_like(float(other), self._value)
+            return Value(self._builder, self._builder.scalar_like(float(other), self._value),
+                         number=True)
         raise _unsupported(f"an operand of type {type(other).__name__}")
 
-    def _binary(self, op, other, reverse=False):
-        a, b = self._value, self._lift(other)
+    def _operands(self, other, reverse=False):
+        """Both operands, a number meeting a float 0-d tensor's value cast to
+        its dtype (a tensor's dtype wins in the builder), and whether the
+        result is a number."""
+        a, b = self, self._lift(other)
         if reverse:
             a, b = b, a
-        return Value(self._builder, self._builder.binary(op, a, b))
+        if a._number != b._number and a.kind == b.kind == "scalar":
+            number, other_value = (a, b) if a._number else (b, a)
+            if other_value.dtype in ("f16", "bf16", "f32", "f64"):
+                cast_value = self._builder.cast(number._value, other_value.dtype)
+                if a._number:
+                    a = Value(self._builder, cast_value)
+                else:
+                    b = Value(self._builder, cast_value)
+        return a._value, b._value, a._number and b._number
+
+    def _binary(self, op, other, reverse=False):
+        a, b, number = self._operands(other, reverse)
+        return Value(self._builder, self._builder.binary(op, a, b), number)
 
     def _compare(self, predicate, other):
-        return Value(self._builder, self._builder.compare(predicate, self._value, self._lift(other)))
+        a, b, _ = self._operands(other)
+        return Value(self._builder, self._builder.compare(predicate, a, b))
 
     def __add__(self, o): return self._binary("add", o)
     def __radd__(self, o): return self._binary("add", o, True)
@@ -104,7 +125,8 @@ class Value:
     def __rtruediv__(self, o): return self._binary("div", o, True)
     def __pow__(self, o): return self._binary("pow", o)
     def __rpow__(self, o): return self._binary("pow", o, True)
-    def __neg__(self): return Value(self._builder, self._builder.unary("neg", self._value))
+    def __neg__(self):
+        return Value(self._builder, self._builder.unary("neg", self._value), self._number)
     def __lt__(self, o): return self._compare("lt", o)
     def __le__(self, o): return self._compare("le", o)
     def __gt__(self, o): return self._compare("gt", o)
@@ -146,7 +168,7 @@ def _value(x, function: str) -> Value:
 def _unary(op):
     def function(x):
         x = _value(x, op)
-        return Value(x._builder, x._builder.unary(op, x._value))
+        return Value(x._builder, x._builder.unary(op, x._value), x._number)
     function.__name__ = op
     function.__doc__ = f"Elementwise {op}, like torch.{op}."
     return function
@@ -200,6 +222,15 @@ def where(condition, a, b):
     return Value(builder, builder.where(condition._value, a, b))
 
 
+def item(x):
+    """Like Tensor.item(): a scalar (a 0-d tensor's value) as a Python
+    number, float64 from here on (see Value)."""
+    x = _value(x, "item")
+    if x.kind != "scalar":
+        raise TypeError(f"tilefuse.item takes a scalar, got a {x.kind} value")
+    return Value(x._builder, x._builder.cast(x._value, "f64"), number=True)
+
+
 def lerp(start, end, weight):
     """torch.lerp(start, end, weight) as torch computes it: a scalar weight
     in start's dtype, start + weight * (end - start) for |weight| < 0.5,
@@ -207,7 +238,7 @@ def lerp(start, end, weight):
     start = _value(start, "lerp")
     if not isinstance(weight, Value) or weight.kind == "scalar":
         weight = cast(weight, TORCH_DTYPES[start.dtype]) if isinstance(weight, Value) else \
-            Value(start._builder, start._builder.scalar_like(float(weight), start._value))
+            start._lift(weight)
     difference = end - start
     return where(abs(weight) < 0.5, start + weight * difference,
                  end - difference * (1 - weight))
@@ -371,7 +402,9 @@ class Fusion:
         self._fn = fn
         self._name = name or fn.__name__
         self._parameters = list(inspect.signature(fn).parameters)
-        self._inplace = dict(inplace or {})
+        # {parameter: output}; a list of names: outputs named as parameters.
+        self._inplace = dict(inplace) if isinstance(inplace, dict) else \
+            {name: name for name in inplace or ()}
         for parameter in self._inplace:
             if parameter not in self._parameters:
                 raise ValueError(f"tilefuse.fusion {self._name}: inplace names '{parameter}', "
@@ -391,7 +424,8 @@ class Fusion:
         for parameter, (kind, dtype, _) in zip(self._parameters, specs):
             builder_kind = "scalar" if kind in ("pointer", "per_tensor") else kind
             values.append(Value(builder, builder.input(parameter, builder_kind,
-                                                       _declared(kind, dtype, compute))))
+                                                       _declared(kind, dtype, compute)),
+                                number=kind == "scalar"))
         _tracing.builder = builder
         try:
             result = self._fn(*values)
@@ -704,10 +738,12 @@ def _(fusion_id, layout, tensors, floats, ints):
                                                   fake=True))
 
 
-def fusion(fn=None, *, name: str | None = None, inplace: dict | None = None):
+def fusion(fn=None, *, name: str | None = None, inplace=None):
     """Decorator: trace `fn` into a fused kernel compiled on first call.
     `inplace` maps parameters to the outputs written over them
-    ({"param": "param_out"}): such calls write no new tensors."""
+    ({"param": "param_out"}), or lists parameters that outputs of the same
+    name overwrite (("param", "exp_avg")): such calls write no new
+    tensors."""
     if fn is None:
         return lambda f: Fusion(f, name, inplace)
     return Fusion(fn, name, inplace)
