@@ -8,6 +8,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 apt_packages=(
   cmake ninja-build ccache g++ git libgtest-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  libzstd-dev  # LLVM's static archives (scripts/build.sh --static)
 )
 missing=()
 for package in "${apt_packages[@]}"; do

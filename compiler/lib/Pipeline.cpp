@@ -18,25 +18,28 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSwitch.h"
-#include "llvm/Bitcode/BitcodeReader.h"
-#include "llvm/IR/LegacyPassManager.h"
 #include "llvm/AsmParser/Parser.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
 #include "llvm/Linker/Linker.h"
-#include "llvm/Support/SourceMgr.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/SHA256.h"
-#include "llvm/Target/TargetMachine.h"
-#include "llvm/TargetParser/Triple.h"
-#include "llvm/IR/LLVMContext.h"
-#include "llvm/IR/Module.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Triple.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <dlfcn.h>
 #include <mutex>
 
 using namespace mlir;
@@ -106,6 +109,8 @@ struct NVPTXBackend {
   std::unique_ptr<llvm::MemoryBuffer> libdevice;
 };
 
+constexpr StringLiteral kLibdeviceInToolkit = "/nvvm/libdevice/libdevice.10.bc";
+
 FailureOr<NVPTXBackend *> getNVPTXBackend(Operation *anchor, StringRef chip,
                                           StringRef cudaPath) {
   static std::once_flag initialized;
@@ -130,7 +135,15 @@ FailureOr<NVPTXBackend *> getNVPTXBackend(Operation *anchor, StringRef chip,
   backend.machine.reset(target->createTargetMachine(
       triple, chip, "+ptx80", llvm::TargetOptions(), std::nullopt,
       std::nullopt, llvm::CodeGenOptLevel::Aggressive));
-  std::string path = (cudaPath + "/nvvm/libdevice/libdevice.10.bc").str();
+  std::string path;
+  if (!cudaPath.empty()) {
+    path = (cudaPath + kLibdeviceInToolkit).str();
+  } else {
+    llvm::Expected<std::string> found = findLibdevice();
+    if (!found)
+      return anchor->emitError(llvm::toString(found.takeError()));
+    path = *found;
+  }
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer)
     return anchor->emitError("cannot read libdevice at ")
@@ -450,6 +463,26 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
     dump("llvm", result.text, "ll");
   }
   return result;
+}
+
+llvm::Expected<std::string> tilefuse::findLibdevice() {
+  std::vector<std::string> candidates;
+  for (const char *variable : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char *toolkit = std::getenv(variable); toolkit && *toolkit)
+      candidates.push_back(toolkit + kLibdeviceInToolkit.str());
+  candidates.push_back("/usr/local/cuda" + kLibdeviceInToolkit.str());
+  Dl_info self;
+  if (dladdr(reinterpret_cast<void *>(&tilefuse::findLibdevice), &self) &&
+      self.dli_fname) {
+    llvm::SmallString<256> beside(llvm::sys::path::parent_path(self.dli_fname));
+    llvm::sys::path::append(beside, "libdevice.10.bc");
+    candidates.push_back(beside.str().str());
+  }
+  for (const std::string &candidate : candidates)
+    if (llvm::sys::fs::is_regular_file(candidate))
+      return candidate;
+  return llvm::createStringError("libdevice.10.bc was not found; tried " +
+                                 llvm::join(candidates, ", "));
 }
 
 std::string tilefuse::fingerprint(ModuleOp module) {

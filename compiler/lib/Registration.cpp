@@ -19,7 +19,6 @@
 #include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
-#include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/Index/IR/IndexDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/UB/IR/UBOps.h"
@@ -51,10 +50,15 @@ void tilefuse::registerAllDialects(mlir::DialectRegistry &registry) {
   registerTranslations(registry);
 }
 
-void tilefuse::registerAllPasses() {
+void tilefuse::registerPipelinePasses() {
   fuse::registerFusePasses();
   registerCompilerPasses();
-  mlir::registerTransformsPasses();
-  mlir::registerConversionPasses();
-  mlir::registerGPUPasses();
+  mlir::registerCanonicalizer();
+  mlir::registerCSE();
+  mlir::registerSCFToControlFlowPass();
+  mlir::registerConvertMathToLLVMPass();
+  mlir::registerConvertMathToLibmPass();
+  mlir::registerConvertToLLVMPass();
+  mlir::registerReconcileUnrealizedCastsPass();
+  mlir::registerConvertGpuOpsToNVVMOps();
 }

@@ -8,7 +8,9 @@
 //     (torch.compile traces with them), and for *_fwd an Autograd kernel
 //     whose backward is the fused *_bwd kernel;
 //   - adamw_step_, in place;
-//   - launch_fusion, which runs a fusion the Python DSL traced.
+//   - launch_fusion, which runs a fusion the Python DSL traced or
+//     register_fusion parsed from fuse IR text;
+//   - compile_count: compilations so far (not counting cache hits).
 // Errors are TypeError / ValueError / IndexError naming the op and argument.
 //
 //===----------------------------------------------------------------------===//
@@ -648,9 +650,11 @@ void adamwStepAutograd(const Tensor &param, const Tensor &grad,
 /// Runs a fusion the DSL traced; its first full input gives the shape.
 /// `scalarTensors` are the scalars it reads through pointers, in order;
 /// outputs written in place go to their inputs' tensors.
-std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
-                                 c10::ArrayRef<c10::Scalar> scalars,
-                                 at::TensorList scalarTensors) {
+std::vector<Tensor>
+launchFusion(int64_t handle, at::TensorList tensors,
+             c10::ArrayRef<c10::Scalar> scalars,
+             std::optional<at::TensorList> scalarTensorList) {
+  at::TensorList scalarTensors = scalarTensorList.value_or(at::TensorList());
   auto registered =
       tilefuse::torch_ops::registeredFusion("launch_fusion", handle);
   tilefuse::Fusion &fusion = registered.fusion;
@@ -702,12 +706,14 @@ std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
 
 /// DSL fusions have no backward yet: outputs of inputs that need a gradient
 /// get a grad_fn that raises when differentiated.
-std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
-                                         c10::ArrayRef<c10::Scalar> scalars,
-                                         at::TensorList scalarTensors) {
+std::vector<Tensor>
+launchFusionAutograd(int64_t handle, at::TensorList tensors,
+                     c10::ArrayRef<c10::Scalar> scalars,
+                     std::optional<at::TensorList> scalarTensors) {
   static auto op =
       findOp<std::vector<Tensor>(int64_t, at::TensorList,
-                                 c10::ArrayRef<c10::Scalar>, at::TensorList)>(
+                                 c10::ArrayRef<c10::Scalar>,
+                                 std::optional<at::TensorList>)>(
           "tilefuse::launch_fusion");
   auto registered =
       tilefuse::torch_ops::registeredFusion("launch_fusion", handle);
@@ -744,6 +750,18 @@ std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
         torch::autograd::set_history(output, node);
   }
   return outputs;
+}
+
+/// A fusion written as fuse IR text (Fusion::ir(), test/lit/fusions), for
+/// processes without the Python extension: the self-contained library on a
+/// machine that has only PyTorch. Returns a handle for launch_fusion.
+int64_t registerFusion(c10::string_view ir, c10::string_view storage) {
+  auto fusion = tilefuse::Fusion::parse(llvm::StringRef(ir.data(), ir.size()));
+  TORCH_CHECK_VALUE(static_cast<bool>(fusion),
+                    "tilefuse.register_fusion: argument 'ir': ",
+                    llvm::toString(fusion.takeError()));
+  return tilefuse::torch_ops::registerFusion(
+      std::move(*fusion), std::string_view(storage.data(), storage.size()));
 }
 
 } // namespace
@@ -830,7 +848,10 @@ TORCH_LIBRARY(tilefuse, m) {
         "float beta2=0.999, float eps=1e-08, float weight_decay=0.01, "
         "SymInt step) -> ()");
   m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars, "
-        "Tensor[] scalar_tensors) -> Tensor[]");
+        "Tensor[]? scalar_tensors=None) -> Tensor[]");
+  m.def("register_fusion(str ir, str storage) -> int", registerFusion);
+  m.def("compile_count() -> int",
+        [] { return tilefuse::Runtime::global().compileCount(); });
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {

@@ -8,8 +8,10 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 
 using namespace tilefuse;
@@ -23,6 +25,13 @@ using CUcontext = void *;
 using CUmodule = void *;
 using CUfunction = void *;
 using CUstream = void *;
+// CUjit_option: the JIT's logs, and their detail.
+constexpr int kJitInfoLogBuffer = 3;
+constexpr int kJitInfoLogBufferSizeBytes = 4;
+constexpr int kJitErrorLogBuffer = 5;
+constexpr int kJitErrorLogBufferSizeBytes = 6;
+constexpr int kJitLogVerbose = 12;
+constexpr size_t kJitLogBytes = 1 << 16;
 constexpr int kMultiprocessorCount = 16;
 constexpr int kComputeCapabilityMajor = 75;
 constexpr int kComputeCapabilityMinor = 76;
@@ -38,6 +47,9 @@ struct CudaDriver::Api {
   CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
   CUresult (*deviceGetAttribute)(int *, int, CUdevice);
   CUresult (*moduleLoadData)(CUmodule *, const void *);
+  /// With the JIT's logs; every real driver has it, the emulator does not.
+  CUresult (*moduleLoadDataEx)(CUmodule *, const void *, unsigned, int *,
+                               void **) = nullptr;
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*moduleUnload)(CUmodule);
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
@@ -77,6 +89,8 @@ CudaDriver::load(const std::string &library) {
   resolve(api->moduleGetFunction, "cuModuleGetFunction");
   resolve(api->moduleUnload, "cuModuleUnload");
   resolve(api->launchKernel, "cuLaunchKernel");
+  api->moduleLoadDataEx = reinterpret_cast<decltype(api->moduleLoadDataEx)>(
+      dlsym(api->library, "cuModuleLoadDataEx"));
   api->setBuffers = reinterpret_cast<decltype(api->setBuffers)>(
       dlsym(api->library, "tilefuseEmulatorSetBuffers"));
   if (missing)
@@ -250,9 +264,7 @@ CudaDriver::functions(void *context,
   // Holding the kernel keeps its address from naming another kernel later.
   Loaded loaded{kernel};
   const std::string &name = kernel->info.name;
-  llvm::Error error = check(api->moduleLoadData(&loaded.module,
-                                                kernel->ptx.c_str()),
-                            "cuModuleLoadData", name);
+  llvm::Error error = loadModule(&loaded.module, *kernel);
   if (!error)
     error = check(api->moduleGetFunction(&loaded.main, loaded.module,
                                          name.c_str()),
@@ -269,6 +281,38 @@ CudaDriver::functions(void *context,
     return std::move(error);
   }
   return it->second = loaded;
+}
+
+llvm::Error CudaDriver::loadModule(void **module, const GpuKernel &kernel) {
+  const std::string &name = kernel.info.name;
+  if (!api->moduleLoadDataEx)
+    return check(api->moduleLoadData(module, kernel.ptx.c_str()),
+                 "cuModuleLoadData", name);
+  // The PTX JIT's own words: in full in the error, and with
+  // TILEFUSE_LOG=jit its report (registers, spills) on stderr.
+  static const bool logJit = [] {
+    const char *log = std::getenv("TILEFUSE_LOG");
+    return log && llvm::StringRef(log).contains("jit");
+  }();
+  std::string info(kJitLogBytes, '\0'), errors(kJitLogBytes, '\0');
+  int options[] = {kJitInfoLogBuffer, kJitInfoLogBufferSizeBytes,
+                   kJitErrorLogBuffer, kJitErrorLogBufferSizeBytes,
+                   kJitLogVerbose};
+  void *values[] = {info.data(), reinterpret_cast<void *>(kJitLogBytes),
+                    errors.data(), reinterpret_cast<void *>(kJitLogBytes),
+                    reinterpret_cast<void *>(uintptr_t(logJit))};
+  llvm::Error error =
+      check(api->moduleLoadDataEx(module, kernel.ptx.c_str(),
+                                  std::size(options), options, values),
+            "cuModuleLoadDataEx", name);
+  info.resize(std::strlen(info.c_str()));
+  errors.resize(std::strlen(errors.c_str()));
+  if (logJit && !info.empty())
+    llvm::errs() << "tilefuse: PTX JIT of " << name << ":\n" << info << "\n";
+  if (error && !errors.empty())
+    return llvm::createStringError(llvm::toString(std::move(error)) +
+                                   "\nPTX JIT log:\n" + errors);
+  return error;
 }
 
 llvm::Error CudaDriver::launchOne(void *function, const std::string &name,

@@ -4,6 +4,9 @@
 
 #include "tilefuse/Dialect/Fuse/IR/Fuse.h"
 
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/FormatVariadic.h"
+
 using namespace tilefuse;
 
 Fusion::Fusion(mlir::OwningOpRef<mlir::ModuleOp> owned)
@@ -22,6 +25,21 @@ Fusion::Fusion(mlir::OwningOpRef<mlir::ModuleOp> owned)
 }
 
 Fusion::~Fusion() = default;
+
+llvm::Expected<std::shared_ptr<Fusion>> Fusion::parse(llvm::StringRef ir) {
+  mlir::MLIRContext &context = Runtime::global().context();
+  DiagnosticCollector diagnostics(context);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(ir, &context);
+  if (!module)
+    return diagnostics.error("invalid fuse IR");
+  auto kernels = module->getOps<fuse::KernelOp>();
+  int64_t count = std::distance(kernels.begin(), kernels.end());
+  if (count != 1)
+    return llvm::createStringError(llvm::formatv(
+        "fuse IR must hold exactly one fuse.kernel, got {0}", count));
+  return std::make_shared<Fusion>(std::move(module));
+}
 
 std::string Fusion::ir() const {
   std::string text;

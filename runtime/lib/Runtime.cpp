@@ -183,7 +183,7 @@ tilefuse::deserializeArtifact(llvm::StringRef artifact) {
 static mlir::DialectRegistry makeRegistry() {
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
-  registerAllPasses();
+  registerPipelinePasses();
   return registry;
 }
 
@@ -207,22 +207,6 @@ Runtime &Runtime::global() {
   static Runtime *runtime = new Runtime(KernelCache::defaultDirectory());
   return *runtime;
 }
-
-/// Collects the diagnostics emitted while it lives, to return as an error.
-struct DiagnosticCollector {
-  explicit DiagnosticCollector(mlir::MLIRContext &context)
-      : handler(&context, [this](mlir::Diagnostic &diagnostic) {
-          if (!messages.empty())
-            messages += "\n";
-          messages += diagnostic.str();
-          return mlir::success();
-        }) {}
-  llvm::Error error(llvm::StringRef context) const {
-    return llvm::createStringError(context + ": " + messages);
-  }
-  std::string messages;
-  mlir::ScopedDiagnosticHandler handler;
-};
 
 CacheKey Runtime::keyFor(mlir::ModuleOp module, const CompileOptions &options) {
   CacheKey key;

@@ -116,7 +116,7 @@ def test_dsl_fusion_has_no_backward():
 
 def test_unknown_fusion_handle():
     with pytest.raises(IndexError, match=r"tilefuse.launch_fusion: no fusion has handle 99999"):
-        torch.ops.tilefuse.launch_fusion(99999, [torch.ones(1, 4)], [], [])
+        torch.ops.tilefuse.launch_fusion(99999, [torch.ones(1, 4)], [])
 
 
 def test_runner_checks_tensors_against_the_kernel():

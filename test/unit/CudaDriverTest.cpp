@@ -177,4 +177,16 @@ TEST_F(CudaDriverTest, ErrorsNameTheCallAndKernel) {
             std::string::npos);
 }
 
+TEST_F(CudaDriverTest, PtxJitFailureCarriesTheJitLog) {
+  auto swiglu = kernel("swiglu_fwd", "f32", 1024);
+  fakeCudaState().loadResult = 1;
+  fakeCudaState().jitErrorLog = "ptxas application ptx input, line 7; error";
+  std::vector<void *> arguments(3, reinterpret_cast<void *>(0x100));
+  llvm::Error error = driver->launch(swiglu, arguments, {}, 1, 0, nullptr);
+  EXPECT_EQ(llvm::toString(std::move(error)),
+            "cuModuleLoadDataEx failed for kernel swiglu_fwd: "
+            "CUDA_ERROR_INVALID_VALUE (invalid argument)\nPTX JIT log:\n"
+            "ptxas application ptx input, line 7; error");
+}
+
 } // namespace

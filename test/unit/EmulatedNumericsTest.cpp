@@ -205,6 +205,19 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
         ASSERT_EQ(launches.size(), 2u) << "the kernel, then its finalize";
         EXPECT_EQ(launches[0].grid[0], blocks);
         EXPECT_LT(launches[0].grid[0] * tile.rowsPerBlock, rows);
+        // The finalize reads each row group's partials once and writes each
+        // column result once.
+        uint64_t groups = blocks * tile.rowsPerBlock;
+        EXPECT_EQ(launches[1].buffers.size(),
+                  name == std::string("rms_norm_bwd") ? 2u : 4u)
+            << "each column output and its partials";
+        for (const emulator::BufferTraffic &buffer : launches[1].buffers) {
+          SCOPED_TRACE(buffer.name);
+          bool partials = llvm::StringRef(buffer.name).ends_with("partials");
+          EXPECT_EQ(buffer.loadedBytes, partials ? groups * n * 4 : 0);
+          EXPECT_EQ(buffer.storedBytes,
+                    partials ? 0 : n * elementBytes(dtypeName(dtype)));
+        }
       }
 }
 

@@ -16,6 +16,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 extern "C" {
 int cuInit(unsigned);
@@ -31,6 +34,21 @@ int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
 }
 
 namespace {
+
+/// Sets the calling thread's flush-to-zero and denormals-are-zero modes
+/// while it lives.
+class HostFlushesSubnormals {
+public:
+#if defined(__SSE__)
+  HostFlushesSubnormals() : saved(_mm_getcsr()) {
+    _mm_setcsr(saved | 0x8040); // FTZ, DAZ
+  }
+  ~HostFlushesSubnormals() { _mm_setcsr(saved); }
+
+private:
+  unsigned saved;
+#endif
+};
 
 constexpr int kIllegalAddress = 700, kMisalignedAddress = 716,
               kLaunchFailed = 719, kInvalidPtx = 218;
@@ -227,10 +245,28 @@ TEST_F(EmulatorChecks, SharedOutOfBounds) {
                "'slots' [0, 64)", "thread (16, 0, 0)"});
 }
 
-TEST_F(EmulatorChecks, ShuffleNamingAnExitedLane) {
+TEST_F(EmulatorChecks, ShuffleReadingAnExitedLane) {
   ASSERT_EQ(load("shuffle_exited"), 0);
   expectError(launch("shuffle_exited", 32, {}), kLaunchFailed,
-              {"membermask 0xffffffff names lane 0, which has exited"});
+              {"shfl.sync reads lane 0, which has exited", "thread (1, 0, 0)"});
+}
+
+/// PTX: shfl.sync waits for the non-exited lanes of its membermask; lanes
+/// past the end of a partial warp count as exited.
+TEST_F(EmulatorChecks, ShuffleWithExitedLanesItDoesNotRead) {
+  ASSERT_EQ(load("shuffle_exited_unread"), 0);
+  for (unsigned threads : {32u, 16u, 48u}) {
+    SCOPED_TRACE(threads);
+    std::vector<uint32_t> out(48, 0);
+    void *pointer = out.data();
+    ASSERT_EQ(launch("shuffle_exited_unread", threads, {&pointer},
+                     {{"out", out.data(), out.size() * 4}}),
+              0)
+        << message(kLaunchFailed);
+    // Lane l of each warp writes out[l]: lane 0's 0 plus lane (l ^ 8)'s.
+    for (uint32_t lane = 0; lane < out.size(); ++lane)
+      EXPECT_EQ(out[lane], lane < 16 ? 10 * (lane ^ 8) : 0) << lane;
+  }
 }
 
 TEST_F(EmulatorChecks, DeadlockBetweenShuffleAndBarrier) {
@@ -248,6 +284,200 @@ TEST_F(EmulatorChecks, LaunchesOutsideTheKernelsLimits) {
   expectError(launch("oob_store", 2048, {&pointer},
                      {{"out", out.data(), out.size() * 4}}),
               1, {"invalid launch grid"});
+  // Dimensions whose product wraps to a valid count, and grids of more
+  // blocks than the emulator counts: refused, not run in part.
+  void *function = nullptr;
+  ASSERT_EQ(cuModuleGetFunction(&function, module, "oob_store"), 0);
+  void *params[] = {&pointer};
+  expectError(cuLaunchKernel(function, 1, 1, 1, 0x80000001u, 2, 1, 0, nullptr,
+                             params, nullptr),
+              1, {"invalid launch grid 1x1x1, block 2147483649x2x1"});
+  expectError(cuLaunchKernel(function, 65536, 65536, 1, 32, 1, 1, 0, nullptr,
+                             params, nullptr),
+              1, {"invalid launch grid 65536x65536x1"});
+}
+
+/// Addresses near 2^64: an access that would wrap around the address space
+/// is out of bounds (it used to pass the check and crash the host).
+TEST_F(EmulatorChecks, AccessesWrappingAroundTheAddressSpace) {
+  ASSERT_EQ(load("address_wrap"), 0);
+  std::vector<uint64_t> out(4);
+  void *pointer = out.data();
+  expectError(launch("global_wrap", 1, {&pointer}, {{"out", out.data(), 32}}),
+              kIllegalAddress,
+              {"out-of-bounds global store of 8 bytes at 0xfffffffffffffff8"});
+  expectError(launch("shared_wrap", 1, {}), kIllegalAddress,
+              {"out-of-bounds shared store of 8 bytes at shared address "
+               "18446744073709551608"});
+}
+
+/// Races through accesses of different widths that overlap in part.
+TEST_F(EmulatorChecks, RaceThroughPartlyOverlappingAccesses) {
+  ASSERT_EQ(load("shared_overlap_race"), 0);
+  uint16_t out = 0;
+  void *pointer = &out;
+  uint32_t synchronized = 0;
+  expectError(launch("shared_overlap_race", 32, {&pointer, &synchronized},
+                     {{"out", &out, 2}}),
+              kLaunchFailed,
+              {"shared-memory race on byte 2 of 'slots': thread (0, 0, 0) "
+               "wrote it",
+               "thread (1, 0, 0)", "ld.shared.u16"});
+  synchronized = 1;
+  ASSERT_EQ(launch("shared_overlap_race", 32, {&pointer, &synchronized},
+                   {{"out", &out, 2}}),
+            0)
+      << message(kLaunchFailed);
+  EXPECT_EQ(out, 0x1234);
+}
+
+/// Each block has its own shared memory: the same address in two blocks is
+/// no race, whichever host threads run them.
+TEST_F(EmulatorChecks, BlocksHaveSeparateSharedMemory) {
+  ASSERT_EQ(load("shared_per_block"), 0);
+  void *function = nullptr;
+  ASSERT_EQ(cuModuleGetFunction(&function, module, "shared_per_block"), 0);
+  for (unsigned hostThreads : {1u, 2u}) {
+    tilefuse::emulator::setHostThreads(hostThreads);
+    std::vector<uint32_t> out(8, 99);
+    void *pointer = out.data();
+    void *params[] = {&pointer};
+    TilefuseEmulatorBuffer buffer{"out", out.data(), out.size() * 4};
+    tilefuseEmulatorSetBuffers(&buffer, 1);
+    ASSERT_EQ(
+        cuLaunchKernel(function, 8, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+        0)
+        << message(kLaunchFailed);
+    for (uint32_t block = 0; block < 8; ++block)
+      EXPECT_EQ(out[block], block);
+  }
+  tilefuse::emulator::setHostThreads(0);
+}
+
+/// bar.sync is barrier.sync.aligned: warps at different bar.sync
+/// instructions never meet.
+TEST_F(EmulatorChecks, WarpsAtDifferentBarriers) {
+  ASSERT_EQ(load("split_barrier"), 0);
+  expectError(launch("split_barrier", 64, {}), kLaunchFailed,
+              {"threads wait at different barriers: thread (32, 0, 0) at PTX "
+               "line 14"});
+}
+
+/// No false alarm for registers written on every path through predicated
+/// moves and around a loop's back edge.
+TEST_F(EmulatorChecks, RegistersWrittenOnEveryPathAreDefined) {
+  ASSERT_EQ(load("defined_registers"), 0);
+  std::vector<uint32_t> out(32);
+  void *pointer = out.data();
+  ASSERT_EQ(
+      launch("defined_registers", 32, {&pointer}, {{"out", out.data(), 128}}),
+      0)
+      << message(kLaunchFailed);
+  for (uint32_t i = 0; i < 32; ++i)
+    EXPECT_EQ(out[i], (i % 2 ? 1u : 2u) + 12) << i;
+}
+
+/// A loop or a recursion without end is an error, not a hang or an
+/// exhausted host.
+TEST_F(EmulatorChecks, RunawayLoopsAndRecursions) {
+  ASSERT_EQ(load("runaway"), 0);
+  tilefuse::emulator::setBlockInstructionBudget(1 << 20);
+  expectError(launch("spin", 64, {}), kLaunchFailed,
+              {"runaway block: it ran 1048576 thread-instructions without "
+               "completing",
+               "`bra.uni \t$LOOP;`"});
+  tilefuse::emulator::setBlockInstructionBudget(0);
+  expectError(launch("recursion", 64, {}), kLaunchFailed,
+              {"calls nested deeper than 1024"});
+}
+
+/// Declarations past what a GPU has, and nesting past what the parser
+/// recurses into, are refused when the module loads, not allocated or
+/// overflowed.
+TEST_F(EmulatorChecks, ModulesPastTheLimitsAreRefused) {
+  auto module = [](const std::string &body, const std::string &params = "") {
+    return ".version 8.0\n.target sm_80\n.address_size 64\n.visible "
+           ".entry k(" +
+           params + ")\n{\n" + body + "\nret;\n}\n";
+  };
+  struct Case {
+    std::string ptx, error;
+  };
+  const Case cases[] = {
+      {module(".shared .align 1 .b8 a[4294967280];\n.shared .b8 b[32];"),
+       "a .shared array of 4294967280 1-byte elements exceeds 49152 bytes"},
+      {module(".shared .b8 a[40000];\n.shared .b8 b[10000];"),
+       "the .shared arrays up to 'b' take 50000 bytes"},
+      {module("", ".param .align 1 .b8 p[4294967295], .param .b32 q"),
+       "a .param variable of 4294967295 1-byte elements exceeds"},
+      {module("", ".param .align 4 .b8 p[32768]"),
+       ".param p ends at byte 32768"},
+      {module(".shared .align 3 .b8 a[4];"), ".align 3: not a power of two"},
+      {module(std::string(100, '{') + std::string(100, '}')),
+       "nested deeper than 64 levels"},
+      {module("$L:\n$L:"), "label $L defined twice"},
+      {module(".reg .pred %p<2>;\n.reg .b32 %r<2>;\nsetp.eq.u8 %p1, %r1, "
+              "%r1;"),
+       "unsupported setp type"},
+  };
+  for (const Case &c : cases) {
+    void *refused = nullptr;
+    expectError(cuModuleLoadData(&refused, c.ptx.c_str()), kInvalidPtx,
+                {c.error.c_str()});
+  }
+  // A register range far larger than the registers used costs nothing.
+  void *loaded = nullptr;
+  ASSERT_EQ(
+      cuModuleLoadData(&loaded, module(".reg .b32 %r<4000000000>;\nmov.u32 "
+                                       "%r3999999999, 1;")
+                                    .c_str()),
+      0)
+      << message(kInvalidPtx);
+  cuModuleUnload(loaded);
+}
+
+/// Counters of a kernel small enough to count by hand (counters.ptx): 2
+/// blocks of 2 warps, 16 instructions per thread.
+TEST_F(EmulatorChecks, CountersOfAHandCountedKernel) {
+  ASSERT_EQ(load("counters"), 0);
+  std::vector<float> in(128, 1.0f), out(2, 0.0f);
+  void *input = in.data(), *output = out.data();
+  void *function = nullptr;
+  ASSERT_EQ(cuModuleGetFunction(&function, module, "counters"), 0);
+  TilefuseEmulatorBuffer buffers[] = {{"in", in.data(), 512},
+                                      {"out", out.data(), 8}};
+  tilefuseEmulatorSetBuffers(buffers, 2);
+  tilefuse::emulator::takeLaunches();
+  void *params[] = {&input, &output};
+  ASSERT_EQ(
+      cuLaunchKernel(function, 2, 1, 1, 64, 1, 1, 0, nullptr, params, nullptr),
+      0)
+      << message(kLaunchFailed);
+  EXPECT_EQ(out[0], 2.0f);
+  EXPECT_EQ(out[1], 2.0f);
+  std::vector<tilefuse::emulator::LaunchRecord> launches =
+      tilefuse::emulator::takeLaunches();
+  ASSERT_EQ(launches.size(), 1u);
+  const tilefuse::emulator::LaunchRecord &record = launches[0];
+  using Class = tilefuse::emulator::InstructionClass;
+  const uint64_t threads = 128;
+  EXPECT_EQ(record.instructions[size_t(Class::Memory)], 4 * threads);
+  EXPECT_EQ(record.instructions[size_t(Class::Arithmetic)], 8 * threads);
+  EXPECT_EQ(record.instructions[size_t(Class::Sync)], 2 * threads);
+  EXPECT_EQ(record.instructions[size_t(Class::Conversion)], 1 * threads);
+  EXPECT_EQ(record.instructions[size_t(Class::Control)], 1 * threads);
+  EXPECT_EQ(record.totalInstructions(), 16 * threads);
+  EXPECT_EQ(record.barriers, 2u) << "one per block";
+  EXPECT_EQ(record.shuffles, 4u) << "one per warp";
+  ASSERT_EQ(record.buffers.size(), 2u);
+  EXPECT_EQ(record.buffers[0].name, "in");
+  EXPECT_EQ(record.buffers[0].loadedBytes, 2 * 512u) << "each block reads all";
+  EXPECT_EQ(record.buffers[0].loads, threads);
+  EXPECT_EQ(record.buffers[0].storedBytes, 0u);
+  EXPECT_EQ(record.buffers[1].name, "out");
+  EXPECT_EQ(record.buffers[1].storedBytes, 8u);
+  EXPECT_EQ(record.buffers[1].stores, 2u);
+  EXPECT_EQ(record.buffers[1].loadedBytes, 0u);
 }
 
 TEST_F(EmulatorChecks, InstructionsComputeWhatThePtxIsaDefines) {
@@ -295,6 +525,79 @@ TEST_F(EmulatorChecks, InstructionsComputeWhatThePtxIsaDefines) {
       42,         // twice(21), a device function
       0x1234,     // mov.b32 {lo, hi}: hi
       0x000000070000002A, // mov.b64 {42, 7}
+  };
+  for (size_t i = 0; i < std::size(expected); ++i)
+    EXPECT_EQ(out[i], expected[i]) << "slot " << i << std::hex << ": got 0x"
+                                   << out[i] << ", want 0x" << expected[i];
+}
+
+/// Where a discrepancy between the emulator and a GPU would hide a bug:
+/// the values the PTX ISA defines for edge cases (test/emulator/
+/// edge_cases.ptx). The kernel runs with the host in flush-to-zero mode
+/// (as torch.set_flush_denormal(True) leaves it): the emulator must not
+/// inherit it.
+TEST_F(EmulatorChecks, EdgeCasesComputeWhatThePtxIsaDefines) {
+  ASSERT_EQ(load("edge_cases"), 0);
+  std::vector<uint64_t> out(50, 0);
+  void *pointer = out.data();
+  {
+    HostFlushesSubnormals flushing;
+    ASSERT_EQ(launch("edge_cases", 1, {&pointer},
+                     {{"out", out.data(), out.size() * 8}}),
+              0)
+        << message(kLaunchFailed);
+  }
+  const uint64_t expected[] = {
+      0x80000000, // add.rm 1 + -1: an exact zero sum rounding down is -0
+      0x80000000, // fma.rm 1 * 1 - 1
+      0x80000000, // sub.rm 2 - 2
+      0x00000000, // add.rp 1 + -1: +0
+      0x00000000, // div.approx 1 / 2^127: 0 for 2^126 < |b| < 2^128
+      0x7FFFFFFF, // div.approx Inf / -2^127: NaN
+      0x3F800000, // div.full 2^127 / 2^127 = 1
+      0,          // cvt.rzi.u16.f32 NaN = 0
+      0x80000000, // cvt.rzi.s32.f64 NaN: an f64 source gives 1 << 31
+      0x8000000000000000, // cvt.rzi.u64.f32 NaN: a 64-bit destination
+      0x8000000000000000, // cvt.rzi.s64.f64 NaN
+      0xFFFFFFFE,         // cvt.rni.s32.f32 -2.5 = -2 (ties to even)
+      0,                  // cvt.rpi.u32.f32 -0.5: -0, clamped to 0
+      0xFF,               // cvt.rzi.u8.f32 300 saturates, zero-extended
+      0xFFFFFF80,         // cvt.rzi.s8.f32 -300 saturates, sign-extended
+      0x7C00,             // cvt.rn.f16.f32 65520: the tie goes to Inf
+      0x7BFF,             // cvt.rz.f16.f32 1e6: the largest finite
+      0,                  // cvt.rn.f32.f64 2^-150: the tie goes to even, 0
+      0x3F800000,         // cvt.sat 2 = 1
+      0,                  // cvt.sat NaN = +0
+      0,                  // setp.ne NaN, 1 is false
+      1,                  // setp.gtu NaN, 1 is true
+      0,                  // setp.neu 1, 1 is false
+      0,                  // setp.num 1, NaN is false
+      0,                  // shl.b64 1, 64
+      0xFFFFFFFFFFFFFFFF, // shr.s64 -2, 200: sign-filled
+      0,                  // shr.u16 0x8001, 16
+      0xFFFFFFFE00000001, // mul.wide.u32 (2^32 - 1)^2
+      0xFFFFFFFE,         // mul.hi.u32 (2^32 - 1)^2
+      3,                  // mad.hi.u64 (2^64 - 1)^2 + 5, wrapped
+      88,                 // mad.wide.s32 -3 * 4 + 100
+      0,                  // bfe.u32 from bit 40: zeros
+      0xFFFFFFFF,         // bfe.s32 from bit 31: its sign replicated
+      0,                  // bfe.s64 of length 0
+      0x00000002,         // add.f32 of two subnormals keeps them
+      0x00000000,         // add.ftz.f32 flushes subnormal inputs
+      0x00000000,         // mul.ftz.f32 2^-126 * 0.5 flushes the result
+      0x00000000,         // max.ftz.f32 -tiny, +tiny: max(-0, +0) = +0
+      0x00000000,         // ex2.approx.ftz -Inf = +0
+      0xFF800000,         // lg2.approx -0 = -Inf
+      0xFF800000,         // rsqrt.approx -0 = -Inf
+      0x7F800000,         // rcp.approx.ftz of a subnormal: 1 / +0
+      0x80000000,         // sqrt.rn -0 = -0
+      0x8000000000000000, // add.rm.f64 1 + -1 = -0
+      0x3FB9999999999999, // div.rz.f64 1 / 10 (.rn rounds up to ...9A)
+      0x000000050000004D, // 77 and 5
+      77,                 // loaded through [%rd + -8]
+      72,                 // .v2: the first element is the low word
+      0x38004000,         // ex2.approx.f16x2 {1, -1}: {2, 0.5}
+      0x3F804000,         // ex2.approx.ftz.bf16x2 {1, tiny}: {2, 1}
   };
   for (size_t i = 0; i < std::size(expected); ++i)
     EXPECT_EQ(out[i], expected[i]) << "slot " << i << std::hex << ": got 0x"

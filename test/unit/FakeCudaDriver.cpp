@@ -55,6 +55,17 @@ int cuModuleLoadData(void **module, const void *image) {
   *module = &state;
   return 0;
 }
+/// As the real driver: options name the JIT's log buffers.
+int cuModuleLoadDataEx(void **module, const void *image, unsigned count,
+                       int *options, void **values) {
+  for (unsigned i = 0; i < count; ++i)
+    if (options[i] == 5 &&
+        !state.jitErrorLog.empty()) // CU_JIT_ERROR_LOG_BUFFER
+      std::strcpy(static_cast<char *>(values[i]), state.jitErrorLog.c_str());
+  if (state.loadResult)
+    return state.loadResult;
+  return cuModuleLoadData(module, image);
+}
 int cuModuleGetFunction(void **function, void *, const char *name) {
   state.functions.emplace_back(name);
   // The function handle is its index + 1.

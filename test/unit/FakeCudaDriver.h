@@ -25,6 +25,9 @@ struct FakeCudaState {
   /// How many parameters the next launches pass (the fake cannot know).
   std::vector<int> paramsPerLaunch;
   int modulesLoaded = 0;
+  /// cuModuleLoadDataEx's result and the error log it writes.
+  int loadResult = 0;
+  std::string jitErrorLog;
   const char *lastImage = nullptr;
   std::vector<std::string> functions;
   std::vector<Launch> launches;

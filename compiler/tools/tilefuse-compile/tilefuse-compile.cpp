@@ -50,8 +50,11 @@ static cl::opt<int64_t> vectorWidth("vector-width", cl::desc("Tile override"),
 static cl::opt<std::string> rowOnChip("row-on-chip",
                                       cl::desc("Tile override: true, false or auto"),
                                       cl::init("auto"));
-static cl::opt<std::string> cudaPath("cuda-path", cl::desc("CUDA toolkit (for libdevice)"),
-                                     cl::init("/usr/local/cuda"));
+static cl::opt<std::string> cudaPath(
+    "cuda-path",
+    cl::desc("CUDA toolkit whose libdevice to link (default: $CUDA_HOME, "
+             "$CUDA_PATH, /usr/local/cuda, then beside the compiler)"),
+    cl::init(""));
 static cl::opt<bool> printTimes("time", cl::desc("Print the time of each stage to stderr"),
                                 cl::init(false));
 

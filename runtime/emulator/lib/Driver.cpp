@@ -47,6 +47,7 @@ struct State {
   std::deque<LaunchRecord> records;
   unsigned hostThreads = 0;
   bool trafficDetail = false;
+  uint64_t blockInstructionBudget = 0;
   bool log = false;
 };
 
@@ -200,6 +201,12 @@ void tilefuse::emulator::setTrafficDetail(bool on) {
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.trafficDetail = on;
+}
+
+void tilefuse::emulator::setBlockInstructionBudget(uint64_t budget) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.blockInstructionBudget = budget;
 }
 
 void tilefuse::emulator::setHostThreads(unsigned threads) {
@@ -406,9 +413,13 @@ int cuLaunchKernel(void *function, unsigned gridX, unsigned gridY,
   if (extra)
     return failWith(kInvalidValue,
                     "the extra launch argument is not supported");
-  unsigned threads = blockX * blockY * blockZ;
-  if (!gridX || !gridY || !gridZ || !threads || threads > 1024 ||
-      blockZ > 64 || gridY > 65535 || gridZ > 65535)
+  // The driver's limits (each block dimension first: their product may
+  // wrap), and blocks the emulator counts in 32 bits.
+  uint64_t threads = uint64_t(blockX) * blockY * blockZ,
+           blocks = uint64_t(gridX) * gridY * gridZ;
+  if (!blocks || !threads || blockX > 1024 || blockY > 1024 || blockZ > 64 ||
+      threads > 1024 || gridX > 2147483647 || gridY > 65535 || gridZ > 65535 ||
+      blocks > UINT32_MAX)
     return failWith(kInvalidValue,
                     llvm::formatv("{0}: invalid launch grid {1}x{2}x{3}, "
                                   "block {4}x{5}x{6}",
@@ -469,6 +480,8 @@ int cuLaunchKernel(void *function, unsigned gridX, unsigned gridY,
     launch.chip = s.device.chip;
     launch.hostThreads = s.hostThreads ? s.hostThreads : defaultHostThreads();
     launch.trafficDetail = s.trafficDetail;
+    if (s.blockInstructionBudget)
+      launch.blockInstructionBudget = s.blockInstructionBudget;
     log = s.log;
   }
   LaunchRecord record;

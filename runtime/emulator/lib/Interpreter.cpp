@@ -19,16 +19,20 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/bit.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 #include <atomic>
-#include "llvm/ADT/bit.h"
+#include <cfenv>
 #include <chrono>
 #include <climits>
 #include <mutex>
 #include <thread>
 #include <type_traits>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 using namespace tilefuse::emulator;
 using namespace tilefuse::emulator::numerics;
@@ -83,8 +87,8 @@ using WideOf = std::conditional_t<
     sizeof(T) == 2, std::conditional_t<std::is_signed_v<T>, int32_t, uint32_t>,
     std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
 template <typename T> inline WideOf<T> mulWide(T a, T b) {
-  return static_cast<WideOf<T>>(static_cast<int64_t>(a) *
-                                static_cast<int64_t>(b));
+  return static_cast<WideOf<T>>(static_cast<WideOf<T>>(a) *
+                                static_cast<WideOf<T>>(b));
 }
 template <typename T> inline T shl(T a, uint32_t amount) {
   if (amount >= kBits<T>)
@@ -140,11 +144,12 @@ template <typename T> inline bool compareInt(Compare op, T a, T b) {
 
 constexpr unsigned kCounters = kInstructionClasses + 1; // + inserted checks
 constexpr uint16_t kManyThreads = 0xFFFF;
-/// Taken branches one thread may run in one block before it is stopped as
-/// a runaway (no kernel of this project comes near).
-constexpr uint64_t kBranchBudget = uint64_t(1) << 32;
-/// Device-function calls one thread may nest (recursion without end stops
-/// here instead of exhausting memory).
+/// Launch::blockInstructionBudget is checked every kRunawayCheckInterval
+/// taken branches (every loop takes one).
+constexpr uint32_t kRunawayCheckInterval = 256;
+/// Device-function calls one thread may nest (with kMaxStackBytes of
+/// frames): recursion without end, or a deep one in every thread of a
+/// block, stops here instead of exhausting memory.
 constexpr size_t kMaxCallDepth = 1024;
 
 struct Frame {
@@ -164,7 +169,6 @@ struct Thread {
   uint32_t pc = 0;
   /// The barrier or shuffle instruction it waits at.
   uint32_t waitPc = 0;
-  uint64_t branchBudget = kBranchBudget;
   std::vector<uint64_t> stack;
   llvm::SmallVector<Frame, 2> frames;
   // What it brought to a shuffle.
@@ -209,9 +213,36 @@ struct Context {
   llvm::DenseMap<const Function *, uint32_t> frameWords;
 };
 
-uint32_t wordsOf(const Function &fn) {
-  return fn.slots + (fn.paramBytes + 7) / 8 + (fn.checkedRegisters + 7) / 8;
-}
+/// The host's floating point as the numerics need it, whatever the calling
+/// thread set (torch.set_flush_denormal sets FTZ and DAZ): round to nearest,
+/// subnormals kept, exceptions masked. Restored when it goes.
+class HostFloatingPoint {
+public:
+  HostFloatingPoint() {
+    std::fegetenv(&saved);
+    std::fesetenv(FE_DFL_ENV);
+#if defined(__SSE__)
+    savedControl = _mm_getcsr();
+    _mm_setcsr(kDefaultControl);
+#endif
+  }
+  ~HostFloatingPoint() {
+    std::fesetenv(&saved);
+#if defined(__SSE__)
+    _mm_setcsr(savedControl);
+#endif
+  }
+  HostFloatingPoint(const HostFloatingPoint &) = delete;
+  HostFloatingPoint &operator=(const HostFloatingPoint &) = delete;
+
+private:
+  std::fenv_t saved;
+#if defined(__SSE__)
+  /// MXCSR: exceptions masked, round to nearest, no FTZ or DAZ.
+  static constexpr unsigned kDefaultControl = 0x1F80;
+  unsigned savedControl;
+#endif
+};
 
 class BlockRunner {
 public:
@@ -245,6 +276,16 @@ private:
   bool checkShared(const Thread &thread, const Function &fn, uint32_t pc,
                    uint64_t address, unsigned bytes, bool store);
   bool arriveAtShuffle(Thread &thread);
+  /// A lane exited: shuffles of its warp may now have every lane they wait
+  /// for.
+  bool completeShufflesAfterExit(const Thread &exited);
+  /// Thread-instructions this runner has executed (every block).
+  uint64_t executed() const {
+    uint64_t total = 0;
+    for (uint64_t value : counts)
+      total += value;
+    return total;
+  }
   bool resolveStalled();
   /// Fails for a read of shared memory no thread wrote before the barrier
   /// (or the end) that closes the interval it happened in.
@@ -259,13 +300,25 @@ private:
   }
   void makeReady(Thread &thread) {
     thread.state = Thread::State::Ready;
+    waitingLanes[thread.linear / 32] &= ~(uint32_t(1) << thread.linear % 32);
     ready.push_back(thread.linear);
+  }
+  void waitAtShuffle(Thread &thread) {
+    thread.state = Thread::State::Shuffle;
+    waitingLanes[thread.linear / 32] |= uint32_t(1) << thread.linear % 32;
+  }
+  void markExited(Thread &thread) {
+    thread.state = Thread::State::Exited;
+    goneLanes[thread.linear / 32] |= uint32_t(1) << thread.linear % 32;
   }
 
   const Context &context;
   const Launch &launch;
   std::vector<Thread> threads;
   std::vector<uint32_t> ready;
+  /// Per warp: the lanes waiting at a shuffle, and those that exited or do
+  /// not exist (past the end of a partial warp).
+  std::vector<uint32_t> waitingLanes, goneLanes;
   size_t readyHead = 0;
   unsigned blockIndex = 0;
   uint32_t ctaid[3] = {0, 0, 0};
@@ -279,6 +332,10 @@ private:
     std::string where;
   } unwrittenRead;
   unsigned lastBuffer = 0;
+  /// executed() when the block started, and taken branches left until the
+  /// next runaway check.
+  uint64_t blockStart = 0;
+  uint32_t branchesUntilCheck = kRunawayCheckInterval;
 };
 
 BlockRunner::BlockRunner(const Context &context)
@@ -291,6 +348,8 @@ BlockRunner::BlockRunner(const Context &context)
     thread.tid[1] = i / launch.block[0] % launch.block[1];
     thread.tid[2] = i / (launch.block[0] * launch.block[1]);
   }
+  waitingLanes.resize((context.threadCount + 31) / 32);
+  goneLanes.resize(waitingLanes.size());
   shared.resize(context.sharedBytes);
   shadow.resize(context.sharedBytes);
   traffic.resize(context.ranges.size());
@@ -347,6 +406,13 @@ bool BlockRunner::fail(const Thread &thread, const Function &fn, uint32_t pc,
   return false;
 }
 
+/// Whether [address, address + bytes) lies in [begin, end); an access that
+/// would wrap around the top of the address space lies in nothing.
+inline bool within(uint64_t address, unsigned bytes, uint64_t begin,
+                   uint64_t end) {
+  return address >= begin && address <= end && bytes <= end - address;
+}
+
 bool BlockRunner::checkGlobal(const Thread &thread, const Function &fn,
                               uint32_t pc, uint64_t address, unsigned bytes,
                               bool store) {
@@ -357,8 +423,9 @@ bool BlockRunner::checkGlobal(const Thread &thread, const Function &fn,
                               access, bytes, address));
   const std::vector<BufferRange> &ranges = context.ranges;
   const BufferRange *range = nullptr;
-  if (lastBuffer < ranges.size() && address >= ranges[lastBuffer].begin &&
-      address + bytes <= ranges[lastBuffer].end) {
+  if (lastBuffer < ranges.size() &&
+      within(address, bytes, ranges[lastBuffer].begin,
+             ranges[lastBuffer].end)) {
     range = &ranges[lastBuffer];
   } else {
     // The innermost buffer that contains the access.
@@ -367,7 +434,7 @@ bool BlockRunner::checkGlobal(const Thread &thread, const Function &fn,
         [](uint64_t value, const BufferRange &r) { return value < r.begin; });
     for (auto it = after; it != ranges.begin();) {
       --it;
-      if (address + bytes <= it->end) {
+      if (within(address, bytes, it->begin, it->end)) {
         range = &*it;
         break;
       }
@@ -378,10 +445,12 @@ bool BlockRunner::checkGlobal(const Thread &thread, const Function &fn,
         nearest = "the launch was given no buffers";
       } else {
         const BufferRange *best = &ranges.front();
+        // The access is aligned, so its last byte does not wrap around.
+        uint64_t last = address + (bytes - 1);
         auto distance = [&](const BufferRange &r) {
-          return address < r.begin
-                     ? r.begin - address
-                     : address + bytes - std::min(r.end, address + bytes);
+          return address < r.begin ? r.begin - address
+                 : last >= r.end   ? last - r.end + 1
+                                   : 0;
         };
         for (const BufferRange &r : ranges)
           if (distance(r) < distance(*best))
@@ -392,10 +461,10 @@ bool BlockRunner::checkGlobal(const Thread &thread, const Function &fn,
                                   "({2} bytes at {3:x})",
                                   address - best->end, name,
                                   best->end - best->begin, best->begin);
-        else if (address + bytes > best->end)
+        else if (last >= best->end)
           nearest = llvm::formatv("runs {0} bytes past the end of buffer "
                                   "'{1}' ({2} bytes at {3:x})",
-                                  address + bytes - best->end, name,
+                                  last - best->end + 1, name,
                                   best->end - best->begin, best->begin);
         else
           nearest = llvm::formatv("{0} bytes before buffer '{1}' ({2} bytes "
@@ -440,8 +509,7 @@ bool BlockRunner::checkShared(const Thread &thread, const Function &fn,
   for (const SharedArray &candidate : context.kernel.shared) {
     uint64_t size = candidate.dynamic ? launch.dynamicSharedBytes
                                       : candidate.bytes;
-    if (address >= candidate.offset &&
-        address + bytes <= candidate.offset + size)
+    if (within(address, bytes, candidate.offset, candidate.offset + size))
       array = &candidate;
   }
   if (!array) {
@@ -887,9 +955,16 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
 
     // Control.
     case Op::Bra:
-      if (--thread.branchBudget == 0)
-        return failAt(kLaunchFailed,
-                      "runaway thread: it took 2^32 branches in one block");
+      if (--branchesUntilCheck == 0) {
+        branchesUntilCheck = kRunawayCheckInterval;
+        if (executed() - blockStart > launch.blockInstructionBudget)
+          return failAt(kLaunchFailed,
+                        llvm::formatv("runaway block: it ran {0} "
+                                      "thread-instructions without "
+                                      "completing (a loop without end, or a "
+                                      "block too large to emulate)",
+                                      launch.blockInstructionBudget));
+      }
       pc = static_cast<uint32_t>(in.imm);
       break;
     case Op::Call: {
@@ -902,6 +977,12 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
       const CallSite &site = fn->calls[in.imm];
       const Function &callee = *context.module.functions[site.callee];
       uint32_t base = thread.frames.back().base + context.frameWords.lookup(fn);
+      if ((uint64_t(base) + context.frameWords.lookup(&callee)) * 8 >
+          kMaxStackBytes)
+        return failAt(kLaunchFailed,
+                      llvm::formatv("the frames of nested calls exceed {0} "
+                                    "KiB per thread",
+                                    kMaxStackBytes / 1024));
       makeFrame(thread, callee, base);
       uint64_t *caller = thread.stack.data() + thread.frames.back().base;
       uint8_t *from = reinterpret_cast<uint8_t *>(caller + fn->slots);
@@ -977,7 +1058,10 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
 }
 
 /// A thread arrived at shfl.sync: completes the shuffle when every lane of
-/// its member mask waits at one.
+/// its member mask that has not exited waits at one (PTX: shfl.sync waits
+/// for the non-exited threads of membermask; the lanes past the end of a
+/// partial warp count as exited). Reading the value of an exited lane, or
+/// of a lane outside the mask, is an error: PTX leaves it undefined.
 bool BlockRunner::arriveAtShuffle(Thread &thread) {
   const Function &fn = *thread.frames.back().fn;
   uint32_t mask = thread.shuffleMask;
@@ -987,28 +1071,14 @@ bool BlockRunner::arriveAtShuffle(Thread &thread) {
                 llvm::formatv("shfl.sync by a lane not in its membermask "
                               "{0:x8}",
                               mask));
-  for (unsigned l = 0; l < 32; ++l) {
-    if (!(mask >> l & 1))
-      continue;
-    if (warpBase + l >= threads.size())
-      return fail(thread, fn, thread.waitPc, kLaunchFailed,
-                  llvm::formatv("shfl.sync membermask {0:x8} names lane {1}, "
-                                "which does not exist in a block of {2} "
-                                "threads",
-                                mask, l, threads.size()));
-    const Thread &other = threads[warpBase + l];
-    if (other.state == Thread::State::Exited)
-      return fail(thread, fn, thread.waitPc, kLaunchFailed,
-                  llvm::formatv("shfl.sync membermask {0:x8} names lane {1}, "
-                                "which has exited",
-                                mask, l));
-    if (other.state != Thread::State::Shuffle)
-      return true; // not complete yet
-  }
-  // Every lane is here: the same mask and mode, then exchange.
+  unsigned warp = thread.linear / 32;
+  uint32_t members = mask & ~goneLanes[warp];
+  if (members & ~waitingLanes[warp])
+    return true; // not complete yet
+  // Every live lane is here: the same mask and mode, then exchange.
   uint32_t values[32];
   for (unsigned l = 0; l < 32; ++l) {
-    if (!(mask >> l & 1))
+    if (!(members >> l & 1))
       continue;
     const Thread &other = threads[warpBase + l];
     if (other.shuffleMask != mask || other.shuffleMode != thread.shuffleMode)
@@ -1024,7 +1094,7 @@ bool BlockRunner::arriveAtShuffle(Thread &thread) {
     values[l] = other.shuffleValue;
   }
   for (unsigned l = 0; l < 32; ++l) {
-    if (!(mask >> l & 1))
+    if (!(members >> l & 1))
       continue;
     Thread &other = threads[warpBase + l];
     uint32_t b = other.shuffleB & 31, c = other.shuffleC & 31,
@@ -1049,6 +1119,15 @@ bool BlockRunner::arriveAtShuffle(Thread &thread) {
                   llvm::formatv("shfl.sync reads lane {0}, which is not in "
                                 "membermask {1:x8}",
                                 source, mask));
+    if (!(members >> source & 1))
+      return fail(other, otherFn, other.waitPc, kLaunchFailed,
+                  llvm::formatv("shfl.sync reads lane {0}, which {1}", source,
+                                warpBase + source < threads.size()
+                                    ? "has exited"
+                                    : llvm::formatv("does not exist in a "
+                                                    "block of {0} threads",
+                                                    threads.size())
+                                          .str()));
     const Instr &instr = otherFn.code[other.waitPc];
     uint64_t *registers = other.stack.data() + other.frames.back().base;
     if (instr.r[0] != kNoSlot)
@@ -1058,6 +1137,18 @@ bool BlockRunner::arriveAtShuffle(Thread &thread) {
     makeReady(other);
   }
   ++shuffles;
+  return true;
+}
+
+bool BlockRunner::completeShufflesAfterExit(const Thread &exited) {
+  unsigned warp = exited.linear / 32;
+  for (uint32_t pending = waitingLanes[warp]; pending; pending &= pending - 1) {
+    unsigned lane = llvm::countr_zero(pending);
+    // Lanes of a group an earlier lane completed are no longer waiting.
+    if (waitingLanes[warp] >> lane & 1 &&
+        !arriveAtShuffle(threads[warp * 32 + lane]))
+      return false;
+  }
   return true;
 }
 
@@ -1134,17 +1225,21 @@ bool BlockRunner::run(unsigned index) {
   ctaid[1] = index / launch.grid[0] % launch.grid[1];
   ctaid[2] = index / (launch.grid[0] * launch.grid[1]);
   blockEpoch = ++epoch;
+  blockStart = executed();
   unwrittenRead = {};
   // Shared memory starts as a fixed pattern, so that results never depend
   // on which host thread ran the block (reading it unwritten is an error).
   std::fill(shared.begin(), shared.end(), 0xFF);
   ready.clear();
   readyHead = 0;
+  std::fill(waitingLanes.begin(), waitingLanes.end(), 0);
+  std::fill(goneLanes.begin(), goneLanes.end(), 0);
+  if (unsigned partial = threads.size() % 32)
+    goneLanes.back() = ~uint32_t(0) << partial;
   for (Thread &thread : threads) {
     thread.frames.clear();
     thread.pendingLoads.clear();
     thread.pc = 0;
-    thread.branchBudget = kBranchBudget;
     makeFrame(thread, context.kernel, 0);
     thread.frames.push_back({&context.kernel, 0, 0, nullptr});
     makeReady(thread);
@@ -1154,10 +1249,14 @@ bool BlockRunner::run(unsigned index) {
       Thread &thread = threads[ready[readyHead++]];
       switch (launch.trafficDetail ? execute<true>(thread)
                                    : execute<false>(thread)) {
-      case Stop::Exit: thread.state = Thread::State::Exited; break;
+      case Stop::Exit:
+        markExited(thread);
+        if (!completeShufflesAfterExit(thread))
+          return false;
+        break;
       case Stop::Barrier: thread.state = Thread::State::Barrier; break;
       case Stop::Shuffle:
-        thread.state = Thread::State::Shuffle;
+        waitAtShuffle(thread);
         if (!arriveAtShuffle(thread))
           return false;
         break;
@@ -1188,7 +1287,7 @@ std::optional<LaunchError> tilefuse::emulator::execute(const Launch &launch,
       sharedEnd = std::max(sharedEnd, array.offset + launch.dynamicSharedBytes);
   context.sharedBytes = sharedEnd;
   for (const auto &fn : launch.module->functions)
-    context.frameWords[fn.get()] = wordsOf(*fn);
+    context.frameWords[fn.get()] = fn->frameWords();
 
   // Buffers with the same extent are one buffer ("param/param_out").
   for (const Buffer &buffer : launch.buffers) {
@@ -1228,6 +1327,7 @@ std::optional<LaunchError> tilefuse::emulator::execute(const Launch &launch,
   std::atomic<unsigned> nextBlock{0}, failedBlock{UINT_MAX};
   std::vector<unsigned> failedAt(workers, UINT_MAX);
   auto work = [&](unsigned worker) {
+    HostFloatingPoint ieee;
     BlockRunner &runner = *runners[worker];
     for (;;) {
       unsigned block = nextBlock.fetch_add(1);

@@ -46,6 +46,8 @@ struct Launch {
   std::string chip;
   unsigned hostThreads = 1;
   bool trafficDetail = false;
+  /// Thread-instructions a block may run before it fails as a runaway.
+  uint64_t blockInstructionBudget = kDefaultBlockInstructionBudget;
 };
 
 /// Runs every block of `launch` and fills `record` (counters are filled

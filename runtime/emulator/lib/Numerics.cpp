@@ -159,32 +159,39 @@ uint64_t numerics::evaluate(const FloatForm &form, uint64_t aBits,
   bool directed = rounding != Rounding::Nearest;
   double canonicalNaN = std::numeric_limits<double>::quiet_NaN();
   double result = 0;
-  // Exact or rounded-to-odd for f32 and narrower; f64 rounds here.
+  // Exact, rounded to odd, or (directed roundings, which compose) rounded
+  // in the same direction in f64 for f32 and narrower; f64 rounds here.
+  // The host's directed rounding also gives an exact zero sum the sign
+  // IEEE 754 wants (-0 when rounding down).
   switch (form.kind) {
   case FloatKind::Add:
-    result =
-        f64 ? (directed ? directedF64(form.kind, rounding, a, b, 0) : a + b)
-            : sumToOdd(a, b);
-    break;
   case FloatKind::Sub:
-    result =
-        f64 ? (directed ? directedF64(form.kind, rounding, a, b, 0) : a - b)
-            : sumToOdd(a, -b);
+  case FloatKind::Fma:
+    if (directed) {
+      result = directedF64(form.kind, rounding, a, b, c);
+      break;
+    }
+    result = form.kind == FloatKind::Fma
+                 ? (f64 ? std::fma(a, b, c) : fmaToOdd(a, b, c))
+             : f64 ? (form.kind == FloatKind::Add ? a + b : a - b)
+                   : sumToOdd(a, form.kind == FloatKind::Add ? b : -b);
     break;
   case FloatKind::Mul:
-    result =
-        f64 ? (directed ? directedF64(form.kind, rounding, a, b, 0) : a * b)
-            : a * b; // exact: at most 48 significant bits
-    break;
-  case FloatKind::Fma:
-    result = f64 ? (directed ? directedF64(form.kind, rounding, a, b, c)
-                             : std::fma(a, b, c))
-                 : fmaToOdd(a, b, c);
+    result = f64 && directed ? directedF64(form.kind, rounding, a, b, 0)
+                             : a * b; // narrower: exact in 48 bits
     break;
   case FloatKind::Div:
   case FloatKind::Sqrt:
   case FloatKind::Rcp:
-    if (form.approx) {
+    if (form.approx && form.kind == FloatKind::Div && !form.full &&
+        std::fabs(b) > 0x1p126 && std::isfinite(b)) {
+      // PTX: div.approx.f32 is a * (1 / b); for 2^126 < |b| < 2^128 it
+      // gives NaN when a is infinite, else a zero of the quotient's sign.
+      result = std::isinf(a) || std::isnan(a)
+                   ? canonicalNaN
+                   : (std::signbit(a) != std::signbit(b) ? -0.0 : 0.0);
+      rounding = Rounding::Nearest;
+    } else if (form.approx) {
       // Computed as the IEEE operation (more accurate than .approx).
       result = form.kind == FloatKind::Div    ? a / b
                : form.kind == FloatKind::Sqrt ? std::sqrt(a)

@@ -5,9 +5,11 @@
 // that mode use it directly (f32 add/mul/fma/div/sqrt .rn, f64 .rn); the
 // others compute the exact result, or a double rounded to odd (which
 // carries enough bits for one correct rounding to any narrower format), and
-// round it once to the instruction's format and rounding. f64 with a
-// directed rounding goes through the host's rounding modes
-// (RoundingModes.cpp, compiled with -frounding-math).
+// round it once to the instruction's format and rounding. Directed
+// roundings of add, sub, fma, div, sqrt and rcp go through the host's
+// rounding modes in f64 (RoundingModes.cpp, compiled with -frounding-math),
+// then the same direction to a narrower format: directed roundings compose,
+// and the host gives exact zero sums IEEE's sign (-0 rounding down).
 //
 // Registers are untyped bits: every helper takes and returns raw bits.
 //

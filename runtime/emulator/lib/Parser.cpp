@@ -13,6 +13,8 @@
 #include "Program.h"
 
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -214,11 +216,13 @@ struct RawInstr {
 
 struct Scope {
   llvm::StringMap<Register> registers;
-  /// `.reg .b32 %r<N>` declares %r0 ... %r(N-1), given slots on first use.
+  /// `.reg .b32 %r<N>` declares %r0 ... %r(N-1), given slots on first use
+  /// (N may be far more than the registers used).
   struct Range {
-    unsigned bits = 0, count = 0;
+    unsigned bits = 0;
+    uint64_t count = 0;
     bool pred = false;
-    std::vector<uint32_t> slots;
+    llvm::DenseMap<unsigned, uint32_t> slots;
   };
   llvm::StringMap<Range> ranges;
   llvm::StringMap<ParamVar> params;
@@ -292,6 +296,12 @@ private:
                    current ? current->function->name : "");
   }
   llvm::Expected<uint64_t> integer();
+  /// After `.align`: a power of two.
+  llvm::Expected<uint32_t> alignment();
+  /// An optional `[N]` after the name of a `what` of `elementBytes`-byte
+  /// elements: its size in bytes, refused above `limit`.
+  llvm::Expected<uint64_t> arrayBytes(uint64_t elementBytes, uint64_t limit,
+                                      StringRef what);
 
   // Module structure.
   llvm::Error parseDirective();
@@ -303,6 +313,10 @@ private:
   /// After `.param`: `[.align N] .type [.ptr [.space] [.align N]]
   /// name[[N]]`; the alignment defaults to the type's size.
   llvm::Expected<ParamDeclaration> parseParamDeclaration();
+  /// Places `decl` at the first multiple of its alignment from `end` and
+  /// moves `end` past it: its offset, or an error past `limit` bytes.
+  llvm::Expected<uint32_t>
+  placeParam(uint64_t &end, const ParamDeclaration &decl, uint64_t limit);
   llvm::Error parseParamList(RawFunction &raw, bool kernel,
                              std::vector<KernelParam> &params);
   llvm::Error parseBody(RawFunction &raw);
@@ -336,6 +350,15 @@ private:
   RawFunction *current = nullptr;
   std::vector<Scope> scopes;
   unsigned version = 0;
+  /// Blocks and operands being parsed inside each other: bounded, so that
+  /// no input exhausts the host's stack.
+  unsigned nesting = 0;
+  llvm::Error enter() {
+    if (++nesting > kMaxNesting)
+      return error(llvm::formatv("nested deeper than {0} levels", kMaxNesting));
+    return llvm::Error::success();
+  }
+  static constexpr unsigned kMaxNesting = 64;
 };
 
 llvm::Expected<uint64_t> Parser::integer() {
@@ -347,6 +370,38 @@ llvm::Expected<uint64_t> Parser::integer() {
         llvm::formatv("expected an integer, found '{0}'", token.text),
         current ? current->function->name : "");
   return value;
+}
+
+llvm::Expected<uint32_t> Parser::alignment() {
+  unsigned line = peek().line;
+  llvm::Expected<uint64_t> value = integer();
+  if (!value)
+    return value.takeError();
+  if (!llvm::isPowerOf2_64(*value) || *value > (uint64_t(1) << 16))
+    return errorAt(
+        line,
+        llvm::formatv(".align {0}: not a power of two up to 65536", *value),
+        current ? current->function->name : "");
+  return static_cast<uint32_t>(*value);
+}
+
+llvm::Expected<uint64_t> Parser::arrayBytes(uint64_t elementBytes,
+                                            uint64_t limit, StringRef what) {
+  if (!accept("["))
+    return elementBytes;
+  unsigned line = peek().line;
+  llvm::Expected<uint64_t> count = integer();
+  if (!count)
+    return count.takeError();
+  if (llvm::Error error = expect("]"))
+    return std::move(error);
+  if (*count > limit / elementBytes)
+    return errorAt(line,
+                   llvm::formatv("a {0} of {1} {2}-byte elements exceeds {3} "
+                                 "bytes",
+                                 what, *count, elementBytes, limit),
+                   current ? current->function->name : "");
+  return elementBytes * *count;
 }
 
 llvm::Expected<std::unique_ptr<Module>> Parser::run() {
@@ -478,6 +533,13 @@ llvm::Error Parser::parseFunction(bool entry) {
         return value.takeError();
       values.push_back(*value);
     } while (accept(","));
+    bool threads = directive == ".maxntid" || directive == ".reqntid";
+    if (threads &&
+        (values.size() > 3 || llvm::any_of(values, [](uint64_t value) {
+           return value == 0 || value > 1024;
+         })))
+      return error(
+          llvm::formatv("{0} takes 1 to 3 sizes from 1 to 1024", directive));
     if (directive == ".maxntid") {
       fn.maxThreads = 1;
       for (uint64_t value : values)
@@ -521,7 +583,7 @@ llvm::Error Parser::parseFunction(bool entry) {
 llvm::Expected<Parser::ParamDeclaration> Parser::parseParamDeclaration() {
   ParamDeclaration decl;
   if (accept(".align")) {
-    llvm::Expected<uint64_t> value = integer();
+    llvm::Expected<uint32_t> value = alignment();
     if (!value)
       return value.takeError();
     decl.align = *value;
@@ -540,15 +602,11 @@ llvm::Expected<Parser::ParamDeclaration> Parser::parseParamDeclaration() {
   if (name.kind != Token::Word)
     return error("expected a parameter name");
   decl.name = name.text.str();
-  decl.bytes = type->bits / 8;
-  if (accept("[")) {
-    llvm::Expected<uint64_t> count = integer();
-    if (!count)
-      return count.takeError();
-    decl.bytes *= *count;
-    if (llvm::Error error = expect("]"))
-      return std::move(error);
-  }
+  llvm::Expected<uint64_t> bytes =
+      arrayBytes(type->bits / 8, kMaxStackBytes, ".param variable");
+  if (!bytes)
+    return bytes.takeError();
+  decl.bytes = *bytes;
   if (!decl.align)
     decl.align = std::max<uint32_t>(type->bits / 8, 1);
   return decl;
@@ -559,25 +617,43 @@ llvm::Expected<Parser::ParamDeclaration> Parser::parseParamDeclaration() {
 llvm::Error Parser::parseParamList(RawFunction &raw, bool kernel,
                                    std::vector<KernelParam> &params) {
   Function &fn = *raw.function;
-  uint32_t offset = kernel ? 0 : fn.paramBytes;
+  uint64_t end = kernel ? 0 : fn.paramBytes;
   while (!accept(")")) {
     if (llvm::Error error = expect(".param"))
       return error;
     llvm::Expected<ParamDeclaration> decl = parseParamDeclaration();
     if (!decl)
       return decl.takeError();
-    offset = (offset + decl->align - 1) / decl->align * decl->align;
-    params.push_back({decl->name, offset, decl->bytes});
-    scopes.front().params[decl->name] = ParamVar{kernel, offset, decl->bytes};
-    offset += decl->bytes;
+    llvm::Expected<uint32_t> offset =
+        placeParam(end, *decl, kernel ? kMaxKernelParamBytes : kMaxStackBytes);
+    if (!offset)
+      return offset.takeError();
+    params.push_back({decl->name, *offset, decl->bytes});
+    scopes.front().params[decl->name] = ParamVar{kernel, *offset, decl->bytes};
     accept(",");
   }
   if (!kernel)
-    fn.paramBytes = offset;
+    fn.paramBytes = end;
   return llvm::Error::success();
 }
 
+llvm::Expected<uint32_t> Parser::placeParam(uint64_t &end,
+                                            const ParamDeclaration &decl,
+                                            uint64_t limit) {
+  uint64_t offset = llvm::alignTo(end, decl.align);
+  if (offset + decl.bytes > limit)
+    return error(llvm::formatv(".param {0} ends at byte {1}: past the {2} "
+                               "bytes of .param space the emulator allows "
+                               "here",
+                               decl.name, offset + decl.bytes, limit));
+  end = offset + decl.bytes;
+  return static_cast<uint32_t>(offset);
+}
+
 llvm::Error Parser::parseBody(RawFunction &raw) {
+  llvm::scope_exit leave([&] { --nesting; });
+  if (llvm::Error error = enter())
+    return error;
   if (llvm::Error error = expect("{"))
     return error;
   scopes.emplace_back();
@@ -613,10 +689,12 @@ llvm::Error Parser::parseStatement(RawFunction &raw) {
     if (!decl)
       return decl.takeError();
     Function &fn = *raw.function;
-    uint32_t offset =
-        (fn.paramBytes + decl->align - 1) / decl->align * decl->align;
-    scopes.back().params[decl->name] = ParamVar{false, offset, decl->bytes};
-    fn.paramBytes = offset + decl->bytes;
+    uint64_t end = fn.paramBytes;
+    llvm::Expected<uint32_t> offset = placeParam(end, *decl, kMaxStackBytes);
+    if (!offset)
+      return offset.takeError();
+    scopes.back().params[decl->name] = ParamVar{false, *offset, decl->bytes};
+    fn.paramBytes = end;
     return expect(";");
   }
   if (token.text == ".pragma" || token.text == ".loc" ||
@@ -629,7 +707,8 @@ llvm::Error Parser::parseStatement(RawFunction &raw) {
   }
   if (token.kind == Token::Word && peek(1).text == ":" &&
       !token.text.starts_with(".") && !token.text.starts_with("%")) {
-    raw.labels[token.text] = raw.instructions.size();
+    if (!raw.labels.try_emplace(token.text, raw.instructions.size()).second)
+      return error(llvm::formatv("label {0} defined twice", token.text));
     next();
     next();
     return llvm::Error::success();
@@ -661,7 +740,6 @@ llvm::Error Parser::parseRegisterDeclaration() {
       range.bits = type->bits;
       range.pred = type->kind == Type::Pred;
       range.count = *count;
-      range.slots.assign(*count, kNoSlot);
       scopes.back().ranges[name.text] = std::move(range);
     } else {
       Register reg;
@@ -681,7 +759,7 @@ llvm::Expected<SharedDecl> Parser::parseSharedDeclaration(bool external) {
   SharedDecl decl;
   decl.dynamic = external;
   if (accept(".align")) {
-    llvm::Expected<uint64_t> value = integer();
+    llvm::Expected<uint32_t> value = alignment();
     if (!value)
       return value.takeError();
     decl.align = *value;
@@ -692,21 +770,19 @@ llvm::Expected<SharedDecl> Parser::parseSharedDeclaration(bool external) {
   decl.align = std::max<uint32_t>(decl.align, type->bits / 8);
   const Token &name = next();
   decl.name = name.text.str();
-  decl.bytes = type->bits / 8;
-  if (accept("[")) {
-    if (accept("]")) {
-      if (!external)
-        return error("a .shared array without a size must be .extern");
-      decl.bytes = 0;
-      return decl;
-    }
-    llvm::Expected<uint64_t> count = integer();
-    if (!count)
-      return count.takeError();
-    decl.bytes *= *count;
-    if (llvm::Error error = expect("]"))
-      return error;
+  if (peek().text == "[" && peek(1).text == "]") {
+    next();
+    next();
+    if (!external)
+      return error("a .shared array without a size must be .extern");
+    decl.bytes = 0;
+    return decl;
   }
+  llvm::Expected<uint64_t> bytes =
+      arrayBytes(type->bits / 8, kMaxSharedBytes, ".shared array");
+  if (!bytes)
+    return bytes.takeError();
+  decl.bytes = *bytes;
   if (external)
     return error(".extern .shared arrays must be unsized ([])");
   if (accept("="))
@@ -748,7 +824,7 @@ llvm::Expected<Register> Parser::lookupRegister(StringRef name,
                                    name, prefix, range->second.count),
                      raw.function->name);
     Register reg;
-    reg.slot = range->second.slots[index];
+    reg.slot = range->second.slots.lookup_or(index, kNoSlot);
     reg.bits = range->second.bits;
     reg.pred = range->second.pred;
     reg.name = name.str();
@@ -813,6 +889,9 @@ llvm::Error Parser::parseInstruction(RawFunction &raw) {
 }
 
 llvm::Expected<Operand> Parser::parseOperand() {
+  llvm::scope_exit leave([&] { --nesting; });
+  if (llvm::Error error = enter())
+    return std::move(error);
   Operand operand;
   const Token &token = peek();
   unsigned line = token.line;
@@ -943,7 +1022,7 @@ llvm::Expected<Operand> Parser::parseAddress() {
 /// alignment; the dynamic one (.extern) after them.
 llvm::Error Parser::layoutShared(RawFunction &raw) {
   Function &fn = *raw.function;
-  uint32_t offset = 0;
+  uint64_t offset = 0;
   std::vector<SharedDecl> all = moduleShared;
   all.insert(all.end(), raw.shared.begin(), raw.shared.end());
   std::stable_partition(all.begin(), all.end(),
@@ -951,8 +1030,16 @@ llvm::Error Parser::layoutShared(RawFunction &raw) {
   for (const SharedDecl &decl : all) {
     uint32_t align = decl.dynamic ? std::max<uint32_t>(decl.align, 16)
                                   : decl.align;
-    offset = (offset + align - 1) / align * align;
-    fn.shared.push_back({decl.name, offset, decl.bytes, decl.dynamic});
+    offset = llvm::alignTo(offset, align);
+    if (offset + decl.bytes > kMaxSharedBytes)
+      return errorAt(raw.bodyLine,
+                     llvm::formatv("the .shared arrays up to '{0}' take {1} "
+                                   "bytes: past the {2} bytes of a block",
+                                   decl.name, offset + decl.bytes,
+                                   kMaxSharedBytes),
+                     fn.name);
+    fn.shared.push_back(
+        {decl.name, static_cast<uint32_t>(offset), decl.bytes, decl.dynamic});
     if (!decl.dynamic)
       fn.staticSharedBytes = offset + decl.bytes;
     offset += decl.bytes;
@@ -1067,6 +1154,15 @@ private:
   }
 
   void insertDefinednessChecks();
+  /// The reads of registers some path reaches unwritten (`check` gets the
+  /// instruction and the register slot).
+  void findUncertainReads(const std::vector<unsigned> &starts,
+                          const std::vector<unsigned> &blockOf,
+                          llvm::function_ref<void(size_t, uint32_t)> check);
+  /// Rebuilds the code with CheckDefined before `checks` and MarkDefined
+  /// after the writes of the `checked` registers.
+  void insertChecks(const std::vector<llvm::SmallVector<uint32_t, 2>> &checks,
+                    const llvm::BitVector &checked);
 
   RawFunction &raw;
   Function &fn;
@@ -1502,8 +1598,13 @@ llvm::Error Decoder::floating(const RawInstr &instr, Modifiers &mods,
                      *kind == FloatKind::Lg2;
   if (type.pair && !(arithmetic || *kind == FloatKind::Neg ||
                      *kind == FloatKind::Abs || *kind == FloatKind::Min ||
-                     *kind == FloatKind::Max))
+                     *kind == FloatKind::Max || *kind == FloatKind::Ex2))
     return fail(instr, "not implemented for packed halves");
+  // ex2.approx.f16 flushes nothing; ex2.approx.ftz.bf16 must say so.
+  bool halfExp2 = half && *kind == FloatKind::Ex2;
+  if (halfExp2 && form.ftz != (format == FloatFormat::BF16))
+    return fail(instr, "ex2 takes .ftz with .bf16 and .bf16x2, and only "
+                       "there among the halves");
   if (rounding && !roundable)
     return fail(instr, "this instruction takes no rounding modifier");
   if (half && rounding && *rounding != Rounding::Nearest)
@@ -1522,8 +1623,9 @@ llvm::Error Decoder::floating(const RawInstr &instr, Modifiers &mods,
   if (full && !(*kind == FloatKind::Div && f32))
     return fail(instr, ".full is for div.f32 only");
   form.approx |= full;
+  form.full = full;
   if (form.ftz && !(f32 || (format == FloatFormat::F16) ||
-                    (f64 && form.approx)))
+                    (f64 && form.approx) || halfExp2))
     return fail(instr, ".ftz is for .f32 and .f16");
   if (form.sat && !((f32 || format == FloatFormat::F16) &&
                     (arithmetic)))
@@ -1757,7 +1859,8 @@ llvm::Error Decoder::setp(const RawInstr &instr, Modifiers &mods,
                           Instr &out) {
   std::optional<Type> type = mods.takeType();
   bool ftz = mods.take("ftz");
-  if (!type || type->kind == Type::Pred || type->pair)
+  if (!type || type->kind == Type::Pred || type->pair ||
+      (type->kind != Type::Float && !intTypeOf(*type)))
     return fail(instr, "unsupported setp type");
   if (mods.empty())
     return fail(instr, "setp needs a comparison");
@@ -2005,6 +2108,32 @@ void Decoder::insertDefinednessChecks() {
     blockOf[i] = starts.size() - 1;
   }
   size_t blocks = starts.size();
+  // Reads that need a run-time check, per instruction.
+  std::vector<llvm::SmallVector<uint32_t, 2>> checks(count);
+  llvm::BitVector checked(slots, false);
+  auto check = [&](size_t i, uint32_t slot) {
+    if (!llvm::is_contained(checks[i], slot))
+      checks[i].push_back(slot);
+    checked.set(slot);
+  };
+  // The analysis keeps a set of registers per basic block; past 2^28 bits
+  // (a huge function) every register read is checked at run time instead.
+  if (uint64_t(blocks) * slots > (uint64_t(1) << 28)) {
+    for (size_t i = 0; i < count; ++i)
+      for (uint32_t slot : reads[i])
+        if (slot < raw.registerSlots.size() && raw.registerSlots.test(slot))
+          check(i, slot);
+  } else {
+    findUncertainReads(starts, blockOf, check);
+  }
+  insertChecks(checks, checked);
+}
+
+void Decoder::findUncertainReads(
+    const std::vector<unsigned> &starts, const std::vector<unsigned> &blockOf,
+    llvm::function_ref<void(size_t, uint32_t)> check) {
+  size_t count = fn.code.size(), blocks = starts.size();
+  unsigned slots = fn.slots;
   auto successors = [&](unsigned block) {
     llvm::SmallVector<unsigned, 2> next;
     size_t end = block + 1 < blocks ? starts[block + 1] : count;
@@ -2059,18 +2188,18 @@ void Decoder::insertDefinednessChecks() {
       }
     }
   }
-  // Reads that need a run-time check, per instruction.
-  std::vector<llvm::SmallVector<uint32_t, 2>> checks(count);
-  llvm::BitVector checked(slots, false);
   for (unsigned block = 0; block < blocks; ++block)
     if (reached[block])
-      transfer(block, in[block], [&](size_t i, uint32_t slot) {
-        if (!llvm::is_contained(checks[i], slot))
-          checks[i].push_back(slot);
-        checked.set(slot);
-      });
+      transfer(block, in[block], check);
+}
+
+void Decoder::insertChecks(
+    const std::vector<llvm::SmallVector<uint32_t, 2>> &checks,
+    const llvm::BitVector &checked) {
   if (checked.none())
     return;
+  size_t count = fn.code.size();
+  unsigned slots = fn.slots;
   std::vector<uint32_t> index(slots, kNoSlot);
   for (unsigned slot : checked.set_bits()) {
     index[slot] = fn.checkedRegisters++;
@@ -2144,6 +2273,13 @@ llvm::Error Decoder::run() {
       return errorAt(fn.sources[instr.source].line,
                      "a branch to the end of the function", fn.name);
   insertDefinednessChecks();
+  if (fn.frameWords() * 8 > kMaxStackBytes)
+    return errorAt(raw.bodyLine,
+                   llvm::formatv("a thread needs {0} bytes of registers and "
+                                 ".param space here: past the {1} the "
+                                 "emulator allows",
+                                 fn.frameWords() * 8, kMaxStackBytes),
+                   fn.name);
   return llvm::Error::success();
 }
 

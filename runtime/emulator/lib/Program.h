@@ -111,6 +111,7 @@ struct FloatForm {
   Rounding rounding;
   uint8_t lanes;   // 1, or 2 for .f16x2/.bf16x2
   bool ftz, sat, nan, approx, relu;
+  bool full; // div.full (approx is set too)
 };
 
 /// cvt's destination or source type.
@@ -124,6 +125,18 @@ struct ConversionForm {
   bool integerRounding; // .rni/.rzi/.rmi/.rpi
   bool ftz, sat;
 };
+
+/// What the emulator accepts, as a GPU has it: kernel parameter space (PTX
+/// ISA 8.1 and later on sm_70 and later), shared memory per block without
+/// an opt-in, and the registers and .param space of the frames one thread
+/// holds (CUDA's local memory per thread).
+constexpr uint64_t kMaxKernelParamBytes = 32764;
+constexpr uint64_t kMaxSharedBytes = 48 * 1024;
+constexpr uint64_t kMaxStackBytes = 512 * 1024;
+/// Thread-instructions one block may run before it is stopped as a runaway
+/// (about two minutes here; the largest block of this project's tests runs
+/// under 2^29).
+constexpr uint64_t kDefaultBlockInstructionBudget = uint64_t(1) << 34;
 
 /// A register slot that is never read: `_` and the destinations of
 /// predicated-off shuffles' optional predicates.
@@ -198,6 +211,9 @@ struct Function {
   /// variables), then one byte per register whose reads are checked
   /// (CheckDefined).
   uint32_t slots = 0, paramBytes = 0, checkedRegisters = 0;
+  uint64_t frameWords() const {
+    return uint64_t(slots) + (paramBytes + 7) / 8 + (checkedRegisters + 7) / 8;
+  }
   /// The names of the checked registers, by CheckDefined index.
   std::vector<std::string> checkedNames;
   /// Constants (immediates, .shared addresses): written into their slots

@@ -1,9 +1,8 @@
 //===- RoundingModes.cpp - f64 arithmetic in a directed rounding ----------===//
 //
 // Compiled with -frounding-math: the host's rounding mode is switched for
-// one operation and restored. Only PTX instructions with .rz/.rm/.rp on
-// f64 (and f32 division, square root and reciprocal, computed in f64 in the
-// same direction) come here.
+// one operation and restored. Only PTX instructions with .rz/.rm/.rp come
+// here (f32 ones computed in f64 in the same direction).
 //
 //===----------------------------------------------------------------------===//
 

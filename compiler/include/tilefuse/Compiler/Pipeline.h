@@ -46,8 +46,8 @@ struct CompileOptions {
   int64_t rowsPerBlock = 0;
   int64_t vectorWidth = 0;
   std::string rowOnChip = "auto";
-  /// The CUDA toolkit, for libdevice.
-  std::string cudaPath = "/usr/local/cuda";
+  /// The CUDA toolkit whose libdevice to link; empty: findLibdevice().
+  std::string cudaPath;
   /// When set, every stage is written there as
   /// <kernel>-<fingerprint>.<NN>-<stage>.{mlir,ll,ptx} (TILEFUSE_DUMP).
   std::string dumpDirectory;
@@ -107,6 +107,12 @@ struct CompileResult {
   /// The kernels' interfaces, from the tiled stage on.
   std::vector<KernelInfo> kernels;
 };
+
+/// libdevice.10.bc (CUDA's math library as LLVM bitcode): in the toolkit
+/// at $CUDA_HOME, $CUDA_PATH or /usr/local/cuda, else beside the binary or
+/// shared library that holds the compiler (the self-contained
+/// libtilefuse_torch.so ships it there). The paths it tried, on failure.
+llvm::Expected<std::string> findLibdevice();
 
 /// Compiles every fuse.kernel in `module` (which it rewrites) up to `stop`.
 mlir::FailureOr<CompileResult> compile(mlir::ModuleOp module,

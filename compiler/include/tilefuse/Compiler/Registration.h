@@ -17,7 +17,13 @@ namespace tilefuse {
 /// The fuse dialect and the upstream dialects its pipelines produce.
 void registerAllDialects(mlir::DialectRegistry &registry);
 
-/// The fuse passes and the upstream passes the pipelines use.
+/// The passes compile()'s pipelines name, and no others: what the runtime
+/// registers (the self-contained library links only these).
+void registerPipelinePasses();
+
+/// The pipeline passes and every upstream transform, conversion and GPU
+/// pass, for tilefuse-opt and tilefuse-compile (AllPasses.cpp, a separate
+/// object so that the runtime does not link them).
 void registerAllPasses();
 
 } // namespace tilefuse

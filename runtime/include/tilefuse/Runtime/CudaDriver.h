@@ -112,6 +112,9 @@ private:
   llvm::Expected<int> attribute(int device, int which);
   llvm::Expected<Loaded>
   functions(void *context, const std::shared_ptr<const GpuKernel> &kernel);
+  /// JIT-compiles `kernel`'s PTX into the current context; a failure
+  /// carries the JIT's error log in full.
+  llvm::Error loadModule(void **module, const GpuKernel &kernel);
   llvm::Error launchOne(void *function, const std::string &name,
                         unsigned blocks, unsigned threads, void *stream,
                         std::vector<void *> &params,

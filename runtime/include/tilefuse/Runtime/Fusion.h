@@ -23,6 +23,11 @@ public:
   explicit Fusion(mlir::OwningOpRef<mlir::ModuleOp> module);
   ~Fusion();
 
+  /// The fusion written in `ir`, fuse IR text holding one fuse.kernel
+  /// (as Fusion::ir() prints it), parsed and verified in the global
+  /// runtime's context; the parser's or verifier's messages on failure.
+  static llvm::Expected<std::shared_ptr<Fusion>> parse(llvm::StringRef ir);
+
   const std::string &name() const { return kernelName; }
   /// The unspecialized interface: storage dtypes as the fusion declares them.
   const std::vector<PortInfo> &inputs() const { return inputPorts; }

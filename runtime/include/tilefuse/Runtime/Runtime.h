@@ -15,6 +15,7 @@
 #include "tilefuse/Runtime/CpuExecutor.h"
 #include "tilefuse/Runtime/KernelCache.h"
 
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 
 namespace tilefuse {
@@ -60,6 +61,23 @@ struct GpuKernel {
 std::string serializeArtifact(const KernelInfo &info, llvm::StringRef code);
 llvm::Expected<std::pair<KernelInfo, std::string>>
 deserializeArtifact(llvm::StringRef artifact);
+
+/// Collects the diagnostics emitted in `context` while it lives, to return
+/// as an error.
+struct DiagnosticCollector {
+  explicit DiagnosticCollector(mlir::MLIRContext &context)
+      : handler(&context, [this](mlir::Diagnostic &diagnostic) {
+          if (!messages.empty())
+            messages += "\n";
+          messages += diagnostic.str();
+          return mlir::success();
+        }) {}
+  llvm::Error error(llvm::StringRef context) const {
+    return llvm::createStringError(context + ": " + messages);
+  }
+  std::string messages;
+  mlir::ScopedDiagnosticHandler handler;
+};
 
 class Runtime {
 public:

@@ -122,6 +122,10 @@ int deviceMultiprocessors();
 /// by default (it costs memory and time per access).
 void setTrafficDetail(bool on);
 
+/// Thread-instructions one block may run before the launch fails as a
+/// runaway (0: the default, 2^34, about two minutes of emulation here).
+void setBlockInstructionBudget(uint64_t budget);
+
 /// Host threads running independent blocks (0: the default, the
 /// hardware's concurrency or TILEFUSE_EMULATE_THREADS). Results and the
 /// reported error do not depend on it.

@@ -1,0 +1,56 @@
+"""tilefuse::register_fusion: a fusion from fuse IR text, for processes that
+have only the tilefuse:: ops (the self-contained library on a GPU machine;
+scripts/gpu_check.py runs its DSL fusions this way)."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+from test_dsl import moments, scaled_column_sum, softmax
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+from gpu_check import DSL_FUSIONS  # noqa: E402
+
+ops = torch.ops.tilefuse
+
+
+@pytest.mark.parametrize("name", ["softmax", "scaled_column_sum", "moments"])
+def test_ir_text_runs_as_the_traced_fusion(name, dtype):
+    """The GPU check's IR text computes bit for bit what the DSL traces."""
+    x, w = torch.randn(6, 40).to(dtype), torch.randn(40).to(dtype)
+    args = {"softmax": ([x], []), "scaled_column_sum": ([x, w], []),
+            "moments": ([x], [1e-5])}[name]
+    storage = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}[dtype]
+    handle = ops.register_fusion(DSL_FUSIONS[name], storage)
+    ours = ops.launch_fusion(handle, *args)
+    traced = {"softmax": softmax, "scaled_column_sum": scaled_column_sum,
+              "moments": moments}[name](*args[0], *args[1])
+    traced = list(traced.values()) if isinstance(traced, dict) else [traced]
+    assert len(ours) == len(traced)
+    for a, b in zip(ours, traced):
+        assert torch.equal(a.to(b.dtype), b)
+
+
+def test_first_call_compiles_once():
+    handle = ops.register_fusion(DSL_FUSIONS["softmax"].replace("@softmax", "@softmax_once"),
+                                 "f32")
+    x = torch.randn(3, 24)
+    before = ops.compile_count()
+    ops.launch_fusion(handle, [x], [])
+    ops.launch_fusion(handle, [x], [])
+    assert ops.compile_count() - before == 1
+
+
+def test_bad_ir_names_the_op_and_the_problem():
+    with pytest.raises(ValueError, match=r"register_fusion: argument 'ir': invalid fuse IR.*"
+                                         r"fuse.nope"):
+        ops.register_fusion("fuse.kernel @k(%x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {\n"
+                            "  %0 = fuse.nope %x : !fuse.full<f32>\n"
+                            "  fuse.yield %0 : !fuse.full<f32>\n}", "f32")
+    with pytest.raises(ValueError, match="exactly one fuse.kernel, got 2"):
+        ops.register_fusion(DSL_FUSIONS["softmax"] + DSL_FUSIONS["softmax"].replace(
+            "@softmax", "@other"), "f32")
+    with pytest.raises(TypeError, match="storage dtype must be f32, f16, bf16 or f64"):
+        ops.register_fusion(DSL_FUSIONS["softmax"], "i32")
