@@ -116,7 +116,7 @@ LogicalResult checkAbi(KernelOp kernel, const KernelAbi &abi) {
       return failure();
   WalkResult walk = kernel.walk([&](Operation *op) {
     if (op == kernel.getOperation() || op->hasTrait<OpTrait::Elementwise>() ||
-        isa<ConstantOp, CastOp, BroadcastOp, YieldOp>(op))
+        isa<ConstantOp, CastOp, BroadcastOp, RoundToStorageOp, YieldOp>(op))
       return WalkResult::advance();
     op->emitError("fuse-specialize: a multi-tensor kernel is elementwise; ")
         << op->getName() << " is not";
@@ -125,18 +125,65 @@ LogicalResult checkAbi(KernelOp kernel, const KernelAbi &abi) {
   return failure(walk.wasInterrupted());
 }
 
+/// The storage dtype of each stored port, from a spec "bf16" or
+/// "bf16,exp_avg=f32,exp_avg_sq=f32": the default, then overrides by port
+/// name (inputs and outputs).
+struct StorageSpec {
+  Type defaultType;
+  llvm::StringMap<Type> overrides;
+
+  Type of(StringRef port) const {
+    auto it = overrides.find(port);
+    return it == overrides.end() ? defaultType : it->second;
+  }
+};
+
+FailureOr<StorageSpec> parseStorageSpec(KernelOp kernel, StringRef spec) {
+  SmallVector<StringRef> fields;
+  spec.split(fields, ',');
+  StorageSpec result;
+  result.defaultType = parseDtype(kernel.getContext(), fields.front().trim());
+  if (!result.defaultType)
+    return kernel.emitError("fuse-specialize: unsupported dtype '")
+           << fields.front() << "': expected f32, f16, bf16 or f64";
+  // The ports an override may name: stored (full or per-column float).
+  llvm::StringSet<> stored;
+  auto collect = [&](ArrayAttr names, ArrayRef<Type> types) {
+    for (auto [name, type] : llvm::zip(names.getAsValueRange<StringAttr>(), types))
+      if (isStoredInDtype(type))
+        stored.insert(name);
+  };
+  collect(kernel.getInputNames(), kernel.getInputTypes());
+  collect(kernel.getOutputNames(), kernel.getOutputTypes());
+  for (StringRef field : llvm::drop_begin(fields)) {
+    auto [name, dtype] = field.split('=');
+    name = name.trim();
+    Type type = parseDtype(kernel.getContext(), dtype.trim());
+    if (!type)
+      return kernel.emitError("fuse-specialize: '")
+             << field << "': expected port=dtype with dtype f32, f16, bf16 "
+             << "or f64";
+    if (!stored.contains(name))
+      return kernel.emitError("fuse-specialize: '")
+             << field << "': kernel @" << kernel.getSymName()
+             << " has no full or per-column float input or output named '"
+             << name << "'";
+    if (!result.overrides.try_emplace(name, type).second)
+      return kernel.emitError("fuse-specialize: port '")
+             << name << "' is given two storage dtypes";
+  }
+  return result;
+}
+
 struct FuseSpecializePass
     : tilefuse::impl::FuseSpecializeBase<FuseSpecializePass> {
   using FuseSpecializeBase::FuseSpecializeBase;
 
   void runOnOperation() override {
     KernelOp kernel = getOperation();
-    Type storage = parseDtype(&getContext(), dtype);
-    if (!storage) {
-      kernel.emitError("fuse-specialize: unsupported dtype '")
-          << dtype << "': expected f32, f16, bf16 or f64";
+    FailureOr<StorageSpec> storage = parseStorageSpec(kernel, dtype);
+    if (failed(storage))
       return signalPassFailure();
-    }
     std::optional<KernelAbi> parsedAbi = KernelAbi::parse(abi);
     if (!parsedAbi) {
       kernel.emitError("fuse-specialize: malformed abi '") << abi << "'";
@@ -163,13 +210,36 @@ struct FuseSpecializePass
 
     OpBuilder builder(&getContext());
     Block &entry = kernel.getEntryBlock();
+    SmallVector<StringRef> inputNames(
+        kernel.getInputNames().getAsValueRange<StringAttr>());
+    auto storageOf = [&](BlockArgument arg) {
+      return storage->of(inputNames[arg.getArgNumber()]);
+    };
+
+    // Roundings to an input's storage, while the inputs are still the
+    // block arguments they name.
+    kernel.walk([&](RoundToStorageOp op) {
+      Value value = op.getValue();
+      auto type = cast<ValueType>(value.getType());
+      Type stored = storageOf(cast<BlockArgument>(op.getInput()));
+      if (type.getElementType() != stored) {
+        builder.setInsertionPoint(op);
+        value = CastOp::create(builder, op.getLoc(), type.withElementType(stored),
+                               value);
+        value = CastOp::create(builder, op.getLoc(), type, value);
+      }
+      op.replaceAllUsesWith(value);
+      op.erase();
+    });
+
     builder.setInsertionPointToStart(&entry);
     SmallVector<Type> inputTypes;
     for (BlockArgument arg : entry.getArguments()) {
       auto computeType = cast<ValueType>(arg.getType());
+      Type stored = storageOf(arg);
       if (isStoredInDtype(computeType) &&
-          computeType.getElementType() != storage) {
-        arg.setType(computeType.withElementType(storage));
+          computeType.getElementType() != stored) {
+        arg.setType(computeType.withElementType(stored));
         auto widened = CastOp::create(builder, arg.getLoc(), computeType, arg);
         arg.replaceAllUsesExcept(widened, widened);
       }
@@ -179,12 +249,15 @@ struct FuseSpecializePass
     auto yield = cast<YieldOp>(entry.getTerminator());
     builder.setInsertionPoint(yield);
     SmallVector<Type> outputTypes;
-    for (OpOperand &operand : yield->getOpOperands()) {
+    for (auto [operand, name] :
+         llvm::zip(yield->getOpOperands(),
+                   kernel.getOutputNames().getAsValueRange<StringAttr>())) {
       auto computeType = cast<ValueType>(operand.get().getType());
+      Type stored = storage->of(name);
       if (isStoredInDtype(computeType) &&
-          computeType.getElementType() != storage)
+          computeType.getElementType() != stored)
         operand.set(CastOp::create(builder, yield.getLoc(),
-                                   computeType.withElementType(storage),
+                                   computeType.withElementType(stored),
                                    operand.get()));
       outputTypes.push_back(operand.get().getType());
     }
@@ -215,10 +288,18 @@ struct FuseSpecializePass
     }
 
     SmallVector<NamedAttribute> fields = {
-        builder.getNamedAttr("dtype", TypeAttr::get(storage)),
+        builder.getNamedAttr("dtype", TypeAttr::get(storage->defaultType)),
         builder.getNamedAttr("n", builder.getI64IntegerAttr(n)),
         builder.getNamedAttr("aligned", builder.getBoolAttr(aligned)),
     };
+    if (!storage->overrides.empty()) {
+      SmallVector<NamedAttribute> ports;
+      for (const auto &entry : storage->overrides)
+        ports.push_back(
+            builder.getNamedAttr(entry.getKey(), TypeAttr::get(entry.getValue())));
+      fields.push_back(
+          builder.getNamedAttr("ports", builder.getDictionaryAttr(ports)));
+    }
     if (!parsedAbi->isDefault())
       fields.push_back(
           builder.getNamedAttr("abi", builder.getStringAttr(parsedAbi->str())));

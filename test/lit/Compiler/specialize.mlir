@@ -37,3 +37,4 @@ fuse.kernel @norm(%x: !fuse.full<f32>, %w: !fuse.col<f32>, %t: !fuse.row<i64>, %
   %mean = fuse.div %stat, %nr : !fuse.row<f32>
   fuse.yield %y, %mean, %dw : !fuse.full<f32>, !fuse.row<f32>, !fuse.col<f32>
 }
+
