@@ -379,7 +379,9 @@ Placement placementFor(std::string_view op, const at::Device &device) {
 /// One row set's tensors, laid out alike, and what groups it.
 struct RowSet {
   std::vector<at::Tensor> tensors; // per input port (undefined for scalars)
-  at::ScalarType storage;
+  /// The storage spec: the reference tensor's float dtype, then the ports
+  /// stored otherwise ("bf16,exp_avg=f32,exp_avg_sq=f32").
+  std::string storage;
   bool aligned;
 };
 
@@ -461,8 +463,9 @@ torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
   Placement placement = placementFor(op, *device);
 
   // Each row set: shapes and layouts alike (read-only tensors laid out
-  // otherwise are copied), no harmful overlap, its storage dtype and
-  // alignment class.
+  // otherwise are copied), no harmful overlap, the storage dtype of each
+  // port (a bfloat16 parameter beside float32 state is one row set) and
+  // its alignment class.
   std::vector<RowSet> rowSets(count);
   for (int64_t row = 0; row < count; ++row) {
     RowSet &set = rowSets[row];
@@ -477,7 +480,9 @@ torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
         reference = i;
     }
     const at::Tensor ref = set.tensors[*reference];
-    std::optional<at::ScalarType> storage;
+    at::ScalarType defaultStorage =
+        at::isFloatingType(ref.scalar_type()) ? ref.scalar_type() : at::kFloat;
+    std::string storage = dtypeName(defaultStorage);
     for (size_t i = 0; i < ports.size(); ++i) {
       if (inputs[i].kind != Kind::Tensors)
         continue;
@@ -498,10 +503,14 @@ torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
         TORCH_CHECK_TYPE(at::isFloatingType(type) && dtypeName(type),
                          "tilefuse.", op, ": argument '", port.name, "'[",
                          row, "] must be a float tensor, got ", type);
-        TORCH_CHECK_TYPE(!storage || *storage == type, "tilefuse.", op,
-                         ": argument '", port.name, "'[", row, "] is ", type,
-                         " but the row set's other tensors are ", *storage);
-        storage = type;
+        if (type != defaultStorage) {
+          storage += "," + port.name + "=" + dtypeName(type);
+          // An output written over it is stored alike.
+          for (auto [output, input] : inplace)
+            if (input == i && fusion.outputs()[output].name != port.name)
+              storage += "," + fusion.outputs()[output].name + "=" +
+                         dtypeName(type);
+        }
       } else {
         TORCH_CHECK_TYPE(type == scalarType(port.dtype), "tilefuse.", op,
                          ": argument '", port.name, "'[", row, "] must be ",
@@ -540,7 +549,7 @@ torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
             "]");
       }
     }
-    set.storage = storage.value_or(at::kFloat);
+    set.storage = std::move(storage);
     // The aligned class (GPU only: CPU tasks start anywhere).
     set.aligned = placement.driver != nullptr;
     for (const at::Tensor &tensor : set.tensors)
@@ -561,15 +570,15 @@ torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
     }
   }
 
-  // One call per (storage dtype, alignment class), in first-seen order.
-  std::vector<std::pair<at::ScalarType, bool>> groups;
+  // One call per (storage dtypes, alignment class), in first-seen order.
+  std::vector<std::pair<std::string, bool>> groups;
   for (const RowSet &set : rowSets)
     if (!llvm::is_contained(groups, std::make_pair(set.storage, set.aligned)))
       groups.push_back({set.storage, set.aligned});
   for (auto &result : results)
     result.resize(count);
-  for (auto [storage, aligned] : groups) {
-    const char *storageName = dtypeName(storage);
+  for (const auto &[storage, aligned] : groups) {
+    const char *storageName = storage.c_str();
     std::shared_ptr<const CpuKernel> cpuKernel;
     std::shared_ptr<const GpuKernel> gpuKernel;
     if (placement.driver) {

@@ -273,6 +273,10 @@ PYBIND11_MODULE(_C, m) {
                         const PyValue &y) {
         return wrap(b.get().select(c.value, x.value, y.value));
       })
+      .def("fma", [=](Builder &b, const PyValue &x, const PyValue &y,
+                      const PyValue &z) {
+        return wrap(b.get().fma(x.value, y.value, z.value));
+      })
       .def("cast", [=](Builder &b, const PyValue &x, const std::string &dtype) {
         return wrap(b.get().castTo(x.value, b.get().elementType(parseDType(dtype))));
       })

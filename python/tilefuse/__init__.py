@@ -16,9 +16,13 @@ from ._dsl import (
     Fusion,
     Value,
     abs,
+    add,
+    addcdiv,
+    addcmul,
     cast,
     erf,
     exp,
+    fma,
     fusion,
     gather,
     gelu,
@@ -58,7 +62,7 @@ def kernel_launches() -> int:
 
 
 __all__ = [
-    "Fusion", "Value", "abs", "cast", "compile_count", "kernel_launches", "emulator", "erf", "exp", "functional",
+    "Fusion", "Value", "abs", "add", "addcdiv", "addcmul", "cast", "compile_count", "kernel_launches", "emulator", "erf", "exp", "fma", "functional",
     "fusion", "gather", "gelu", "iota", "item", "lerp", "log", "max", "maximum", "mean", "min",
     "minimum", "per_tensor", "rsqrt", "sigmoid", "sign", "silu", "sqrt", "sum", "tanh",
     "where",

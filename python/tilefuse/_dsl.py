@@ -231,17 +231,50 @@ def item(x):
     return Value(x._builder, x._builder.cast(x._value, "f64"), number=True)
 
 
+def fma(a, b, c):
+    """a * b + c, rounded once (a scalar takes the dtype of the tensors)."""
+    values = [x if isinstance(x, Value) else None for x in (a, b, c)]
+    anchor = next((v for v in values if v is not None), None)
+    if anchor is None:
+        raise TypeError("tilefuse.fma needs a traced value")
+    values = [anchor._lift(x) for x in (a, b, c)]
+    tensor = next((v for v in values if v.kind != "scalar"), None)
+    if tensor is not None and tensor.dtype in ("f16", "bf16", "f32", "f64"):
+        values = [cast(v, TORCH_DTYPES[tensor.dtype]) if v.kind == "scalar" else v
+                  for v in values]
+    builder = anchor._builder
+    return Value(builder, builder.fma(*(v._value for v in values)),
+                 all(v._number for v in values))
+
+
+# torch's pointwise ops as its CPU kernels round them (one FMA where they
+# use one), so that a fusion repeats a torch computation bit for bit.
+
+def add(input, other, alpha=1):
+    """torch.add(input, other, alpha=alpha): input + alpha * other."""
+    return input + other if isinstance(alpha, (int, float)) and alpha == 1 else \
+        fma(alpha, other, input)
+
+
+def addcmul(input, tensor1, tensor2, value=1):
+    """torch.addcmul: input + value * tensor1 * tensor2."""
+    return fma(value * tensor1, tensor2, input)
+
+
+def addcdiv(input, tensor1, tensor2, value=1):
+    """torch.addcdiv: input + value * tensor1 / tensor2."""
+    return input + value * tensor1 / tensor2
+
+
 def lerp(start, end, weight):
-    """torch.lerp(start, end, weight) as torch computes it: a scalar weight
-    in start's dtype, start + weight * (end - start) for |weight| < 0.5,
-    else end - (end - start) * (1 - weight)."""
+    """torch.lerp(start, end, weight): a scalar weight in start's dtype,
+    start + weight * (end - start) for |weight| < 0.5, else
+    end - (end - start) * (1 - weight)."""
     start = _value(start, "lerp")
     if not isinstance(weight, Value) or weight.kind == "scalar":
-        weight = cast(weight, TORCH_DTYPES[start.dtype]) if isinstance(weight, Value) else \
-            start._lift(weight)
-    difference = end - start
-    return where(abs(weight) < 0.5, start + weight * difference,
-                 end - difference * (1 - weight))
+        weight = cast(start._lift(weight), TORCH_DTYPES[start.dtype])
+    small = abs(weight) < 0.5
+    return fma(where(small, weight, weight - 1), end - start, where(small, start, end))
 
 
 def sign(x):
@@ -442,7 +475,12 @@ class Fusion:
             if not isinstance(value, Value):
                 raise TypeError(f"tilefuse.fusion {self._name}: output '{name}' is a "
                                 f"{type(value).__name__}, not a traced value")
-            builder.output(name, value._value)
+            # An output named as a parameter (the one it overwrites, say) is
+            # name_out in the kernel, whose ports have distinct names.
+            port = name
+            while port in self._parameters or (port != name and port in names):
+                port += "_out"
+            builder.output(port, value._value)
         try:
             fusion = builder.finish()
         except ValueError as error:

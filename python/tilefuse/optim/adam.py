@@ -15,7 +15,7 @@ import functools
 import torch
 
 import tilefuse
-from tilefuse import item, lerp, maximum, sqrt
+from tilefuse import add, addcdiv, addcmul, item, lerp, maximum, sqrt
 
 from ._optimizer import Optimizer, scalar
 
@@ -29,9 +29,9 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, beta
     if decay and decoupled:
         param = param * (1 - lr * weight_decay)
     elif decay:
-        grad = grad + weight_decay * param
+        grad = add(grad, param, alpha=weight_decay)
     exp_avg = lerp(exp_avg, grad, 1 - beta1)
-    exp_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * grad * grad
+    exp_avg_sq = addcmul(exp_avg_sq * beta2, grad, grad, value=1 - beta2)
     step = item(step)
     bias_correction1 = 1 - beta1 ** step
     bias_correction2 = 1 - beta2 ** step
@@ -42,7 +42,7 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, beta
         denom = sqrt(max_exp_avg_sq) / bias_correction2_sqrt + eps
     else:
         denom = sqrt(exp_avg_sq) / bias_correction2_sqrt + eps
-    param = param + (-step_size) * exp_avg / denom
+    param = addcdiv(param, exp_avg, denom, value=-step_size)
     return param, exp_avg, exp_avg_sq, max_exp_avg_sq
 
 

@@ -9,7 +9,7 @@ import functools
 import torch
 
 import tilefuse
-from tilefuse import sign
+from tilefuse import add, sign
 
 from ._optimizer import Optimizer, scalar
 
@@ -22,9 +22,9 @@ def lion_update(param, grad, exp_avg, lr, beta1, beta2, weight_decay, grad_scale
         grad = -grad
     if decay:
         param = param * (1 - lr * weight_decay)
-    update = sign(exp_avg * beta1 + (1 - beta1) * grad)
-    param = param + (-lr) * update
-    exp_avg = exp_avg * beta2 + (1 - beta2) * grad
+    update = sign(add(exp_avg * beta1, grad, alpha=1 - beta1))
+    param = add(param, update, alpha=-lr)
+    exp_avg = add(exp_avg * beta2, grad, alpha=1 - beta2)
     return param, exp_avg
 
 

@@ -9,6 +9,7 @@ import functools
 import torch
 
 import tilefuse
+from tilefuse import add
 
 from ._optimizer import Optimizer, scalar
 
@@ -21,12 +22,12 @@ def sgd_update(param, grad, momentum_buffer, lr, momentum, dampening, weight_dec
     if maximize:
         grad = -grad
     if decay:
-        grad = grad + weight_decay * param
+        grad = add(grad, param, alpha=weight_decay)
     if momentum_buffer is not None:
         momentum_buffer = grad if first else \
-            momentum_buffer * momentum + (1 - dampening) * grad
-        grad = grad + momentum * momentum_buffer if nesterov else momentum_buffer
-    return param + (-lr) * grad, momentum_buffer
+            add(momentum_buffer * momentum, grad, alpha=1 - dampening)
+        grad = add(grad, momentum_buffer, alpha=momentum) if nesterov else momentum_buffer
+    return add(param, grad, alpha=-lr), momentum_buffer
 
 
 @functools.cache
@@ -96,17 +97,15 @@ class SGD(Optimizer):
                 params, [p.grad for p in params], lr, weight_decay, scale, skip_if=found_inf)
             return
         # Parameters without a buffer yet start one (from their gradient).
-        for first in (True, False):
-            selected = [p for p in params
-                        if (self.state[p].get("momentum_buffer") is None) == first]
-            if not selected:
-                continue
-            if first:
-                for p in selected:
-                    self.state[p]["momentum_buffer"] = torch.empty_like(
-                        p, dtype=self._state_dtype_for(p), memory_format=torch.preserve_format)
-            sgd_fusion(momentum=True, first=first, **options).multi_tensor(
-                selected, [p.grad for p in selected],
-                [self.state[p]["momentum_buffer"] for p in selected], lr,
-                scalar(group["momentum"], device), scalar(group["dampening"], device),
-                weight_decay, scale, skip_if=found_inf)
+        fresh = [p for p in params if self.state[p].get("momentum_buffer") is None]
+        kept = [p for p in params if self.state[p].get("momentum_buffer") is not None]
+        for p in fresh:
+            self.state[p]["momentum_buffer"] = torch.empty_like(
+                p, dtype=self._state_dtype_for(p), memory_format=torch.preserve_format)
+        for first, selected in ((True, fresh), (False, kept)):
+            if selected:
+                sgd_fusion(momentum=True, first=first, **options).multi_tensor(
+                    selected, [p.grad for p in selected],
+                    [self.state[p]["momentum_buffer"] for p in selected], lr,
+                    scalar(group["momentum"], device), scalar(group["dampening"], device),
+                    weight_decay, scale, skip_if=found_inf)
