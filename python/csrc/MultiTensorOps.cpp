@@ -36,19 +36,14 @@ std::optional<Kind> kindOf(char code) {
   }
 }
 
-/// Runs fusion `handle` over the row sets the lists make: `updated` holds
-/// the lists of the 'u' inputs, `tensors` those of the 'f' and 't' inputs,
-/// each list's tensors in turn, in input order. Returns the tensors of the
-/// outputs not written in place, output by output.
-std::vector<Tensor> launchMultiTensor(int64_t handle, c10::string_view layout,
-                                      at::TensorList updated,
-                                      at::TensorList tensors,
-                                      c10::ArrayRef<c10::Scalar> scalars,
-                                      at::TensorList scalarTensors,
-                                      const std::optional<Tensor> &skipIf) {
-  auto registered = registeredFusion("launch_multi_tensor", handle);
+/// The inputs `layout` describes (one code per fusion input): `updated`
+/// holds the lists of the 'u' inputs, `tensors` those of the 'f' and 't'
+/// inputs, each list's tensors in turn, in input order.
+std::vector<MultiTensorInput> multiTensorInputs(
+    const std::string &op, const RegisteredFusion &registered,
+    c10::string_view layout, at::TensorList updated, at::TensorList tensors,
+    c10::ArrayRef<c10::Scalar> scalars, at::TensorList scalarTensors) {
   tilefuse::Fusion &fusion = registered.fusion;
-  std::string op = fusion.name() + ".multi_tensor";
   size_t ports = fusion.inputs().size();
   TORCH_CHECK_VALUE(layout.size() == ports, "tilefuse.", op, ": layout '",
                     layout, "' must have one code per input (", ports, ")");
@@ -99,59 +94,101 @@ std::vector<Tensor> launchMultiTensor(int64_t handle, c10::string_view layout,
   TORCH_CHECK_VALUE(nextScalar == scalars.end() &&
                         nextScalarTensor == scalarTensors.end(),
                     "tilefuse.", op, ": too many scalars");
-  std::vector<Tensor> flat;
-  for (std::vector<Tensor> &output :
-       runMultiTensor(op, fusion, inputs, registered.inplace, skipIf))
-    flat.insert(flat.end(), output.begin(), output.end());
-  return flat;
+  return inputs;
+}
+
+/// Runs fusion `handle` over the row sets the lists make
+/// (multiTensorInputs), writing the outputs not written in place into
+/// `out` (their lists in turn, output by output).
+void launchMultiTensor(int64_t handle, c10::string_view layout,
+                       at::TensorList updated, at::TensorList out,
+                       at::TensorList tensors,
+                       c10::ArrayRef<c10::Scalar> scalars,
+                       at::TensorList scalarTensors,
+                       const std::optional<Tensor> &skipIf) {
+  auto registered = registeredFusion("launch_multi_tensor", handle);
+  std::string op = registered.fusion.name() + ".multi_tensor";
+  std::vector<MultiTensorInput> inputs = multiTensorInputs(
+      op, registered, layout, updated, tensors, scalars, scalarTensors);
+  size_t outputs =
+      registered.fusion.outputs().size() - registered.inplace.size();
+  size_t count = 0;
+  for (const MultiTensorInput &input : inputs)
+    if (input.kind == Kind::Tensors)
+      count = input.tensors.size();
+  TORCH_CHECK_VALUE(out.size() == outputs * count, "tilefuse.", op,
+                    ": expected ", outputs * count, " output tensors, got ",
+                    out.size());
+  std::vector<at::TensorList> lists;
+  for (size_t o = 0; o < outputs; ++o)
+    lists.push_back(out.slice(o * count, count));
+  runMultiTensor(op, registered.fusion, inputs, registered.inplace, skipIf,
+                 lists);
 }
 
 using LaunchMultiTensor = decltype(launchMultiTensor);
 
-/// Written in place: new versions, as torch's in-place ops.
-std::vector<Tensor> launchMultiTensorInPlace(
-    int64_t handle, c10::string_view layout, at::TensorList updated,
-    at::TensorList tensors, c10::ArrayRef<c10::Scalar> scalars,
-    at::TensorList scalarTensors, const std::optional<Tensor> &skipIf) {
+const c10::TypedOperatorHandle<LaunchMultiTensor> &launchMultiTensorOp() {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("tilefuse::launch_multi_tensor", "")
                        .typed<LaunchMultiTensor>();
-  std::vector<Tensor> outputs;
+  return op;
+}
+
+/// torch.compile traces with metadata alone: the arguments are checked,
+/// nothing is written.
+void launchMultiTensorMeta(int64_t handle, c10::string_view layout,
+                           at::TensorList updated, at::TensorList,
+                           at::TensorList tensors,
+                           c10::ArrayRef<c10::Scalar> scalars,
+                           at::TensorList scalarTensors,
+                           const std::optional<Tensor> &) {
+  auto registered = registeredFusion("launch_multi_tensor", handle);
+  multiTensorInputs(registered.fusion.name() + ".multi_tensor", registered,
+                    layout, updated, tensors, scalars, scalarTensors);
+}
+
+/// Written in place: new versions, as torch's in-place ops.
+void launchMultiTensorInPlace(int64_t handle, c10::string_view layout,
+                              at::TensorList updated, at::TensorList out,
+                              at::TensorList tensors,
+                              c10::ArrayRef<c10::Scalar> scalars,
+                              at::TensorList scalarTensors,
+                              const std::optional<Tensor> &skipIf) {
   {
     at::AutoDispatchBelowADInplaceOrView below;
-    outputs = op.call(handle, layout, updated, tensors, scalars, scalarTensors,
-                      skipIf);
+    launchMultiTensorOp().call(handle, layout, updated, out, tensors, scalars,
+                               scalarTensors, skipIf);
   }
-  for (const Tensor &tensor : updated)
-    torch::autograd::increment_version(tensor);
-  return outputs;
+  for (at::TensorList written : {updated, out})
+    for (const Tensor &tensor : written)
+      torch::autograd::increment_version(tensor);
 }
 
 /// Not differentiable (an optimizer step runs under no_grad): tensors that
 /// need a gradient are refused rather than updated behind autograd's back.
-std::vector<Tensor> launchMultiTensorAutograd(
-    int64_t handle, c10::string_view layout, at::TensorList updated,
-    at::TensorList tensors, c10::ArrayRef<c10::Scalar> scalars,
-    at::TensorList scalarTensors, const std::optional<Tensor> &skipIf) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("tilefuse::launch_multi_tensor", "")
-                       .typed<LaunchMultiTensor>();
+void launchMultiTensorAutograd(int64_t handle, c10::string_view layout,
+                               at::TensorList updated, at::TensorList out,
+                               at::TensorList tensors,
+                               c10::ArrayRef<c10::Scalar> scalars,
+                               at::TensorList scalarTensors,
+                               const std::optional<Tensor> &skipIf) {
   TORCH_CHECK(!torch::autograd::compute_requires_grad(updated, tensors),
               "tilefuse.",
               registeredFusion("launch_multi_tensor", handle).fusion.name(),
               ".multi_tensor is not differentiable; call it under "
               "torch.no_grad() or on tensors that do not require grad");
   at::AutoDispatchBelowAutograd below;
-  return op.call(handle, layout, updated, tensors, scalars, scalarTensors,
-                 skipIf);
+  launchMultiTensorOp().call(handle, layout, updated, out, tensors, scalars,
+                             scalarTensors, skipIf);
 }
 
 } // namespace
 
 TORCH_LIBRARY_FRAGMENT(tilefuse, m) {
   m.def("launch_multi_tensor(int fusion, str layout, Tensor(a!)[] updated, "
-        "Tensor[] tensors, Scalar[] scalars, Tensor[] scalar_tensors, "
-        "Tensor? skip_if) -> Tensor[]");
+        "Tensor(b!)[] out, Tensor[] tensors, Scalar[] scalars, "
+        "Tensor[] scalar_tensors, Tensor? skip_if) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, CPU, m) {
@@ -159,6 +196,9 @@ TORCH_LIBRARY_IMPL(tilefuse, CPU, m) {
 }
 TORCH_LIBRARY_IMPL(tilefuse, CUDA, m) {
   m.impl("launch_multi_tensor", launchMultiTensor);
+}
+TORCH_LIBRARY_IMPL(tilefuse, Meta, m) {
+  m.impl("launch_multi_tensor", launchMultiTensorMeta);
 }
 TORCH_LIBRARY_IMPL(tilefuse, ADInplaceOrView, m) {
   m.impl("launch_multi_tensor", launchMultiTensorInPlace);

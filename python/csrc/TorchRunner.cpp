@@ -391,7 +391,8 @@ std::vector<std::vector<at::Tensor>>
 torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
                           c10::ArrayRef<MultiTensorInput> inputs,
                           c10::ArrayRef<std::pair<size_t, size_t>> inplace,
-                          const std::optional<at::Tensor> &skipIf) {
+                          const std::optional<at::Tensor> &skipIf,
+                          c10::ArrayRef<at::TensorList> out) {
   using Kind = MultiTensorInput::Kind;
   const std::vector<PortInfo> &ports = fusion.inputs();
   TORCH_CHECK_VALUE(inputs.size() == ports.size(), "tilefuse.", op, ": ",
@@ -427,6 +428,9 @@ torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
     updated[input] = true;
   }
   size_t outputsAllocated = fusion.outputs().size() - inplace.size();
+  TORCH_CHECK_VALUE(out.empty() || out.size() == outputsAllocated, "tilefuse.",
+                    op, ": expected ", outputsAllocated, " output lists, got ",
+                    out.size());
   std::vector<std::vector<at::Tensor>> results(outputsAllocated);
   if (count == 0)
     return results;
@@ -614,9 +618,27 @@ torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
       for (auto [o, port] : llvm::enumerate(info.outputs)) {
         if (!port.updates.empty())
           continue;
-        at::Tensor output = at::empty_strided(
-            reference->sizes(), reference->strides(),
-            reference->options().dtype(scalarType(port.dtype)));
+        at::TensorOptions options =
+            reference->options().dtype(scalarType(port.dtype));
+        at::Tensor output;
+        if (out.empty()) {
+          output = at::empty_strided(reference->sizes(), reference->strides(),
+                                     options);
+        } else {
+          TORCH_CHECK_VALUE(int64_t(out[allocated].size()) == count,
+                            "tilefuse.", op, ": output '", port.name,
+                            "' has ", out[allocated].size(),
+                            " tensors, expected ", count);
+          output = out[allocated][row];
+          TORCH_CHECK_VALUE(
+              output.sizes() == reference->sizes() &&
+                  output.strides() == reference->strides() &&
+                  output.options().dtype() == options.dtype() &&
+                  output.device() == reference->device(),
+              "tilefuse.", op, ": output '", port.name, "'[", row,
+              "] must be ", options.dtype(), " of shape ", reference->sizes(),
+              " laid out as its row set on ", reference->device());
+        }
         pointers.push_back(output.data_ptr());
         results[allocated++][row] = std::move(output);
       }

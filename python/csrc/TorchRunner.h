@@ -58,12 +58,14 @@ struct MultiTensorInput {
 /// parallel loop on the CPU. `inplace` pairs (output, input) indices: the
 /// output overwrites that input's tensors. When `skipIf` (one element) is
 /// nonzero the call changes nothing. Returns the tensors of each output not
-/// written in place. Errors name `op`.
+/// written in place: `out`'s (one list per such output, tensors laid out as
+/// their row sets) when given, else new ones. Errors name `op`.
 std::vector<std::vector<at::Tensor>>
 runMultiTensor(std::string_view op, Fusion &fusion,
                c10::ArrayRef<MultiTensorInput> inputs,
                c10::ArrayRef<std::pair<size_t, size_t>> inplace,
-               const std::optional<at::Tensor> &skipIf);
+               const std::optional<at::Tensor> &skipIf,
+               c10::ArrayRef<at::TensorList> out = {});
 
 /// A built-in fusion (kernels_dsl), built once per compute type: f64 for
 /// float64 tensors, else f32. Later calls cost one atomic load.

@@ -692,20 +692,29 @@ class Fusion:
             compiled = self._trace(specs, compute)
             pairs = self._inplace_pairs(specs)
             trace = self._multi_traces[signature] = (
-                compiled.launch_handle(compute, pairs), len(compiled.outputs))
-        handle, outputs = trace
-        flat_tensors = [t for items in tensors for t in items] + \
-            [t for items in per_tensor_lists for t in items]
-        fresh = _launch_multi_tensor(handle, "".join(layout), updated, flat_tensors, scalars,
-                                     scalar_tensors, skip_if)
+                compiled.launch_handle(compute, pairs),
+                [dtype for _, _, dtype in compiled.outputs])
+        handle, output_dtypes = trace
+        # Outputs not written in place: laid out as their row set's first
+        # list (an updated one if any), float ones in its float dtype.
+        reference = next(list(arg) for parameter, arg, code in
+                         zip(self._parameters, args, layout) if code in "uf" and
+                         (code == "u" or "u" not in layout))
         written = dict(self._inplace_pairs_by_output())
-        results, position = [], 0
-        for o in range(outputs):
+        results, fresh = [], []
+        for o, dtype in enumerate(output_dtypes):
             if o in written:
                 results.append(list(args[written[o]]))
-            else:
-                results.append(list(fresh[position:position + count]))
-                position += count
+                continue
+            tensors_o = [torch.empty_like(
+                like, dtype=(like.dtype if like.dtype in FLOAT_STORAGE else torch.float32)
+                if dtype in ("f32", "f64") else TORCH_DTYPES[dtype]) for like in reference]
+            results.append(tensors_o)
+            fresh.extend(tensors_o)
+        flat_tensors = [t for items in tensors for t in items] + \
+            [t for items in per_tensor_lists for t in items]
+        _launch_multi_tensor(handle, "".join(layout), updated, fresh, flat_tensors, scalars,
+                             scalar_tensors, skip_if)
         return self._shaped(results)
 
     @property

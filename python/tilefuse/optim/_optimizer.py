@@ -5,8 +5,12 @@ multi-tensor launches of a fusion written in the DSL."""
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import Tensor
+
+import tilefuse
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -128,17 +132,38 @@ class Optimizer(torch.optim.Optimizer):
     def _update_group(self, group: dict, params: list[Tensor], grad_scale, found_inf) -> None:
         raise NotImplementedError
 
-    def _master_split(self, params: list[Tensor]):
-        """(params updated directly, (16-bit params, their master copies))."""
-        direct, low, masters = [], [], []
-        for param in params:
-            master = self.state[param].get("master_param")
-            if master is None:
-                direct.append(param)
-            else:
-                low.append(param)
-                masters.append(master)
-        return direct, (low, masters)
+    def _by_master(self, params: list[Tensor]):
+        """(params, the lists a fusion's leading arguments take, whether
+        they have master copies): those updated directly, then those with
+        float32 master copies."""
+        direct = [p for p in params if "master_param" not in self.state[p]]
+        low = [p for p in params if "master_param" in self.state[p]]
+        if direct:
+            yield direct, [direct], False
+        if low:
+            yield low, [low, [self.state[p]["master_param"] for p in low]], True
+
+
+def fused(update, written: list[str], *, master: bool, name: str | None = None):
+    """The fusion of `update` (a function of traced values returning its
+    new values by the names of the parameters they overwrite), written in
+    place. `master`: the update runs on `master_param`, a float32 copy of
+    `param` given after it; both get the new value (param its rounding)."""
+    if master:
+        plain = update
+        parameters = list(inspect.signature(plain).parameters.values())
+
+        def update(param, master_param, *rest):
+            result = plain(master_param, *rest)
+            return {**result, "master_param": result["param"]}
+
+        update.__name__ = plain.__name__
+        update.__signature__ = inspect.Signature(
+            parameters[:1] + [inspect.Parameter("master_param",
+                                                inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+            + parameters[1:])
+        written = list(written) + ["master_param"]
+    return tilefuse.fusion(update, name=name, inplace=written)
 
 
 def scalar(value, device: torch.device):

@@ -17,7 +17,7 @@ import torch
 import tilefuse
 from tilefuse import add, addcdiv, addcmul, item, lerp, maximum, sqrt
 
-from ._optimizer import Optimizer, scalar
+from ._optimizer import Optimizer, fused, scalar
 
 
 def adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, beta1, beta2,
@@ -50,45 +50,25 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, beta
 def adam_fusion(*, amsgrad: bool, maximize: bool, decoupled: bool, decay: bool,
                 master: bool) -> tilefuse.Fusion:
     """The fusion of one step for these options, over lists of parameters,
-    gradients and state; `master`: the update runs on a float32 master copy
-    and the (16-bit) parameter gets its rounding."""
+    gradients and state (see fused() for `master`)."""
     options = dict(maximize=maximize, decoupled=decoupled, decay=decay)
-
-    def written(param, exp_avg, exp_avg_sq, max_exp_avg_sq):
-        result = {"param": param, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
-        if amsgrad:
-            result["max_exp_avg_sq"] = max_exp_avg_sq
-        if master:
-            result["master_param"] = param
-        return result
-
-    if master and amsgrad:
-        def adam(param, master_param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr,
-                 beta1, beta2, eps, weight_decay, grad_scale):
-            return written(*adam_update(master_param, grad, exp_avg, exp_avg_sq,
-                                        max_exp_avg_sq, step, lr, beta1, beta2, eps,
-                                        weight_decay, grad_scale, **options))
-    elif master:
-        def adam(param, master_param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps,
-                 weight_decay, grad_scale):
-            return written(*adam_update(master_param, grad, exp_avg, exp_avg_sq, None, step,
-                                        lr, beta1, beta2, eps, weight_decay, grad_scale,
-                                        **options))
-    elif amsgrad:
+    if amsgrad:
         def adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, beta1, beta2,
                  eps, weight_decay, grad_scale):
-            return written(*adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq,
-                                        step, lr, beta1, beta2, eps, weight_decay,
-                                        grad_scale, **options))
+            param, exp_avg, exp_avg_sq, max_exp_avg_sq = adam_update(
+                param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, beta1, beta2, eps,
+                weight_decay, grad_scale, **options)
+            return {"param": param, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq,
+                    "max_exp_avg_sq": max_exp_avg_sq}
     else:
         def adam(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps,
                  weight_decay, grad_scale):
-            return written(*adam_update(param, grad, exp_avg, exp_avg_sq, None, step, lr,
-                                        beta1, beta2, eps, weight_decay, grad_scale,
-                                        **options))
-    inplace = ["param", "exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * amsgrad + \
-        ["master_param"] * master
-    return tilefuse.fusion(adam, name="adamw" if decoupled else "adam", inplace=inplace)
+            param, exp_avg, exp_avg_sq, _ = adam_update(
+                param, grad, exp_avg, exp_avg_sq, None, step, lr, beta1, beta2, eps,
+                weight_decay, grad_scale, **options)
+            return {"param": param, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+    written = ["param", "exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * amsgrad
+    return fused(adam, written, master=master, name="adamw" if decoupled else "adam")
 
 
 class Adam(Optimizer):
@@ -148,19 +128,15 @@ class Adam(Optimizer):
         options = dict(amsgrad=group["amsgrad"], maximize=group["maximize"],
                        decoupled=group["decoupled_weight_decay"],
                        decay=group["weight_decay"] != 0)
-        direct, (low, masters) = self._master_split(params)
-        for params_, masters_ in ((direct, None), (low, masters)):
-            if not params_:
-                continue
-            states = [self.state[p] for p in params_]
-            lists = [[p.grad for p in params_]]
+        for selected, head, master in self._by_master(params):
+            states = [self.state[p] for p in selected]
+            lists = [[p.grad for p in selected]]
             lists += [[s[name] for s in states] for name in self._state_names]
             if group["amsgrad"]:
                 lists.append([s["max_exp_avg_sq"] for s in states])
-            head = [params_] if masters_ is None else [params_, masters_]
-            fusion = adam_fusion(master=masters_ is not None, **options)
-            fusion.multi_tensor(*head, *lists, tilefuse.per_tensor([s["step"] for s in states]),
-                                *hyper, skip_if=found_inf)
+            adam_fusion(master=master, **options).multi_tensor(
+                *head, *lists, tilefuse.per_tensor([s["step"] for s in states]), *hyper,
+                skip_if=found_inf)
 
 
 class AdamW(Adam):

@@ -11,7 +11,7 @@ import torch
 import tilefuse
 from tilefuse import add, sign
 
-from ._optimizer import Optimizer, scalar
+from ._optimizer import Optimizer, fused, scalar
 
 
 def lion_update(param, grad, exp_avg, lr, beta1, beta2, weight_decay, grad_scale, *,
@@ -29,13 +29,14 @@ def lion_update(param, grad, exp_avg, lr, beta1, beta2, weight_decay, grad_scale
 
 
 @functools.cache
-def lion_fusion(*, maximize: bool, decay: bool) -> tilefuse.Fusion:
-    """The fusion of one step for these options."""
+def lion_fusion(*, maximize: bool, decay: bool, master: bool) -> tilefuse.Fusion:
+    """The fusion of one step for these options (see fused() for
+    `master`)."""
     def lion(param, grad, exp_avg, lr, beta1, beta2, weight_decay, grad_scale):
         param, exp_avg = lion_update(param, grad, exp_avg, lr, beta1, beta2, weight_decay,
                                      grad_scale, maximize=maximize, decay=decay)
         return {"param": param, "exp_avg": exp_avg}
-    return tilefuse.fusion(lion, inplace=("param", "exp_avg"))
+    return fused(lion, ["param", "exp_avg"], master=master)
 
 
 class Lion(Optimizer):
@@ -68,8 +69,10 @@ class Lion(Optimizer):
     def _update_group(self, group, params, grad_scale, found_inf):
         device = params[0].device
         beta1, beta2 = group["betas"]
-        lion_fusion(maximize=group["maximize"], decay=group["weight_decay"] != 0).multi_tensor(
-            params, [p.grad for p in params], [self.state[p]["exp_avg"] for p in params],
-            *(scalar(value, device) for value in (group["lr"], beta1, beta2,
-                                                  group["weight_decay"], grad_scale)),
-            skip_if=found_inf)
+        hyper = [scalar(value, device) for value in (
+            group["lr"], beta1, beta2, group["weight_decay"], grad_scale)]
+        for selected, head, master in self._by_master(params):
+            lion_fusion(maximize=group["maximize"], decay=group["weight_decay"] != 0,
+                        master=master).multi_tensor(
+                *head, [p.grad for p in selected],
+                [self.state[p]["exp_avg"] for p in selected], *hyper, skip_if=found_inf)

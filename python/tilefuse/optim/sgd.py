@@ -11,7 +11,7 @@ import torch
 import tilefuse
 from tilefuse import add
 
-from ._optimizer import Optimizer, scalar
+from ._optimizer import Optimizer, fused, scalar
 
 
 def sgd_update(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
@@ -32,8 +32,9 @@ def sgd_update(param, grad, momentum_buffer, lr, momentum, dampening, weight_dec
 
 @functools.cache
 def sgd_fusion(*, momentum: bool, maximize: bool, decay: bool, first: bool,
-               nesterov: bool) -> tilefuse.Fusion:
-    """The fusion of one step for these options."""
+               nesterov: bool, master: bool) -> tilefuse.Fusion:
+    """The fusion of one step for these options (see fused() for
+    `master`)."""
     options = dict(maximize=maximize, decay=decay, first=first, nesterov=nesterov)
     if momentum:
         def sgd(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
@@ -41,13 +42,13 @@ def sgd_fusion(*, momentum: bool, maximize: bool, decay: bool, first: bool,
             param, momentum_buffer = sgd_update(param, grad, momentum_buffer, lr, momentum,
                                                 dampening, weight_decay, grad_scale, **options)
             return {"param": param, "momentum_buffer": momentum_buffer}
-        return tilefuse.fusion(sgd, inplace=("param", "momentum_buffer"))
+        return fused(sgd, ["param", "momentum_buffer"], master=master)
 
     def sgd(param, grad, lr, weight_decay, grad_scale):
         param, _ = sgd_update(param, grad, None, lr, 0.0, 0.0, weight_decay, grad_scale,
                               **options)
         return {"param": param}
-    return tilefuse.fusion(sgd, inplace=("param",))
+    return fused(sgd, ["param"], master=master)
 
 
 class SGD(Optimizer):
@@ -92,20 +93,24 @@ class SGD(Optimizer):
         scale = scalar(grad_scale, device)
         options = dict(maximize=group["maximize"], decay=group["weight_decay"] != 0,
                        nesterov=group["nesterov"])
-        if group["momentum"] == 0:
-            sgd_fusion(momentum=False, first=False, **options).multi_tensor(
-                params, [p.grad for p in params], lr, weight_decay, scale, skip_if=found_inf)
-            return
-        # Parameters without a buffer yet start one (from their gradient).
-        fresh = [p for p in params if self.state[p].get("momentum_buffer") is None]
-        kept = [p for p in params if self.state[p].get("momentum_buffer") is not None]
-        for p in fresh:
-            self.state[p]["momentum_buffer"] = torch.empty_like(
-                p, dtype=self._state_dtype_for(p), memory_format=torch.preserve_format)
-        for first, selected in ((True, fresh), (False, kept)):
-            if selected:
-                sgd_fusion(momentum=True, first=first, **options).multi_tensor(
-                    selected, [p.grad for p in selected],
-                    [self.state[p]["momentum_buffer"] for p in selected], lr,
-                    scalar(group["momentum"], device), scalar(group["dampening"], device),
-                    weight_decay, scale, skip_if=found_inf)
+        momentum, dampening = (scalar(group[key], device) for key in ("momentum", "dampening"))
+        for selected, head, master in self._by_master(params):
+            grads = [p.grad for p in selected]
+            if group["momentum"] == 0:
+                sgd_fusion(momentum=False, first=False, master=master, **options).multi_tensor(
+                    *head, grads, lr, weight_decay, scale, skip_if=found_inf)
+                continue
+            # Parameters without a buffer yet start one (from their gradient).
+            first = [self.state[p].get("momentum_buffer") is None for p in selected]
+            for p, new in zip(selected, first):
+                if new:
+                    self.state[p]["momentum_buffer"] = torch.empty_like(
+                        p, dtype=self._state_dtype_for(p), memory_format=torch.preserve_format)
+            for kind in (True, False):
+                pick = [i for i, new in enumerate(first) if new == kind]
+                if not pick:
+                    continue
+                sgd_fusion(momentum=True, first=kind, master=master, **options).multi_tensor(
+                    *([items[i] for i in pick] for items in head), [grads[i] for i in pick],
+                    [self.state[selected[i]]["momentum_buffer"] for i in pick], lr, momentum,
+                    dampening, weight_decay, scale, skip_if=found_inf)
