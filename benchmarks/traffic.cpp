@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tilefuse/Compiler/Differentiate.h"
 #include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Emulator/Emulator.h"
 #include "tilefuse/Kernels/Builtins.h"
@@ -48,6 +49,11 @@ static cl::list<std::string> dtypeNames("dtypes", cl::CommaSeparated,
 static cl::list<int64_t> lengths("n", cl::CommaSeparated,
                                  cl::desc("Row lengths (default: 1000,4096,"
                                           "8192,32000,128256,262144)"));
+static cl::opt<bool> derived(
+    "derived",
+    cl::desc("Also measure, after each hand-written backward built-in, the "
+             "backward fuse-differentiate derives from its forward ('<name> "
+             "(derived)')"));
 static cl::opt<std::string> jsonPath("json", cl::desc("Write results as JSON"),
                                      cl::init(""));
 
@@ -214,13 +220,41 @@ struct Result {
   double emulatedSeconds = 0;
 };
 
+constexpr llvm::StringLiteral kDerivedSuffix = " (derived)";
+
+/// The built-in `name`, or for "<name>_bwd (derived)" the backward derived
+/// from the built-in <name>_fwd for the gradient of its first output, as
+/// the hand-written backward takes it.
+static mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
+buildKernel(mlir::MLIRContext &context, llvm::StringRef name) {
+  if (!name.consume_back(kDerivedSuffix))
+    return kernels::buildBuiltin(context, name);
+  name.consume_back("_bwd");
+  auto forward = kernels::buildBuiltin(context, (name + "_fwd").str());
+  if (mlir::failed(forward))
+    return mlir::failure();
+  auto kernel = *(*forward)->getOps<fuse::KernelOp>().begin();
+  DifferentiateOptions options;
+  options.outputs = {
+      mlir::cast<mlir::StringAttr>(kernel.getOutputNames()[0]).str()};
+  auto module = mlir::OwningOpRef<mlir::ModuleOp>(
+      mlir::ModuleOp::create(kernel.getLoc()));
+  mlir::OpBuilder builder = mlir::OpBuilder::atBlockEnd(module->getBody());
+  mlir::FailureOr<Derivative> derivative =
+      differentiate(kernel, options, builder);
+  if (mlir::failed(derivative))
+    return mlir::failure();
+  derivative->forward.erase();
+  return module;
+}
+
 static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
                                       const std::string &dtype, int64_t n) {
   Result result;
   result.kernel = name.str();
   result.dtype = dtype;
   result.n = n;
-  auto module = kernels::buildBuiltin(runtime.context(), name);
+  auto module = buildKernel(runtime.context(), name);
   if (mlir::failed(module))
     return llvm::createStringError("cannot build " + name.str());
   CompileOptions options;
@@ -544,9 +578,13 @@ static llvm::json::Value toJSON(const Result &r) {
 int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv, "tilefuse traffic benchmark\n");
   std::vector<std::string> names;
-  for (llvm::StringRef name : kernels::builtinNames())
-    if (kernelNames.empty() || llvm::is_contained(kernelNames, name.str()))
-      names.push_back(name.str());
+  for (llvm::StringRef name : kernels::builtinNames()) {
+    if (!kernelNames.empty() && !llvm::is_contained(kernelNames, name.str()))
+      continue;
+    names.push_back(name.str());
+    if (derived && name.ends_with("_bwd"))
+      names.push_back((name + kDerivedSuffix).str());
+  }
   std::vector<std::string> dtypes(dtypeNames.begin(), dtypeNames.end());
   if (dtypes.empty())
     dtypes = {"bf16", "f32"};

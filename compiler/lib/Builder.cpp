@@ -168,6 +168,12 @@ dsl::Value FusionBuilder::unary(StringRef op, dsl::Value x) {
           .Case("tanh", [&] { return fuse::TanhOp::create(builder, loc, type, v).getResult(); })
           .Case("erf", [&] { return fuse::ErfOp::create(builder, loc, type, v).getResult(); })
           .Case("sigmoid", [&] { return fuse::SigmoidOp::create(builder, loc, type, v).getResult(); })
+          .Case("log1p", [&] { return fuse::Log1pOp::create(builder, loc, type, v).getResult(); })
+          .Case("expm1", [&] { return fuse::Expm1Op::create(builder, loc, type, v).getResult(); })
+          .Case("sin", [&] { return fuse::SinOp::create(builder, loc, type, v).getResult(); })
+          .Case("cos", [&] { return fuse::CosOp::create(builder, loc, type, v).getResult(); })
+          .Case("floor", [&] { return fuse::FloorOp::create(builder, loc, type, v).getResult(); })
+          .Case("round", [&] { return fuse::RoundOp::create(builder, loc, type, v).getResult(); })
           .Default([] { return mlir::Value(); })();
   assert(result && "unknown unary op");
   return {this, result};
@@ -230,6 +236,15 @@ dsl::Value FusionBuilder::columnMax(dsl::Value x) { return reduce(fuse::ReduceKi
 dsl::Value FusionBuilder::columnMin(dsl::Value x) { return reduce(fuse::ReduceKind::Min, x, Kind::Col); }
 dsl::Value FusionBuilder::columnMean(dsl::Value x) { return reduce(fuse::ReduceKind::Mean, x, Kind::Col); }
 
+dsl::Value FusionBuilder::argReduce(fuse::ReduceKind kind, dsl::Value x) {
+  auto type = typeOf(x).withKind(Kind::Row).withElementType(builder.getI64Type());
+  return {this, fuse::ArgReduceOp::create(builder, builder.getUnknownLoc(), type,
+                                          kind, x.get())};
+}
+
+dsl::Value FusionBuilder::argmax(dsl::Value x) { return argReduce(fuse::ReduceKind::Max, x); }
+dsl::Value FusionBuilder::argmin(dsl::Value x) { return argReduce(fuse::ReduceKind::Min, x); }
+
 dsl::Value FusionBuilder::gather(dsl::Value source, dsl::Value index) {
   auto type = typeOf(source).withKind(Kind::Row);
   return {this, fuse::GatherOp::create(builder, builder.getUnknownLoc(), type,
@@ -286,6 +301,12 @@ Value tanh(Value x) { return ownerOf(x).unary("tanh", x); }
 Value erf(Value x) { return ownerOf(x).unary("erf", x); }
 Value abs(Value x) { return ownerOf(x).unary("abs", x); }
 Value sigmoid(Value x) { return ownerOf(x).unary("sigmoid", x); }
+Value log1p(Value x) { return ownerOf(x).unary("log1p", x); }
+Value expm1(Value x) { return ownerOf(x).unary("expm1", x); }
+Value sin(Value x) { return ownerOf(x).unary("sin", x); }
+Value cos(Value x) { return ownerOf(x).unary("cos", x); }
+Value floor(Value x) { return ownerOf(x).unary("floor", x); }
+Value round(Value x) { return ownerOf(x).unary("round", x); }
 Value silu(Value x) { return x * sigmoid(x); }
 Value gelu(Value x, llvm::StringRef approximate) {
   if (approximate == "tanh") {
@@ -305,5 +326,53 @@ Value minimum(Value l, Value r) { return ownerOf(l).binary("minimum", l, r); }
 Value where(Value c, Value a, Value b) { return ownerOf(c).select(c, a, b); }
 Value cast(Value x, DType dtype) {
   return ownerOf(x).castTo(x, ownerOf(x).elementType(dtype));
+}
+
+Value sign(Value x) {
+  FusionBuilder &b = ownerOf(x);
+  Type type = typeOf(x).getElementType();
+  Value zero = b.scalar(0, x);
+  return b.castTo(x > zero, type) - b.castTo(x < zero, type);
+}
+
+Value relu(Value x) {
+  // x * 0 keeps -0.0 and NaN where torch.relu does.
+  Value zero = ownerOf(x).scalar(0, x);
+  return where(x > zero, x, where(x < zero, zero, x * zero));
+}
+
+Value square(Value x) { return x * x; }
+
+Value clamp(Value x, std::optional<Value> min, std::optional<Value> max) {
+  if (min)
+    x = where(x < *min, *min, x);
+  if (max)
+    x = where(x > *max, *max, x);
+  return x;
+}
+
+Value softplus(Value x, Value beta, Value threshold) {
+  Value scaled = x * beta;
+  Value linear = scaled > threshold;
+  Value safe = where(linear, ownerOf(x).scalar(0, x), scaled);
+  return where(linear, x, log1p(exp(safe)) / beta);
+}
+
+Value softmax(Value x) {
+  Value e = exp(x - ownerOf(x).max(x));
+  return e / ownerOf(x).sum(e);
+}
+
+Value logSoftmax(Value x) {
+  Value shifted = x - ownerOf(x).max(x);
+  return shifted - log(ownerOf(x).sum(exp(shifted)));
+}
+
+Value logsumexp(Value x) {
+  FusionBuilder &b = ownerOf(x);
+  Value max = b.max(x);
+  Value infinite = abs(max) == b.scalar(INFINITY, max);
+  Value shift = where(infinite, b.scalar(0, max), max);
+  return log(b.sum(exp(x - shift))) + shift;
 }
 } // namespace tilefuse::dsl

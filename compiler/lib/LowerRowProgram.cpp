@@ -23,6 +23,9 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <limits>
+#include <numeric>
+
 namespace tilefuse {
 #define GEN_PASS_DEF_FUSELOWERTOGPU
 #define GEN_PASS_DEF_FUSELOWERTOCPU
@@ -41,6 +44,39 @@ bool isChunked(ValueKind kind) {
   return kind == ValueKind::Full || kind == ValueKind::Col;
 }
 
+/// A row reduction: a fuse.reduce to a row, whose state is the partial
+/// result, or a fuse.arg_reduce, whose state is the best value so far and
+/// its column (i32).
+struct RowReduction {
+  Operation *op;
+  ReduceKind kind;
+  Value input;
+
+  static std::optional<RowReduction> of(Operation *op) {
+    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
+      return RowReduction{op, reduce.getKind(), reduce.getInput()};
+    if (auto arg = dyn_cast<ArgReduceOp>(op))
+      return RowReduction{op, arg.getKind(), arg.getInput()};
+    return std::nullopt;
+  }
+  bool isArg() const { return isa<ArgReduceOp>(op); }
+  size_t stateSize() const { return isArg() ? 2 : 1; }
+};
+using ReductionState = SmallVector<Value, 2>;
+
+/// The row reductions of `kernel` whose input is available after pass
+/// `level` (all of them for level -1), in program order.
+SmallVector<RowReduction> rowReductions(KernelOp kernel,
+                                        const DenseMap<Value, int> &levels,
+                                        int level) {
+  SmallVector<RowReduction> reductions;
+  for (Operation &op : kernel.getEntryBlock().without_terminator())
+    if (std::optional<RowReduction> reduction = RowReduction::of(&op))
+      if (level < 0 || levels.lookup(reduction->input) == level)
+        reductions.push_back(*reduction);
+  return reductions;
+}
+
 /// The pass after which each value is available: inputs at level 0, a row
 /// reduction's result one level above its input, anything else at the
 /// highest level of its operands.
@@ -52,7 +88,7 @@ DenseMap<Value, int> rowLevels(KernelOp kernel) {
     int level = 0;
     for (Value operand : op.getOperands())
       level = std::max(level, levels.lookup(operand));
-    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
+    if (isRowReduction(&op))
       ++level;
     for (Value result : op.getResults())
       levels[result] = level;
@@ -104,6 +140,42 @@ Value combineReduction(OpBuilder &b, Location loc, ReduceKind kind, Value lhs,
                    : arith::MinSIOp::create(b, loc, lhs, rhs).getResult();
   }
   llvm_unreachable("unknown reduction");
+}
+
+/// Combines two (value, column) states of an arg reduction, as scalars or
+/// vectors: a NaN beats a number, then the larger (max) or smaller (min)
+/// value, then, among equals or NaNs, the lower column.
+ReductionState combineArgReduction(OpBuilder &b, Location loc, ReduceKind kind,
+                                   ArrayRef<Value> lhs, ArrayRef<Value> rhs) {
+  using arith::CmpFPredicate;
+  auto cmpf = [&](CmpFPredicate predicate, Value x, Value y) -> Value {
+    return arith::CmpFOp::create(b, loc, predicate, x, y);
+  };
+  Value lhsNaN = cmpf(CmpFPredicate::UNO, lhs[0], lhs[0]);
+  Value rhsNaN = cmpf(CmpFPredicate::UNO, rhs[0], rhs[0]);
+  Value beats = cmpf(kind == ReduceKind::Max ? CmpFPredicate::OGT
+                                             : CmpFPredicate::OLT,
+                     rhs[0], lhs[0]);
+  Value equal = arith::OrIOp::create(
+      b, loc, cmpf(CmpFPredicate::OEQ, rhs[0], lhs[0]),
+      arith::AndIOp::create(b, loc, lhsNaN, rhsNaN));
+  Value lower = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                      rhs[1], lhs[1]);
+  Value onlyRhsNaN = arith::AndIOp::create(
+      b, loc, rhsNaN, cmpf(CmpFPredicate::ORD, lhs[0], lhs[0]));
+  Value takeRhs = arith::OrIOp::create(
+      b, loc, arith::OrIOp::create(b, loc, onlyRhsNaN, beats),
+      arith::AndIOp::create(b, loc, equal, lower));
+  return {arith::SelectOp::create(b, loc, takeRhs, rhs[0], lhs[0]),
+          arith::SelectOp::create(b, loc, takeRhs, rhs[1], lhs[1])};
+}
+
+ReductionState combineStates(OpBuilder &b, Location loc,
+                             const RowReduction &reduction,
+                             ArrayRef<Value> lhs, ArrayRef<Value> rhs) {
+  if (reduction.isArg())
+    return combineArgReduction(b, loc, reduction.kind, lhs, rhs);
+  return {combineReduction(b, loc, reduction.kind, lhs[0], rhs[0])};
 }
 
 vector::CombiningKind vectorCombiningKind(ReduceKind kind, bool isFloat) {
@@ -175,11 +247,12 @@ public:
   virtual ~RowMapping() = default;
   /// The thread's position within its row (0 on the CPU).
   virtual Value lane() = 0;
-  /// Combines per-thread partials of several reductions into row results,
+  /// Combines per-thread states of several reductions into row results,
   /// valid in every thread of the row.
-  virtual SmallVector<Value> combineAcrossRow(OpBuilder &b, Location loc,
-                                              ArrayRef<ReduceKind> kinds,
-                                              ArrayRef<Value> partials) = 0;
+  virtual SmallVector<ReductionState>
+  combineAcrossRow(OpBuilder &b, Location loc,
+                   ArrayRef<RowReduction> reductions,
+                   ArrayRef<ReductionState> states) = 0;
   /// Whether this thread stores the row's per-row outputs.
   virtual Value isRowLeader(OpBuilder &b, Location loc) = 0;
 };
@@ -240,9 +313,15 @@ private:
   Value emitElementwise(Operation *op, ValueRange operands, Type resultType);
   Value emitGather(GatherOp gather);
   Value loadGatherSource(Value source, Value column);
-  LogicalResult emitPass(int level, bool isFinal, SmallVectorImpl<ReduceOp> &reductions);
-  void emitChunkWork(Chunk &chunk, bool isFinal, SmallVectorImpl<ReduceOp> &reductions,
-                     SmallVectorImpl<Value> &accumulators);
+  LogicalResult emitPass(int level, bool isFinal,
+                         ArrayRef<RowReduction> reductions);
+  void emitChunkWork(Chunk &chunk, bool isFinal,
+                     ArrayRef<RowReduction> reductions,
+                     SmallVectorImpl<ReductionState> &accumulators);
+  ReductionState identityState(const RowReduction &reduction);
+  ReductionState chunkState(Chunk &chunk, const RowReduction &reduction);
+  ReductionState reduceLanes(const RowReduction &reduction,
+                             ArrayRef<Value> state);
   Chunk makeChunk(Value chunkIndex);
 
   KernelOp kernel;
@@ -464,6 +543,12 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
       .Case([&](RsqrtOp) { return math(math::RsqrtOp()); })
       .Case([&](TanhOp) { return math(math::TanhOp()); })
       .Case([&](ErfOp) { return math(math::ErfOp()); })
+      .Case([&](Log1pOp) { return math(math::Log1pOp()); })
+      .Case([&](Expm1Op) { return math(math::ExpM1Op()); })
+      .Case([&](SinOp) { return math(math::SinOp()); })
+      .Case([&](CosOp) { return math(math::CosOp()); })
+      .Case([&](FloorOp) { return math(math::FloorOp()); })
+      .Case([&](RoundOp) { return math(math::RoundEvenOp()); })
       .Case([&](SigmoidOp) -> Value {
         // 1 / (1 + exp(-x)): saturates to 0 and 1 without NaN.
         Value one = splat(FloatAttr::get(elementType, 1.0));
@@ -554,7 +639,7 @@ LogicalResult RowProgramEmitter::emitRowScopeOps(int level) {
       continue;
     Value result = op.getResult(0);
     ValueType type = valueType(result);
-    if (isChunked(type.getKind()) || isa<ReduceOp>(op))
+    if (isChunked(type.getKind()) || isa<ReduceOp, ArgReduceOp>(op))
       continue;
     Value lowered;
     if (auto constant = dyn_cast<ConstantOp>(op))
@@ -624,23 +709,54 @@ Value RowProgramEmitter::emitInChunk(Chunk &chunk, Value value) {
   return lowered;
 }
 
-void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
-                                      SmallVectorImpl<ReduceOp> &reductions,
-                                      SmallVectorImpl<Value> &accumulators) {
-  for (auto [reduce, accumulator] : llvm::zip(reductions, accumulators)) {
-    Value value = emitInChunk(chunk, reduce.getInput());
-    if (chunk.valid) {
-      Value identity = arith::ConstantOp::create(
-          b, loc,
-          SplatElementsAttr::get(
-              cast<VectorType>(value.getType()),
-              reductionIdentity(reduce.getKind(),
-                                getElementTypeOrSelf(value.getType()))));
-      value = arith::SelectOp::create(b, loc, chunk.valid, value, identity);
-    }
-    accumulator =
-        combineReduction(b, loc, reduce.getKind(), accumulator, value);
+/// The identity state of `reduction` for one chunk: the neutral value
+/// (and, for an arg reduction, a column past every real one).
+ReductionState RowProgramEmitter::identityState(const RowReduction &reduction) {
+  Type elementType = valueType(reduction.input).getElementType();
+  ReductionState state = {arith::ConstantOp::create(
+      b, loc,
+      SplatElementsAttr::get(chunkType(elementType),
+                             reductionIdentity(reduction.kind, elementType)))};
+  if (reduction.isArg())
+    state.push_back(arith::ConstantOp::create(
+        b, loc,
+        SplatElementsAttr::get(
+            chunkType(b.getI32Type()),
+            b.getI32IntegerAttr(std::numeric_limits<int32_t>::max()))));
+  return state;
+}
+
+/// This chunk's contribution to `reduction`; masked lanes hold the identity.
+ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
+                                             const RowReduction &reduction) {
+  ReductionState state = {emitInChunk(chunk, reduction.input)};
+  if (reduction.isArg()) {
+    // The columns of this chunk's lanes, base + [0, V).
+    VectorType columns = chunkType(b.getI32Type());
+    SmallVector<int32_t> steps(config.vectorWidth);
+    std::iota(steps.begin(), steps.end(), 0);
+    Value base =
+        arith::IndexCastOp::create(b, loc, b.getI32Type(), chunk.base);
+    state.push_back(arith::AddIOp::create(
+        b, loc, vector::BroadcastOp::create(b, loc, columns, base),
+        arith::ConstantOp::create(b, loc,
+                                  DenseElementsAttr::get(columns,
+                                                         ArrayRef(steps)))));
   }
+  if (chunk.valid) {
+    ReductionState identity = identityState(reduction);
+    for (auto [value, neutral] : llvm::zip(state, identity))
+      value = arith::SelectOp::create(b, loc, chunk.valid, value, neutral);
+  }
+  return state;
+}
+
+void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
+                                      ArrayRef<RowReduction> reductions,
+                                      SmallVectorImpl<ReductionState> &accumulators) {
+  for (auto [reduction, accumulator] : llvm::zip(reductions, accumulators))
+    accumulator = combineStates(b, loc, reduction, accumulator,
+                                chunkState(chunk, reduction));
   if (!isFinal)
     return;
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
@@ -667,56 +783,89 @@ void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
   }
 }
 
-LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
-                                          SmallVectorImpl<ReduceOp> &reductions) {
-  SmallVector<Value> accumulators;
-  for (ReduceOp reduce : reductions) {
-    Type elementType = reduce.getResult().getType().getElementType();
-    accumulators.push_back(arith::ConstantOp::create(
-        b, loc,
-        SplatElementsAttr::get(chunkType(elementType),
-                               reductionIdentity(reduce.getKind(), elementType))));
+/// The lanes of a thread's vector state combined into one scalar state.
+ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
+                                              ArrayRef<Value> state) {
+  if (!reduction.isArg()) {
+    bool isFloat = valueType(reduction.input).isFloat();
+    return {vector::ReductionOp::create(
+        b, loc, vectorCombiningKind(reduction.kind, isFloat), state[0])};
   }
+  // No vector form: lane by lane.
+  ReductionState scalar;
+  for (int64_t lane = 0; lane < config.vectorWidth; ++lane) {
+    ReductionState laneState = {
+        vector::ExtractOp::create(b, loc, state[0], lane),
+        vector::ExtractOp::create(b, loc, state[1], lane)};
+    scalar = lane == 0 ? laneState
+                       : combineArgReduction(b, loc, reduction.kind, scalar,
+                                             laneState);
+  }
+  return scalar;
+}
+
+LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
+                                          ArrayRef<RowReduction> reductions) {
+  SmallVector<ReductionState> accumulators;
+  for (const RowReduction &reduction : reductions)
+    accumulators.push_back(identityState(reduction));
 
   if (config.rowOnChip) {
     for (Chunk &chunk : onChipChunks)
       emitChunkWork(chunk, isFinal, reductions, accumulators);
   } else {
+    SmallVector<Value> initial;
+    for (const ReductionState &state : accumulators)
+      initial.append(state.begin(), state.end());
     auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
                                    indexConstant(b, loc, config.chunks),
-                                   indexConstant(b, loc, 1), accumulators);
+                                   indexConstant(b, loc, 1), initial);
     OpBuilder::InsertionGuard insertion(b);
     b.setInsertionPointToStart(loop.getBody());
     Chunk chunk = makeChunk(loop.getInductionVar());
-    SmallVector<Value> carried(loop.getRegionIterArgs());
+    // The loop carries every state's values, flattened in order.
+    auto unflatten = [&](ValueRange flat) {
+      SmallVector<ReductionState> states;
+      for (const RowReduction &reduction : reductions) {
+        states.emplace_back(flat.take_front(reduction.stateSize()));
+        flat = flat.drop_front(reduction.stateSize());
+      }
+      return states;
+    };
+    SmallVector<ReductionState> carried = unflatten(loop.getRegionIterArgs());
     emitChunkWork(chunk, isFinal, reductions, carried);
     // Without loop-carried values the builder already added the yield.
-    if (!carried.empty())
-      scf::YieldOp::create(b, loc, carried);
+    if (!initial.empty()) {
+      SmallVector<Value> yielded;
+      for (const ReductionState &state : carried)
+        yielded.append(state.begin(), state.end());
+      scf::YieldOp::create(b, loc, yielded);
+    }
     b.setInsertionPointAfter(loop);
-    accumulators.assign(loop.getResults().begin(), loop.getResults().end());
+    accumulators = unflatten(loop.getResults());
   }
 
   if (reductions.empty())
     return success();
-  SmallVector<ReduceKind> kinds;
-  SmallVector<Value> partials;
-  for (auto [reduce, accumulator] : llvm::zip(reductions, accumulators)) {
-    bool isFloat = reduce.getResult().getType().isFloat();
-    kinds.push_back(reduce.getKind());
-    partials.push_back(vector::ReductionOp::create(
-        b, loc, vectorCombiningKind(reduce.getKind(), isFloat), accumulator));
-  }
-  SmallVector<Value> results =
-      mapping.combineAcrossRow(b, loc, kinds, partials);
-  for (auto [reduce, result] : llvm::zip(reductions, results)) {
-    if (reduce.getKind() == ReduceKind::Mean) {
-      Type type = result.getType();
-      result = arith::DivFOp::create(
-          b, loc, result,
+  SmallVector<ReductionState> partials;
+  for (auto [reduction, accumulator] : llvm::zip(reductions, accumulators))
+    partials.push_back(reduceLanes(reduction, accumulator));
+  SmallVector<ReductionState> results =
+      mapping.combineAcrossRow(b, loc, reductions, partials);
+  for (auto [reduction, state] : llvm::zip(reductions, results)) {
+    Value result = reduction.op->getResult(0);
+    Type type = valueType(result).getElementType();
+    Value lowered = state[0];
+    if (reduction.isArg()) {
+      lowered = state[1];
+      if (type != lowered.getType())
+        lowered = arith::ExtSIOp::create(b, loc, type, lowered);
+    } else if (reduction.kind == ReduceKind::Mean) {
+      lowered = arith::DivFOp::create(
+          b, loc, lowered,
           arith::ConstantOp::create(b, loc, FloatAttr::get(type, n)));
     }
-    rowValues[reduce.getResult()] = result;
+    rowValues[result] = lowered;
   }
   return success();
 }
@@ -768,11 +917,7 @@ LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
   for (int level = 0; level <= maxLevel; ++level) {
     if (failed(emitRowScopeOps(level)))
       return failure();
-    SmallVector<ReduceOp> reductions;
-    kernel.walk([&](ReduceOp reduce) {
-      if (reduce.isRowReduction() && levels.lookup(reduce.getInput()) == level)
-        reductions.push_back(reduce);
-    });
+    SmallVector<RowReduction> reductions = rowReductions(kernel, levels, level);
     bool isFinal = level == finalLevel;
     if ((!reductions.empty() || isFinal) &&
         failed(emitPass(level, isFinal, reductions)))
@@ -959,32 +1104,34 @@ public:
                                  indexConstant(b, loc, 0));
   }
 
-  SmallVector<Value> combineAcrossRow(OpBuilder &b, Location loc,
-                                      ArrayRef<ReduceKind> kinds,
-                                      ArrayRef<Value> partials) override {
-    SmallVector<Value> values(partials);
+  SmallVector<ReductionState>
+  combineAcrossRow(OpBuilder &b, Location loc,
+                   ArrayRef<RowReduction> reductions,
+                   ArrayRef<ReductionState> partials) override {
+    SmallVector<ReductionState> states(partials);
     // Within a warp: butterfly shuffles over the lanes of this row.
     int64_t warpLanes = std::min<int64_t>(config.threadsPerRow, 32);
     for (int64_t offset = 1; offset < warpLanes; offset *= 2) {
-      for (auto [kind, value] : llvm::zip(kinds, values)) {
-        Value shuffled =
-            gpu::ShuffleOp::create(b, loc, value, offset, 32,
-                                   gpu::ShuffleMode::XOR)
-                .getShuffleResult();
-        value = combineReduction(b, loc, kind, value, shuffled);
+      for (auto [reduction, state] : llvm::zip(reductions, states)) {
+        ReductionState shuffled;
+        for (Value value : state)
+          shuffled.push_back(gpu::ShuffleOp::create(b, loc, value, offset, 32,
+                                                    gpu::ShuffleMode::XOR)
+                                 .getShuffleResult());
+        state = combineStates(b, loc, reduction, state, shuffled);
       }
     }
     if (config.threadsPerRow <= 32)
-      return values;
-    // Across the warps of a row: lane 0 of each warp publishes its value in
+      return states;
+    // Across the warps of a row: lane 0 of each warp publishes its state in
     // workgroup memory; after a barrier every thread combines them in order.
     int64_t warpsPerRow = config.threadsPerRow / 32;
     Value warpInRow = arith::DivUIOp::create(b, loc, laneIndex,
                                              indexConstant(b, loc, 32));
     Value laneInWarp = arith::RemUIOp::create(b, loc, laneIndex,
                                               indexConstant(b, loc, 32));
-    auto slot = [&](Value warp, size_t reduction) -> Value {
-      // ((group * warpsPerRow + warp) * maxReductions + reduction)
+    auto slot = [&](Value warp, size_t component) -> Value {
+      // ((group * warpsPerRow + warp) * maxReductions + component)
       Value rowWarp = arith::AddIOp::create(
           b, loc,
           arith::MulIOp::create(b, loc, groupInBlock,
@@ -994,30 +1141,39 @@ public:
           b, loc,
           arith::MulIOp::create(b, loc, rowWarp,
                                 indexConstant(b, loc, maxReductions)),
-          indexConstant(b, loc, reduction));
+          indexConstant(b, loc, component));
     };
     Value isWarpLeader = arith::CmpIOp::create(
         b, loc, arith::CmpIPredicate::eq, laneInWarp, indexConstant(b, loc, 0));
     emitGuarded(b, loc, isWarpLeader, [&] {
-      for (auto [index, value] : llvm::enumerate(values))
-        memref::StoreOp::create(b, loc, castFloat(b, loc, value, slotType()),
-                                workgroup, slot(warpInRow, index));
+      size_t component = 0;
+      for (const ReductionState &state : states)
+        for (Value value : state)
+          memref::StoreOp::create(b, loc, toSlot(b, loc, value), workgroup,
+                                  slot(warpInRow, component++));
     });
     gpu::BarrierOp::create(b, loc);
-    for (auto [index, kind, value] : llvm::enumerate(kinds, values)) {
-      Type type = value.getType();
-      Value total;
+    size_t first = 0;
+    for (auto [reduction, state] : llvm::zip(reductions, states)) {
+      ReductionState total;
       for (int64_t warp = 0; warp < warpsPerRow; ++warp) {
-        Value loaded = memref::LoadOp::create(
-            b, loc, workgroup, slot(indexConstant(b, loc, warp), index));
-        Value part = castFloat(b, loc, loaded, type);
-        total = total ? combineReduction(b, loc, kind, total, part) : part;
+        ReductionState part;
+        for (auto [index, value] : llvm::enumerate(state))
+          part.push_back(fromSlot(
+              b, loc,
+              memref::LoadOp::create(
+                  b, loc, workgroup,
+                  slot(indexConstant(b, loc, warp), first + index)),
+              value.getType()));
+        total = warp == 0 ? part
+                          : combineStates(b, loc, reduction, total, part);
       }
-      value = total;
+      first += state.size();
+      state = total;
     }
     // The next reduction reuses the workgroup memory.
     gpu::BarrierOp::create(b, loc);
-    return values;
+    return states;
   }
 
 private:
@@ -1026,20 +1182,38 @@ private:
   Type slotType() const {
     return cast<MemRefType>(workgroup.getType()).getElementType();
   }
+  /// A float in the slot's type; an arg reduction's i32 column as its bits.
+  Value toSlot(OpBuilder &b, Location loc, Value value) const {
+    if (isa<FloatType>(value.getType()))
+      return castFloat(b, loc, value, slotType());
+    unsigned width = slotType().getIntOrFloatBitWidth();
+    if (width != value.getType().getIntOrFloatBitWidth())
+      value = arith::ExtSIOp::create(b, loc, b.getIntegerType(width), value);
+    return arith::BitcastOp::create(b, loc, slotType(), value);
+  }
+  Value fromSlot(OpBuilder &b, Location loc, Value slotValue, Type type) const {
+    if (isa<FloatType>(type))
+      return castFloat(b, loc, slotValue, type);
+    unsigned width = slotType().getIntOrFloatBitWidth();
+    Value bits = arith::BitcastOp::create(b, loc, b.getIntegerType(width),
+                                          slotValue);
+    if (width != type.getIntOrFloatBitWidth())
+      bits = arith::TruncIOp::create(b, loc, type, bits);
+    return bits;
+  }
 
   const TileConfig &config;
   Value laneIndex, groupInBlock, workgroup;
   int64_t maxReductions;
 };
 
-/// The most row reductions any one pass combines (sizes workgroup memory).
+/// The most reduction-state values any one pass combines (sizes workgroup
+/// memory).
 int64_t maxReductionsPerPass(KernelOp kernel) {
   DenseMap<Value, int> levels = rowLevels(kernel);
   DenseMap<int, int64_t> perLevel;
-  kernel.walk([&](ReduceOp reduce) {
-    if (reduce.isRowReduction())
-      ++perLevel[levels.lookup(reduce.getInput())];
-  });
+  for (const RowReduction &reduction : rowReductions(kernel, levels, -1))
+    perLevel[levels.lookup(reduction.input)] += reduction.stateSize();
   int64_t most = 1;
   for (auto [level, count] : perLevel)
     most = std::max(most, count);
@@ -1070,12 +1244,10 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   int64_t warpsPerRow = std::max<int64_t>(1, config->threadsPerRow / 32);
   // f64 row reductions cross warps in f64: f32 slots would round them.
   Type slotType = b.getF32Type();
-  kernel.walk([&](ReduceOp reduce) {
-    if (reduce.isRowReduction() &&
-        getElementTypeOrSelf(cast<ValueType>(reduce.getType()).getElementType())
-            .isF64())
+  for (const RowReduction &reduction :
+       rowReductions(kernel, rowLevels(kernel), -1))
+    if (valueType(reduction.input).getElementType().isF64())
       slotType = b.getF64Type();
-  });
   auto workgroupType = MemRefType::get(
       {config->rowsPerBlock * warpsPerRow * maxReductions}, slotType,
       MemRefLayoutAttrInterface{},
@@ -1196,10 +1368,10 @@ public:
       : zero(indexConstant(b, loc, 0)) {}
   Value lane() override { return zero; }
   Value isRowLeader(OpBuilder &, Location) override { return {}; }
-  SmallVector<Value> combineAcrossRow(OpBuilder &, Location,
-                                      ArrayRef<ReduceKind>,
-                                      ArrayRef<Value> partials) override {
-    return SmallVector<Value>(partials);
+  SmallVector<ReductionState>
+  combineAcrossRow(OpBuilder &, Location, ArrayRef<RowReduction>,
+                   ArrayRef<ReductionState> partials) override {
+    return SmallVector<ReductionState>(partials);
   }
 
 private:

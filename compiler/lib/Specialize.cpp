@@ -37,6 +37,20 @@ Type parseDtype(MLIRContext *context, StringRef dtype) {
   return {};
 }
 
+/// The narrowest storage type of a full or per-column float port (it sets
+/// the vector width), f32 if there is none.
+Type narrowestStorage(KernelOp kernel) {
+  Type narrowest = Float32Type::get(kernel.getContext());
+  for (ArrayRef<Type> types : {kernel.getInputTypes(), kernel.getOutputTypes()})
+    for (Type type : types)
+      if (isStoredInDtype(type)) {
+        Type element = cast<ValueType>(type).getElementType();
+        if (element.getIntOrFloatBitWidth() < narrowest.getIntOrFloatBitWidth())
+          narrowest = element;
+      }
+  return narrowest;
+}
+
 bool isScalarDtype(StringRef dtype) {
   return llvm::is_contained({"f32", "f16", "bf16", "f64", "i1", "i32", "i64"},
                             dtype);
@@ -129,12 +143,16 @@ LogicalResult checkAbi(KernelOp kernel, const KernelAbi &abi) {
 /// "bf16,exp_avg=f32,exp_avg_sq=f32": the default, then overrides by port
 /// name (inputs and outputs).
 struct StorageSpec {
+  /// Null for "declared": ports keep their declared types.
   Type defaultType;
   llvm::StringMap<Type> overrides;
 
-  Type of(StringRef port) const {
+  /// The storage type of `port`, whose declared element type is `declared`.
+  Type of(StringRef port, Type declared) const {
     auto it = overrides.find(port);
-    return it == overrides.end() ? defaultType : it->second;
+    if (it != overrides.end())
+      return it->second;
+    return defaultType ? defaultType : declared;
   }
 };
 
@@ -142,10 +160,15 @@ FailureOr<StorageSpec> parseStorageSpec(KernelOp kernel, StringRef spec) {
   SmallVector<StringRef> fields;
   spec.split(fields, ',');
   StorageSpec result;
-  result.defaultType = parseDtype(kernel.getContext(), fields.front().trim());
-  if (!result.defaultType)
-    return kernel.emitError("fuse-specialize: unsupported dtype '")
-           << fields.front() << "': expected f32, f16, bf16 or f64";
+  // "declared": every port keeps the type the fusion declares (the DSL
+  // declares each tensor's own dtype).
+  StringRef defaultDtype = fields.front().trim();
+  if (defaultDtype != "declared") {
+    result.defaultType = parseDtype(kernel.getContext(), defaultDtype);
+    if (!result.defaultType)
+      return kernel.emitError("fuse-specialize: unsupported dtype '")
+             << defaultDtype << "': expected f32, f16, bf16, f64 or declared";
+  }
   // The ports an override may name: stored (full or per-column float).
   llvm::StringSet<> stored;
   auto collect = [&](ArrayAttr names, ArrayRef<Type> types) {
@@ -213,7 +236,8 @@ struct FuseSpecializePass
     SmallVector<StringRef> inputNames(
         kernel.getInputNames().getAsValueRange<StringAttr>());
     auto storageOf = [&](BlockArgument arg) {
-      return storage->of(inputNames[arg.getArgNumber()]);
+      return storage->of(inputNames[arg.getArgNumber()],
+                         cast<ValueType>(arg.getType()).getElementType());
     };
 
     // Roundings to an input's storage, while the inputs are still the
@@ -253,7 +277,7 @@ struct FuseSpecializePass
          llvm::zip(yield->getOpOperands(),
                    kernel.getOutputNames().getAsValueRange<StringAttr>())) {
       auto computeType = cast<ValueType>(operand.get().getType());
-      Type stored = storage->of(name);
+      Type stored = storage->of(name, computeType.getElementType());
       if (isStoredInDtype(computeType) &&
           computeType.getElementType() != stored)
         operand.set(CastOp::create(builder, yield.getLoc(),
@@ -288,7 +312,10 @@ struct FuseSpecializePass
     }
 
     SmallVector<NamedAttribute> fields = {
-        builder.getNamedAttr("dtype", TypeAttr::get(storage->defaultType)),
+        builder.getNamedAttr("dtype",
+                             TypeAttr::get(storage->defaultType
+                                               ? storage->defaultType
+                                               : narrowestStorage(kernel))),
         builder.getNamedAttr("n", builder.getI64IntegerAttr(n)),
         builder.getNamedAttr("aligned", builder.getBoolAttr(aligned)),
     };

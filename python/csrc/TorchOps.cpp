@@ -644,42 +644,88 @@ void adamwStepAutograd(const Tensor &param, const Tensor &grad,
 }
 
 //===----------------------------------------------------------------------===//
-// DSL fusions
+// DSL fusions: launch_fusion runs one; under autograd it runs the fusion's
+// derived forward (which also outputs the per-row statistics the backward
+// reads) and records launch_fusion_backward, the derived backward kernel
+// for the inputs that need gradients. launch_fusion_forward and
+// launch_fusion_backward have Meta kernels, so torch.compile traces both.
 //===----------------------------------------------------------------------===//
 
-/// Runs a fusion the DSL traced; its first full input gives the shape.
-/// `scalarTensors` are the scalars it reads through pointers, in order;
-/// outputs written in place go to their inputs' tensors.
-std::vector<Tensor>
-launchFusion(int64_t handle, at::TensorList tensors,
-             c10::ArrayRef<c10::Scalar> scalars,
-             std::optional<at::TensorList> scalarTensorList) {
-  at::TensorList scalarTensors = scalarTensorList.value_or(at::TensorList());
-  auto registered =
-      tilefuse::torch_ops::registeredFusion("launch_fusion", handle);
-  tilefuse::Fusion &fusion = registered.fusion;
-  const std::vector<tilefuse::PortInfo> &ports = fusion.inputs();
-  // Each input's position among the tensors (-1 for scalars).
-  std::vector<int64_t> tensorIndex;
-  int64_t next = 0;
-  for (const tilefuse::PortInfo &port : ports)
-    tensorIndex.push_back(port.kind == tilefuse::PortInfo::Kind::Scalar
-                              ? -1
-                              : next++);
-  const Tensor *full = tensors.begin();
-  for (const tilefuse::PortInfo &port : ports) {
-    if (port.kind == tilefuse::PortInfo::Kind::Full)
+using tilefuse::Fusion;
+using tilefuse::FusionDerivative;
+using tilefuse::PortInfo;
+using tilefuse::torch_ops::RegisteredFusion;
+using tilefuse::torch_ops::registeredFusion;
+
+/// The tensor whose shape is the iteration space: the fusion's first full
+/// input among `tensors` (its full, per-row and per-column inputs).
+const Tensor &iterationTensor(const Fusion &fusion, at::TensorList tensors) {
+  const Tensor *tensor = tensors.begin();
+  for (const PortInfo &port : fusion.inputs()) {
+    if (port.kind == PortInfo::Kind::Full)
       break;
-    if (port.kind != tilefuse::PortInfo::Kind::Scalar)
-      ++full;
+    if (port.kind != PortInfo::Kind::Scalar)
+      ++tensor;
   }
-  TORCH_CHECK_VALUE(full < tensors.end(), "tilefuse.", fusion.name(),
+  TORCH_CHECK_VALUE(tensor < tensors.end(), "tilefuse.", fusion.name(),
                     ": expected a full [..., n] tensor input");
+  return *tensor;
+}
+
+FusionDerivative &derivativeOf(Fusion &fusion) {
+  llvm::Expected<FusionDerivative &> derivative = fusion.derivative();
+  TORCH_CHECK(static_cast<bool>(derivative), "tilefuse.", fusion.name(),
+              ": cannot derive the backward: ",
+              llvm::toString(derivative.takeError()));
+  return *derivative;
+}
+
+/// Empty tensors shaped as `fusion`'s outputs over `shape`, typed as the
+/// registration stores them.
+std::vector<Tensor> emptyOutputs(const RegisteredFusion &registered,
+                                 const Fusion &fusion,
+                                 c10::SymIntArrayRef shape,
+                                 const at::TensorOptions &options) {
+  c10::SymIntArrayRef lead = shape.slice(0, shape.size() - 1);
+  std::vector<Tensor> outputs;
+  for (const PortInfo &port : fusion.outputs()) {
+    std::vector<c10::SymInt> sizes(lead.begin(), lead.end());
+    if (port.kind == PortInfo::Kind::Full)
+      sizes.push_back(shape.back());
+    if (port.kind == PortInfo::Kind::Col)
+      sizes = {shape.back()};
+    outputs.push_back(
+        at::empty_symint(sizes, options.dtype(registered.dtypeOf(port))));
+  }
+  return outputs;
+}
+
+/// Runs `kernel` (the registered fusion or one of its derived kernels) over
+/// the iteration space of the fusion called with `inputs`; errors name it.
+std::vector<Tensor> runDsl(const RegisteredFusion &registered, Fusion &kernel,
+                           at::TensorList tensors,
+                           c10::ArrayRef<c10::Scalar> scalars,
+                           at::TensorList inputs) {
+  return runFusion(registered.fusion.name(), kernel, tensors, scalars,
+                   registered.storage,
+                   iterationTensor(registered.fusion, inputs).sizes());
+}
+
+/// Runs a fusion the DSL traced. `scalarTensors` are the scalars it reads
+/// through pointers, in order; outputs written in place go to their inputs'
+/// tensors.
+std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
+                                 c10::ArrayRef<c10::Scalar> scalars,
+                                 std::optional<at::TensorList> scalarTensorList) {
+  RegisteredFusion registered = registeredFusion("launch_fusion", handle);
+  Fusion &fusion = registered.fusion;
+  at::TensorList scalarTensors = scalarTensorList.value_or(at::TensorList());
+  const std::vector<PortInfo> &ports = fusion.inputs();
   std::vector<std::optional<Tensor>> scalarSlots;
   if (!registered.pointerScalars.empty()) {
     const Tensor *scalarTensor = scalarTensors.begin();
     for (auto [i, port] : llvm::enumerate(ports)) {
-      if (port.kind != tilefuse::PortInfo::Kind::Scalar)
+      if (port.kind != PortInfo::Kind::Scalar)
         continue;
       bool pointer = registered.pointerScalars[i];
       TORCH_CHECK_VALUE(!pointer || scalarTensor < scalarTensors.end(),
@@ -691,6 +737,11 @@ launchFusion(int64_t handle, at::TensorList tensors,
   }
   std::vector<Tensor> out;
   if (!registered.inplace.empty()) {
+    // Each input's position among the tensors (-1 for scalars).
+    std::vector<int64_t> tensorIndex;
+    int64_t next = 0;
+    for (const PortInfo &port : ports)
+      tensorIndex.push_back(port.kind == PortInfo::Kind::Scalar ? -1 : next++);
     out.resize(fusion.outputs().size());
     for (auto [output, input] : registered.inplace) {
       TORCH_CHECK_VALUE(tensorIndex[input] >= 0 &&
@@ -700,12 +751,196 @@ launchFusion(int64_t handle, at::TensorList tensors,
       out[output] = tensors[tensorIndex[input]];
     }
   }
-  return runFusion(fusion.name(), fusion, tensors, scalars,
-                   registered.storage, full->sizes(), out, scalarSlots);
+  return runFusion(fusion.name(), fusion, tensors, scalars, registered.storage,
+                   iterationTensor(fusion, tensors).sizes(), out, scalarSlots);
 }
 
-/// DSL fusions have no backward yet: outputs of inputs that need a gradient
-/// get a grad_fn that raises when differentiated.
+/// The derived forward: the fusion's outputs, then the saved statistics.
+std::vector<Tensor> launchFusionForward(int64_t handle, at::TensorList tensors,
+                                        c10::ArrayRef<c10::Scalar> scalars) {
+  RegisteredFusion registered =
+      registeredFusion("launch_fusion_forward", handle);
+  return runDsl(registered, derivativeOf(registered.fusion).forward(), tensors,
+                scalars, tensors);
+}
+
+std::vector<Tensor> launchFusionForwardMeta(int64_t handle,
+                                            at::TensorList tensors,
+                                            c10::ArrayRef<c10::Scalar>) {
+  RegisteredFusion registered =
+      registeredFusion("launch_fusion_forward", handle);
+  return emptyOutputs(registered, derivativeOf(registered.fusion).forward(),
+                      iterationTensor(registered.fusion, tensors).sym_sizes(),
+                      tensors.front().options());
+}
+
+/// Which differentiable inputs `wanted` (bit i: differentiable()[i]) asks
+/// the gradients of.
+std::vector<bool> wantedInputs(const FusionDerivative &derivative,
+                               int64_t wanted) {
+  std::vector<bool> flags;
+  for (size_t i = 0; i < derivative.differentiable().size(); ++i)
+    flags.push_back(wanted >> i & 1);
+  return flags;
+}
+
+/// The gradients of the inputs `wanted` asks for, in input order, from the
+/// gradients of every output, the forward's tensor inputs and scalars, and
+/// the derived forward's outputs (only those the backward reads need be
+/// defined).
+std::vector<Tensor>
+launchFusionBackward(int64_t handle, int64_t wanted, at::TensorList gradients,
+                     at::TensorList tensors,
+                     const c10::List<std::optional<Tensor>> &forwardOutputs,
+                     c10::ArrayRef<c10::Scalar> scalars) {
+  RegisteredFusion registered =
+      registeredFusion("launch_fusion_backward", handle);
+  Fusion &fusion = registered.fusion;
+  FusionDerivative &derivative = derivativeOf(fusion);
+  TORCH_CHECK(gradients.size() == fusion.outputs().size(), "tilefuse.",
+              fusion.name(), ": expected a gradient for each of its ",
+              fusion.outputs().size(), " outputs, got ", gradients.size());
+  // Where each forward input sits among `tensors` or `scalars`.
+  std::vector<size_t> positions;
+  size_t tensorCount = 0, scalarCount = 0;
+  for (const PortInfo &port : fusion.inputs())
+    positions.push_back(port.kind == PortInfo::Kind::Scalar ? scalarCount++
+                                                            : tensorCount++);
+  std::vector<Tensor> backwardTensors;
+  std::vector<c10::Scalar> backwardScalars;
+  for (const FusionDerivative::Source &source : derivative.backwardInputs()) {
+    switch (source.kind) {
+    case FusionDerivative::Source::OutputGradient: {
+      const PortInfo &port = fusion.outputs()[source.index];
+      backwardTensors.push_back(
+          gradients[source.index].to(registered.dtypeOf(port)).contiguous());
+      break;
+    }
+    case FusionDerivative::Source::Input:
+      if (fusion.inputs()[source.index].kind == PortInfo::Kind::Scalar)
+        backwardScalars.push_back(scalars[positions[source.index]]);
+      else
+        backwardTensors.push_back(tensors[positions[source.index]]);
+      break;
+    case FusionDerivative::Source::ForwardOutput: {
+      std::optional<Tensor> saved = forwardOutputs.get(source.index);
+      TORCH_CHECK(saved && saved->defined(), "tilefuse.", fusion.name(),
+                  ": the backward reads output #", source.index,
+                  " of the derived forward, which is missing");
+      backwardTensors.push_back(*saved);
+      break;
+    }
+    }
+  }
+  llvm::Expected<Fusion &> backward =
+      derivative.backward(wantedInputs(derivative, wanted));
+  TORCH_CHECK(static_cast<bool>(backward), "tilefuse.", fusion.name(), ": ",
+              llvm::toString(backward.takeError()));
+  return runDsl(registered, *backward, backwardTensors, backwardScalars,
+                tensors);
+}
+
+std::vector<Tensor>
+launchFusionBackwardMeta(int64_t handle, int64_t wanted, at::TensorList,
+                         at::TensorList tensors,
+                         const c10::List<std::optional<Tensor>> &,
+                         c10::ArrayRef<c10::Scalar>) {
+  Fusion &fusion = registeredFusion("launch_fusion_backward", handle).fusion;
+  FusionDerivative &derivative = derivativeOf(fusion);
+  std::vector<size_t> positions;
+  size_t tensorCount = 0;
+  for (const PortInfo &port : fusion.inputs())
+    positions.push_back(port.kind == PortInfo::Kind::Scalar ? 0 : tensorCount++);
+  std::vector<Tensor> gradients;
+  std::vector<bool> flags = wantedInputs(derivative, wanted);
+  for (auto [index, input] : llvm::enumerate(derivative.differentiable()))
+    if (flags[index])
+      gradients.push_back(emptyLike(tensors[positions[input]]));
+  return gradients;
+}
+
+using LaunchBackwardOp =
+    std::vector<Tensor>(int64_t, int64_t, at::TensorList, at::TensorList,
+                        const c10::List<std::optional<Tensor>> &,
+                        c10::ArrayRef<c10::Scalar>);
+
+/// Autograd of a DSL fusion: the derived forward, then the derived backward
+/// for the inputs that need gradients (every float output's gradient, zeros
+/// where autograd has none).
+struct FusionFunction : torch::autograd::Function<FusionFunction> {
+  static variable_list forward(AutogradContext *ctx, int64_t handle,
+                               at::TensorList tensors,
+                               c10::ArrayRef<c10::Scalar> scalars) {
+    static auto op = findOp<std::vector<Tensor>(
+        int64_t, at::TensorList, c10::ArrayRef<c10::Scalar>)>(
+        "tilefuse::launch_fusion_forward");
+    Fusion &fusion = registeredFusion("launch_fusion", handle).fusion;
+    FusionDerivative &derivative = derivativeOf(fusion);
+    std::vector<Tensor> outputs;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      outputs = op.call(handle, tensors, scalars);
+    }
+    // Keep the forward's inputs and the outputs the backward reads.
+    variable_list saved(tensors.begin(), tensors.end());
+    for (size_t index : derivative.savedOutputs())
+      saved.push_back(outputs[index]);
+    ctx->save_for_backward(saved);
+    ctx->saved_data["handle"] = handle;
+    ctx->saved_data["tensors"] = static_cast<int64_t>(tensors.size());
+    c10::impl::GenericList scalarList(c10::AnyType::get());
+    for (const c10::Scalar &scalar : scalars)
+      scalarList.push_back(scalar);
+    ctx->saved_data["scalars"] = scalarList;
+    outputs.resize(fusion.outputs().size());
+    for (const Tensor &output : outputs)
+      if (!at::isFloatingType(output.scalar_type()))
+        ctx->mark_non_differentiable({output});
+    return outputs;
+  }
+
+  static variable_list backward(AutogradContext *ctx, variable_list grads) {
+    static auto op = findOp<LaunchBackwardOp>("tilefuse::launch_fusion_backward");
+    int64_t handle = ctx->saved_data["handle"].toInt();
+    FusionDerivative &derivative =
+        derivativeOf(registeredFusion("launch_fusion", handle).fusion);
+    variable_list saved = ctx->get_saved_variables();
+    size_t count = ctx->saved_data["tensors"].toInt();
+    std::vector<Tensor> tensors(saved.begin(), saved.begin() + count);
+    c10::List<std::optional<Tensor>> forwardOutputs;
+    forwardOutputs.resize(derivative.forward().outputs().size());
+    for (auto [index, output] : llvm::enumerate(derivative.savedOutputs()))
+      forwardOutputs.set(output, saved[count + index]);
+    std::vector<c10::Scalar> scalars;
+    for (const c10::IValue &scalar : ctx->saved_data["scalars"].toList())
+      scalars.push_back(scalar.toScalar());
+    // The gradients of the tensors that need them: bit i of `wanted` for
+    // differentiable input i.
+    std::vector<size_t> tensorOf;
+    size_t tensorCount = 0;
+    for (const PortInfo &port :
+         registeredFusion("launch_fusion", handle).fusion.inputs())
+      tensorOf.push_back(port.kind == PortInfo::Kind::Scalar ? SIZE_MAX
+                                                             : tensorCount++);
+    int64_t wanted = 0;
+    for (auto [index, input] : llvm::enumerate(derivative.differentiable()))
+      if (ctx->needs_input_grad(tensorOf[input]))
+        wanted |= int64_t(1) << index;
+    variable_list result(count + 2);
+    if (!wanted)
+      return result;
+    // Integer outputs have no gradient; materialized zeros stand in.
+    std::vector<Tensor> gradients(grads.begin(), grads.end());
+    std::vector<Tensor> computed = op.call(handle, wanted, gradients, tensors,
+                                           forwardOutputs, scalars);
+    auto next = computed.begin();
+    for (auto [index, input] : llvm::enumerate(derivative.differentiable()))
+      if (wanted >> index & 1)
+        result[1 + tensorOf[input]] = *next++;
+    return result;
+  }
+};
+
 std::vector<Tensor>
 launchFusionAutograd(int64_t handle, at::TensorList tensors,
                      c10::ArrayRef<c10::Scalar> scalars,
@@ -715,41 +950,42 @@ launchFusionAutograd(int64_t handle, at::TensorList tensors,
                                  c10::ArrayRef<c10::Scalar>,
                                  std::optional<at::TensorList>)>(
           "tilefuse::launch_fusion");
-  auto registered =
-      tilefuse::torch_ops::registeredFusion("launch_fusion", handle);
-  // A fusion writing in place is not differentiable: it overwrites what a
-  // graph would need (as torch refuses in-place ops on leaves that need a
-  // gradient).
-  TORCH_CHECK(registered.inplace.empty() ||
-                  !torch::autograd::compute_requires_grad(tensors),
-              "tilefuse.", registered.fusion.name(),
-              ": writes in place and is not differentiable; call it under "
-              "torch.no_grad() or on tensors that do not require grad");
-  std::vector<Tensor> outputs;
-  {
-    at::AutoDispatchBelowADInplaceOrView below;
-    outputs = op.call(handle, tensors, scalars, scalarTensors);
-  }
-  // Tensors written in place: a new version, as torch's in-place ops.
-  for (auto [output, input] : registered.inplace)
-    torch::autograd::increment_version(outputs[output]);
   bool dual = llvm::any_of(tensors, [](const Tensor &tensor) {
     return tensor._fw_grad(/*level=*/0).defined();
   });
   TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.launch_fusion: forward-mode AD "
                                      "is not supported");
-  if (torch::autograd::compute_requires_grad(tensors)) {
-    auto node = std::make_shared<torch::autograd::NotImplemented>(
-        "tilefuse::launch_fusion (" +
-        tilefuse::torch_ops::registeredFusion("launch_fusion", handle)
-            .fusion.name() +
-        ")");
-    node->set_next_edges(torch::autograd::collect_next_edges(tensors));
-    for (Tensor &output : outputs)
-      if (at::isFloatingType(output.scalar_type()))
-        torch::autograd::set_history(output, node);
+  RegisteredFusion registered = registeredFusion("launch_fusion", handle);
+  Fusion &fusion = registered.fusion;
+  bool floatOutput = llvm::any_of(fusion.outputs(), [](const PortInfo &port) {
+    return at::isFloatingType(tilefuse::torch_ops::scalarType(port.dtype));
+  });
+  bool graph = torch::autograd::compute_requires_grad(tensors) && floatOutput;
+  if (!registered.inplace.empty()) {
+    // A fusion writing in place is not differentiable: it overwrites what a
+    // graph would need (as torch refuses in-place ops on leaves that need a
+    // gradient).
+    TORCH_CHECK(!graph, "tilefuse.", fusion.name(),
+                ": writes in place and is not differentiable; call it under "
+                "torch.no_grad() or on tensors that do not require grad");
+    std::vector<Tensor> outputs;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      outputs = op.call(handle, tensors, scalars, scalarTensors);
+    }
+    // Tensors written in place: a new version, as torch's in-place ops.
+    for (auto [output, input] : registered.inplace)
+      torch::autograd::increment_version(outputs[output]);
+    return outputs;
   }
-  return outputs;
+  if (!graph) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op.call(handle, tensors, scalars, scalarTensors);
+  }
+  TORCH_CHECK_VALUE(!scalarTensors || scalarTensors->empty(), "tilefuse.",
+                    fusion.name(),
+                    ": a differentiated call takes its scalars as numbers");
+  return FusionFunction::apply(handle, tensors, scalars);
 }
 
 /// A fusion written as fuse IR text (Fusion::ir(), test/lit/fusions), for
@@ -760,8 +996,14 @@ int64_t registerFusion(c10::string_view ir, c10::string_view storage) {
   TORCH_CHECK_VALUE(static_cast<bool>(fusion),
                     "tilefuse.register_fusion: argument 'ir': ",
                     llvm::toString(fusion.takeError()));
+  std::string name(storage.data(), storage.size());
+  bool isStorage = llvm::is_contained({"f32", "f16", "bf16", "f64"}, name);
+  TORCH_CHECK_TYPE(isStorage,
+                   "tilefuse.register_fusion: storage dtype must be f32, f16, "
+                   "bf16 or f64, got ",
+                   name);
   return tilefuse::torch_ops::registerFusion(
-      std::move(*fusion), std::string_view(storage.data(), storage.size()));
+      std::move(*fusion), tilefuse::torch_ops::scalarType(name));
 }
 
 } // namespace
@@ -849,6 +1091,11 @@ TORCH_LIBRARY(tilefuse, m) {
         "SymInt step) -> ()");
   m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars, "
         "Tensor[]? scalar_tensors=None) -> Tensor[]");
+  m.def("launch_fusion_forward(int fusion, Tensor[] tensors, Scalar[] scalars) "
+        "-> Tensor[]");
+  m.def("launch_fusion_backward(int fusion, int wanted, Tensor[] gradients, "
+        "Tensor[] tensors, Tensor?[] forward_outputs, Scalar[] scalars) -> "
+        "Tensor[]");
   m.def("register_fusion(str ir, str storage) -> int", registerFusion);
   m.def("compile_count() -> int",
         [] { return tilefuse::Runtime::global().compileCount(); });
@@ -874,6 +1121,8 @@ TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {
     m.impl("cross_entropy_bwd", crossEntropyBwd);                              \
     m.impl("adamw_step_", adamwStep);                                          \
     m.impl("launch_fusion", launchFusion);                                     \
+    m.impl("launch_fusion_forward", launchFusionForward);                      \
+    m.impl("launch_fusion_backward", launchFusionBackward);                    \
   }
 TILEFUSE_DEVICE_KERNELS(CPU)
 TILEFUSE_DEVICE_KERNELS(CUDA)
@@ -888,6 +1137,8 @@ TORCH_LIBRARY_IMPL(tilefuse, Meta, m) {
   m.impl("cross_entropy_fwd", crossEntropyFwdMeta);
   m.impl("cross_entropy_bwd", crossEntropyBwdMeta);
   m.impl("adamw_step_", adamwStepMeta);
+  m.impl("launch_fusion_forward", launchFusionForwardMeta);
+  m.impl("launch_fusion_backward", launchFusionBackwardMeta);
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
@@ -933,7 +1184,8 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
   m.impl("launch_fusion", launchFusionAutograd);
   // Backward kernels have no backward: differentiating them raises.
   for (const char *op :
-       {"rms_norm_bwd", "layer_norm_bwd", "swiglu_bwd", "cross_entropy_bwd"})
+       {"rms_norm_bwd", "layer_norm_bwd", "swiglu_bwd", "cross_entropy_bwd",
+        "launch_fusion_forward", "launch_fusion_backward"})
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
 }
 

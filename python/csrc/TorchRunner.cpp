@@ -23,6 +23,8 @@ using namespace tilefuse;
 
 namespace {
 
+using torch_ops::scalarType;
+
 /// fuse element type names and the torch dtypes they store.
 constexpr std::pair<const char *, at::ScalarType> kDtypes[] = {
     {"f32", at::kFloat},  {"f16", at::kHalf}, {"bf16", at::kBFloat16},
@@ -35,14 +37,6 @@ const char *dtypeName(at::ScalarType type) {
     if (dtype == type)
       return name;
   return nullptr;
-}
-
-/// The torch dtype of a fuse element type name.
-at::ScalarType scalarType(const std::string &dtype) {
-  for (auto [name, type] : kDtypes)
-    if (dtype == name)
-      return type;
-  TORCH_CHECK_TYPE(false, "tilefuse: no torch dtype for '", dtype, "'");
 }
 
 /// The shape of a `kind` tensor; on the stack for up to 5 leading dims
@@ -120,6 +114,22 @@ void checkScalarTensor(std::string_view op, const std::string &name,
                     " but the tensors are on ", device);
 }
 
+/// The narrowest dtype of a fusion's full and per-column float ports (f32
+/// if none), as fuse-specialize{dtype=declared} finds it.
+at::ScalarType narrowestStorage(const Fusion &fusion) {
+  at::ScalarType narrowest = at::kFloat;
+  for (const auto *ports : {&fusion.inputs(), &fusion.outputs()})
+    for (const PortInfo &port : *ports) {
+      at::ScalarType type = scalarType(port.dtype);
+      if ((port.kind == PortInfo::Kind::Full ||
+           port.kind == PortInfo::Kind::Col) &&
+          at::isFloatingType(type) &&
+          c10::elementSize(type) < c10::elementSize(narrowest))
+        narrowest = type;
+    }
+  return narrowest;
+}
+
 /// `value`'s bytes at the start of an 8-byte slot.
 template <typename T> int64_t slotOf(T value) {
   static_assert(sizeof(T) <= sizeof(int64_t));
@@ -145,11 +155,18 @@ int64_t scalarSlot(std::string_view op, const PortInfo &port,
 
 } // namespace
 
+at::ScalarType torch_ops::scalarType(const std::string &dtype) {
+  for (auto [name, type] : kDtypes)
+    if (dtype == name)
+      return type;
+  TORCH_CHECK_TYPE(false, "tilefuse: no torch dtype for '", dtype, "'");
+}
+
 std::vector<at::Tensor>
 torch_ops::runFusion(std::string_view op, Fusion &fusion,
                      at::TensorList tensors, c10::ArrayRef<c10::Scalar> scalars,
-                     at::ScalarType storage, at::IntArrayRef shape,
-                     at::TensorList out,
+                     std::optional<at::ScalarType> storage,
+                     at::IntArrayRef shape, at::TensorList out,
                      c10::ArrayRef<std::optional<at::Tensor>> scalarTensors) {
   TORCH_CHECK_VALUE(!shape.empty() && shape.back() > 0, "tilefuse.", op,
                     ": the input must have a last dimension of at least 1, "
@@ -176,13 +193,15 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   TORCH_CHECK(out.empty() || out.size() == fusion.outputs().size(), "tilefuse.",
               op, ": expected ", fusion.outputs().size(), " output slots, got ",
               out.size());
-  const char *storageName = dtypeName(storage);
-  TORCH_CHECK_TYPE(storageName && at::isFloatingType(storage), "tilefuse.", op,
-                   ": unsupported storage dtype ", storage);
+  const char *storageName = storage ? dtypeName(*storage) : "declared";
+  TORCH_CHECK_TYPE(storageName && (!storage || at::isFloatingType(*storage)),
+                   "tilefuse.", op, ": unsupported storage dtype ", *storage);
   at::Device device = tensors.front().device();
 
-  // The specialization: 16-byte vectors need n and every pointer aligned.
-  int64_t vector = 16 / c10::elementSize(storage);
+  // The specialization: 16-byte vectors need n and every pointer aligned;
+  // the narrowest stored float sets the vector width.
+  int64_t vector =
+      16 / c10::elementSize(storage ? *storage : narrowestStorage(fusion));
   bool aligned = n % vector == 0;
   for (const at::Tensor &tensor : tensors)
     aligned =
@@ -672,7 +691,7 @@ Fusion &torch_ops::BuiltinFusion::operator()(at::ScalarType storage) {
 namespace {
 struct Registered {
   std::shared_ptr<Fusion> fusion;
-  at::ScalarType storage;
+  std::optional<at::ScalarType> storage;
   std::vector<std::pair<size_t, size_t>> inplace;
   std::vector<bool> pointerScalars;
 };
@@ -685,14 +704,9 @@ std::deque<Registered> &registry() {
 } // namespace
 
 int64_t torch_ops::registerFusion(std::shared_ptr<Fusion> fusion,
-                                  std::string_view storage,
+                                  std::optional<at::ScalarType> storage,
                                   std::vector<std::pair<size_t, size_t>> inplace,
                                   std::vector<bool> pointerScalars) {
-  at::ScalarType type = scalarType(std::string(storage));
-  TORCH_CHECK_TYPE(at::isFloatingType(type),
-                   "tilefuse: storage dtype must be "
-                   "f32, f16, bf16 or f64, got ",
-                   storage);
   for (auto [output, input] : inplace)
     TORCH_CHECK_VALUE(output < fusion->outputs().size() &&
                           input < fusion->inputs().size(),
@@ -703,8 +717,8 @@ int64_t torch_ops::registerFusion(std::shared_ptr<Fusion> fusion,
                     "tilefuse: expected a pointer flag per input of ",
                     fusion->name());
   std::lock_guard<std::mutex> lock(registryMutex);
-  registry().push_back(
-      {std::move(fusion), type, std::move(inplace), std::move(pointerScalars)});
+  registry().push_back({std::move(fusion), storage, std::move(inplace),
+                        std::move(pointerScalars)});
   return registry().size() - 1;
 }
 
@@ -715,4 +729,13 @@ torch_ops::RegisteredFusion torch_ops::registeredFusion(std::string_view op,
                     "tilefuse.", op, ": no fusion has handle ", handle);
   Registered &entry = registry()[handle];
   return {*entry.fusion, entry.storage, entry.inplace, entry.pointerScalars};
+}
+
+at::ScalarType
+torch_ops::RegisteredFusion::dtypeOf(const PortInfo &port) const {
+  at::ScalarType declared = scalarType(port.dtype);
+  bool stored = port.kind == PortInfo::Kind::Full ||
+                port.kind == PortInfo::Kind::Col;
+  return storage && stored && at::isFloatingType(declared) ? *storage
+                                                           : declared;
 }

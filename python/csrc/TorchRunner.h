@@ -20,23 +20,29 @@
 
 namespace tilefuse {
 class Fusion;
+struct PortInfo;
 
 namespace torch_ops {
+
+/// The torch dtype of a fuse element type name (f32, bf16, i64, ...).
+at::ScalarType scalarType(const std::string &dtype);
 
 /// Runs `fusion` over a [..., n] iteration space of shape `shape` (rows =
 /// the product of the leading dimensions). `tensors` are its full, per-row
 /// and per-column inputs and `scalars` its scalar inputs, each in
 /// declaration order; `storage` is the dtype of its full and per-column
-/// float tensors. `out` may give outputs to write in place (by output
-/// index; an undefined tensor is allocated). `scalarTensors`, when given,
-/// has one entry per scalar input: a one-element tensor binds that scalar
-/// by pointer (read on the device: no synchronization, and a new value
-/// never recompiles), and `scalars` then holds only the others. Errors
-/// name `op`.
+/// float tensors, or nullopt when every port keeps the type the fusion
+/// declares (DSL fusions). `out` may give outputs to write in place (by
+/// output index; an undefined tensor is allocated). `scalarTensors`, when
+/// given, has one entry per scalar input: a one-element tensor binds that
+/// scalar by pointer (read on the device: no synchronization, and a new
+/// value never recompiles), and `scalars` then holds only the others.
+/// Errors name `op`.
 std::vector<at::Tensor>
 runFusion(std::string_view op, Fusion &fusion, at::TensorList tensors,
-          c10::ArrayRef<c10::Scalar> scalars, at::ScalarType storage,
-          at::IntArrayRef shape, at::TensorList out = {},
+          c10::ArrayRef<c10::Scalar> scalars,
+          std::optional<at::ScalarType> storage, at::IntArrayRef shape,
+          at::TensorList out = {},
           c10::ArrayRef<std::optional<at::Tensor>> scalarTensors = {});
 
 /// One input of a multi-tensor call, per input of the fusion.
@@ -81,18 +87,22 @@ private:
   Fusion *fusions[2] = {};
 };
 
-/// Fusions the DSL traced, each with the storage dtype of the call it was
-/// traced for (f32, f16, bf16 or f64), by the handle registerFusion gave;
-/// with the (output, input) pairs it writes in place and the scalar inputs
-/// it reads through pointers.
+/// Fusions by the handle registerFusion gave: traced by the DSL (every port
+/// typed as declared: no storage dtype) or written as IR and run with the
+/// storage dtype of the registration (f32, f16, bf16 or f64); with the
+/// (output, input) pairs it writes in place and the scalar inputs it reads
+/// through pointers.
 struct RegisteredFusion {
   Fusion &fusion;
-  at::ScalarType storage;
+  std::optional<at::ScalarType> storage;
   const std::vector<std::pair<size_t, size_t>> &inplace;
   const std::vector<bool> &pointerScalars;
+  /// The dtype `port` of the fusion or of its derived kernels has in
+  /// tensors: the storage dtype for full and per-column floats.
+  at::ScalarType dtypeOf(const PortInfo &port) const;
 };
 int64_t registerFusion(std::shared_ptr<Fusion> fusion,
-                       std::string_view storage,
+                       std::optional<at::ScalarType> storage = std::nullopt,
                        std::vector<std::pair<size_t, size_t>> inplace = {},
                        std::vector<bool> pointerScalars = {});
 RegisteredFusion registeredFusion(std::string_view op, int64_t handle);

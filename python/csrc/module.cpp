@@ -177,18 +177,28 @@ PYBIND11_MODULE(_C, m) {
   py::class_<PyFusion>(m, "Fusion")
       .def_property_readonly("ir", [](const PyFusion &f) { return f.fusion->ir(); })
       .def_property_readonly("fingerprint", [](const PyFusion &f) { return f.fusion->fingerprint(); })
-      .def("launch_handle", [](const PyFusion &f, const std::string &storage,
+      .def("launch_handle", [](const PyFusion &f,
                                std::vector<std::pair<size_t, size_t>> inplace,
                                std::vector<bool> pointers) {
-        return torch_ops::registerFusion(f.fusion, storage, std::move(inplace),
-                                         std::move(pointers));
-      }, py::arg("storage"), py::arg("inplace") = std::vector<std::pair<size_t, size_t>>{},
+        return torch_ops::registerFusion(f.fusion, std::nullopt,
+                                         std::move(inplace), std::move(pointers));
+      }, py::arg("inplace") = std::vector<std::pair<size_t, size_t>>{},
       py::arg("pointers") = std::vector<bool>{},
       "A new handle for tilefuse::launch_fusion and launch_multi_tensor to "
-      "run this fusion on tensors of storage dtype `storage` (f32, f16, bf16 "
-      "or f64), writing the (output, input) index pairs `inplace` into their "
-      "inputs, reading the scalar inputs flagged in `pointers` (one flag per "
-      "input) from one-element tensors.")
+      "run this fusion (its ports typed as declared), writing the (output, "
+      "input) index pairs `inplace` into their inputs, reading the scalar "
+      "inputs flagged in `pointers` (one flag per input) from one-element "
+      "tensors.")
+      .def("derivative", [](const PyFusion &f) {
+        llvm::Expected<FusionDerivative &> derivative = f.fusion->derivative();
+        if (!derivative)
+          throw std::runtime_error(takeMessage(derivative.takeError()));
+        return py::dict(
+            py::arg("differentiable") = derivative->differentiable(),
+            py::arg("saved_outputs") = derivative->savedOutputs(),
+            py::arg("forward_outputs") = portList(derivative->forward().outputs()));
+      }, "How autograd runs this fusion: the inputs with gradients, the "
+         "derived forward's outputs and which of them the backward reads.")
       .def_property_readonly("inputs", [](const PyFusion &f) { return f.ports(false); })
       .def_property_readonly("outputs", [](const PyFusion &f) { return f.ports(true); })
       .def("compile_cpu", &PyFusion::compileCpu, py::arg("dtype"), py::arg("n"),
@@ -243,6 +253,14 @@ PYBIND11_MODULE(_C, m) {
         return wrap(b.get().reduce(*parsed, v.value,
                                    columns ? dsl::Kind::Col : dsl::Kind::Row));
       })
+      .def("arg_reduce", [=](Builder &b, const std::string &kind, const PyValue &v) {
+        std::optional<fuse::ReduceKind> parsed = fuse::symbolizeReduceKind(kind);
+        if (!parsed || (*parsed != fuse::ReduceKind::Max &&
+                        *parsed != fuse::ReduceKind::Min))
+          throw py::value_error("unknown arg reduction '" + kind +
+                                "': expected max or min");
+        return wrap(b.get().argReduce(*parsed, v.value));
+      })
       .def("gather", [=](Builder &b, const PyValue &source, const PyValue &index) {
         return wrap(b.get().gather(source.value, index.value));
       })
@@ -255,8 +273,10 @@ PYBIND11_MODULE(_C, m) {
         return wrap(b.get().binary(op, l.value, r.value));
       })
       .def("unary", [=](Builder &b, const std::string &op, const PyValue &x) {
-        static const char *const known[] = {"neg", "abs", "exp", "log", "sqrt",
-                                            "rsqrt", "tanh", "erf", "sigmoid"};
+        static const char *const known[] = {
+            "neg",  "abs",     "exp",   "log",   "sqrt", "rsqrt",
+            "tanh", "erf",     "sigmoid", "log1p", "expm1", "sin",
+            "cos",  "floor",   "round"};
         if (!llvm::is_contained(known, op))
           throw py::value_error("unknown unary op '" + op + "'");
         return wrap(b.get().unary(op, x.value));
@@ -276,6 +296,31 @@ PYBIND11_MODULE(_C, m) {
       .def("fma", [=](Builder &b, const PyValue &x, const PyValue &y,
                       const PyValue &z) {
         return wrap(b.get().fma(x.value, y.value, z.value));
+      })
+      .def("composite", [=](Builder &b, const std::string &op, const PyValue &x) {
+        b.get(); // a finished builder raises
+        using Composite = dsl::Value (*)(dsl::Value);
+        static const std::pair<const char *, Composite> composites[] = {
+            {"sign", dsl::sign},       {"relu", dsl::relu},
+            {"square", dsl::square},   {"softmax", dsl::softmax},
+            {"log_softmax", dsl::logSoftmax}, {"logsumexp", dsl::logsumexp}};
+        for (auto [name, composite] : composites)
+          if (op == name)
+            return wrap(composite(x.value));
+        throw py::value_error("unknown composite op '" + op + "'");
+      })
+      .def("clamp", [=](Builder &b, const PyValue &x, std::optional<PyValue> min,
+                        std::optional<PyValue> max) {
+        b.get();
+        auto value = [](const std::optional<PyValue> &v) {
+          return v ? std::optional<dsl::Value>(v->value) : std::nullopt;
+        };
+        return wrap(dsl::clamp(x.value, value(min), value(max)));
+      })
+      .def("softplus", [=](Builder &b, const PyValue &x, const PyValue &beta,
+                           const PyValue &threshold) {
+        b.get();
+        return wrap(dsl::softplus(x.value, beta.value, threshold.value));
       })
       .def("cast", [=](Builder &b, const PyValue &x, const std::string &dtype) {
         return wrap(b.get().castTo(x.value, b.get().elementType(parseDType(dtype))));

@@ -1,24 +1,37 @@
 """The DSL: `@tilefuse.fusion` traces a Python function into the fuse dialect.
 
-The first call with a given (argument kinds, dtypes, n, alignment, device)
+The first call with a given (argument kinds, dtypes, trace-time constants)
 traces the function through the C++ builder (tilefuse._C.Builder), compiles
 it and caches the kernel; later calls only run it. Argument kinds come from
 the call: the first tensor with the most dimensions is full `[..., n]`;
 another tensor of its shape is full, of shape `[n]` per-column (per-row if it
 is an integer tensor and also matches the leading dims), of the leading
-shape per-row; a Python number or a 0-d tensor is a runtime scalar. A 0-d
+shape per-row; a Python int or float, or a 0-d tensor, is a runtime scalar;
+any other argument (a bool, a string, None) is a trace-time constant. A 0-d
 tensor on the tensors' device is read there, through a pointer (a new value
-neither recompiles nor waits for the device); Python floats are float64
-scalars which, as in torch, take a tensor's dtype when combined with it.
+neither recompiles nor waits for the device).
+
+Values follow PyTorch's type promotion (torch.result_type): an f32 weight
+times bf16 activations is f32, a Python number keeps a tensor's dtype, an
+integer divided is a float. Arithmetic runs in f32 (f64 when a float64 is
+involved) and every output comes back in the dtype PyTorch would give it.
+Python numbers (arguments, literals, `tilefuse.item` of a scalar) compute in
+float64 among themselves, as Python computes them, and take the dtype of
+the tensor or 0-d tensor they meet.
 
 `fusion.multi_tensor(lists...)` runs an elementwise fusion over lists of
 tensors (the i-th of each list forms a row set) in a few launches, and
 `@tilefuse.fusion(inplace={"param": "param_out"})` writes an output over an
 input, in single and multi-tensor calls.
+
+Autograd: the fusion's backward is derived by the compiler
+(tilefuse/Compiler/Differentiate.h) and runs as one fused kernel; see
+`tilefuse::launch_fusion` in python/csrc/TorchOps.cpp.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import functools
 import inspect
@@ -58,62 +71,84 @@ def _unsupported(what: str) -> TypeError:
     return TypeError(f"tilefuse.fusion cannot trace {what}, at {_user_location()}")
 
 
+class _Trace:
+    """One tracing of a fusion: the builder and the float type arithmetic
+    runs in ("f32", or "f64" when a float64 tensor is involved)."""
+
+    def __init__(self, name: str, compute: str):
+        self.builder = _C.Builder(name, compute)
+        self.compute = compute
+
+
+def _active_trace(function: str) -> _Trace:
+    trace = getattr(_tracing, "trace", None)
+    if trace is None:
+        raise TypeError(f"tilefuse.{function} is only valid inside a @tilefuse.fusion function")
+    return trace
+
+
+# What PyTorch's promotion sees of a value: a Python number (it keeps a
+# tensor's dtype), a 0-d tensor or a dimensioned one.
+@functools.lru_cache(maxsize=None)
+def _tensor_proto(dtype: torch.dtype, zero_dim: bool) -> torch.Tensor:
+    return torch.empty(() if zero_dim else (1,), dtype=dtype)
+
+
+def _number_proto(dtype: torch.dtype):
+    return True if dtype == torch.bool else 1.0 if dtype.is_floating_point else 1
+
+
+def _proto_dtype(proto) -> torch.dtype:
+    if isinstance(proto, torch.Tensor):
+        return proto.dtype
+    return torch.result_type(proto, proto)
+
+
+def _result_type(a, b):
+    """torch.result_type of two protos, as a proto of their wider category."""
+    return _promoted_category(a, b, torch.result_type(a, b))
+
+
+def _promoted_category(a, b, dtype: torch.dtype):
+    """A proto of `dtype` in the wider category of `a` and `b`."""
+    if any(isinstance(p, torch.Tensor) and p.dim() > 0 for p in (a, b)):
+        return _tensor_proto(dtype, False)
+    if any(isinstance(p, torch.Tensor) for p in (a, b)):
+        return _tensor_proto(dtype, True)
+    return _number_proto(dtype)
+
+
 class Value:
     """A value of the fusion being traced (a tensor, per row, per column, or
-    a scalar). Supports + - * / ** and comparisons. Values computed from
-    Python-number arguments and literals alone are numbers: as in Python
-    they compute in float64 among themselves, and take the dtype of the
-    value they meet otherwise, a 0-d tensor's or a tensor's (torch's rule)."""
+    a scalar). Supports + - * / ** comparisons, abs(), and & | ~ on masks."""
 
-    __slots__ = ("_builder", "_value", "_number")
+    __slots__ = ("_trace", "_value", "_proto")
 
-    def __init__(self, builder, value, number: bool = False):
-        self._builder = builder
+    def __init__(self, trace: _Trace, value, proto):
+        self._trace = trace
         self._value = value
-        self._number = number
+        self._proto = proto
 
     @property
     def kind(self) -> str:
+        """"full", "row", "col" or "scalar"."""
         return self._value.kind
 
     @property
-    def dtype(self) -> str:
-        return self._value.dtype
-
-    def _lift(self, other) -> "Value":
-        if isinstance(other, Value):
-            if other._builder is not self._builder:
-                raise _unsupported("values of two different fusions")
-            return other
-        if isinstance(other, (bool, int, float)):
-            return Value(self._builder, self._builder.scalar_like(float(other), self._value),
-                         number=True)
-        raise _unsupported(f"an operand of type {type(other).__name__}")
-
-    def _operands(self, other, reverse=False):
-        """Both operands, a number meeting a float 0-d tensor's value cast to
-        its dtype (a tensor's dtype wins in the builder), and whether the
-        result is a number."""
-        a, b = self, self._lift(other)
-        if reverse:
-            a, b = b, a
-        if a._number != b._number and a.kind == b.kind == "scalar":
-            number, other_value = (a, b) if a._number else (b, a)
-            if other_value.dtype in ("f16", "bf16", "f32", "f64"):
-                cast_value = self._builder.cast(number._value, other_value.dtype)
-                if a._number:
-                    a = Value(self._builder, cast_value)
-                else:
-                    b = Value(self._builder, cast_value)
-        return a._value, b._value, a._number and b._number
+    def dtype(self) -> torch.dtype:
+        """The dtype PyTorch would give this value."""
+        return _proto_dtype(self._proto)
 
     def _binary(self, op, other, reverse=False):
-        a, b, number = self._operands(other, reverse)
-        return Value(self._builder, self._builder.binary(op, a, b), number)
+        a, b = (_as_value(other, op), self) if reverse else (self, _as_value(other, op))
+        return _arithmetic(op, a, b)
 
     def _compare(self, predicate, other):
-        a, b, _ = self._operands(other)
-        return Value(self._builder, self._builder.compare(predicate, a, b))
+        other = _as_value(other, predicate)
+        proto = _result_type(self._proto, other._proto)
+        a, b = _computed(self, proto), _computed(other, proto)
+        return Value(self._trace, self._trace.builder.compare(predicate, a, b),
+                     _promoted_category(self._proto, other._proto, torch.bool))
 
     def __add__(self, o): return self._binary("add", o)
     def __radd__(self, o): return self._binary("add", o, True)
@@ -123,10 +158,11 @@ class Value:
     def __rmul__(self, o): return self._binary("mul", o, True)
     def __truediv__(self, o): return self._binary("div", o)
     def __rtruediv__(self, o): return self._binary("div", o, True)
-    def __pow__(self, o): return self._binary("pow", o)
-    def __rpow__(self, o): return self._binary("pow", o, True)
-    def __neg__(self):
-        return Value(self._builder, self._builder.unary("neg", self._value), self._number)
+    def __pow__(self, o): return pow(self, o)
+    def __rpow__(self, o): return pow(o, self)
+    def __neg__(self): return _unary_same("neg", self)
+    def __pos__(self): return self
+    def __abs__(self): return abs(self)
     def __lt__(self, o): return self._compare("lt", o)
     def __le__(self, o): return self._compare("le", o)
     def __gt__(self, o): return self._compare("gt", o)
@@ -134,6 +170,13 @@ class Value:
     def __eq__(self, o): return self._compare("eq", o)  # type: ignore[override]
     def __ne__(self, o): return self._compare("ne", o)  # type: ignore[override]
     __hash__ = None  # type: ignore[assignment]
+
+    # Masks: & | ~ as torch's logical operators on bool tensors.
+    def __and__(self, o): return _logical("&", self, o, lambda a, b: where(a, b, False))
+    def __rand__(self, o): return self.__and__(o)
+    def __or__(self, o): return _logical("|", self, o, lambda a, b: where(a, True, b))
+    def __ror__(self, o): return self.__or__(o)
+    def __invert__(self): return _logical("~", self, False, lambda a, _: where(a, False, True))
 
     def __bool__(self):
         raise _unsupported("a data-dependent `if`, `and`, `or` or `not` on a traced value")
@@ -147,6 +190,9 @@ class Value:
     def __iter__(self):
         raise _unsupported("iteration over a traced value")
 
+    def __len__(self):
+        raise _unsupported("len() of a traced value (its shape is only known at run time)")
+
     def __index__(self):
         raise _unsupported("a traced value used as a Python integer")
 
@@ -156,19 +202,142 @@ class Value:
     def __getitem__(self, index):
         raise _unsupported("indexing; use tilefuse.gather for one element per row")
 
+    def __matmul__(self, other):
+        raise _unsupported("a matrix product (@): a fusion is elementwise work and "
+                           "reductions over rows; multiply the matrices outside it")
 
-def _value(x, function: str) -> Value:
-    if not isinstance(x, Value):
-        raise TypeError(
-            f"tilefuse.{function} takes a traced value, got {type(x).__name__}; "
-            "call it inside a @tilefuse.fusion function")
-    return x
+    __rmatmul__ = __matmul__
+
+    def __mod__(self, other):
+        raise _unsupported("the % operator (no fuse op computes it yet)")
+
+    __rmod__ = __floordiv__ = __rfloordiv__ = __mod__
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        hint = _METHOD_HINTS.get(name)
+        if hint is None and name in _SHAPE_ATTRIBUTES:
+            hint = ("the shape of a traced value is not known while tracing (a fusion "
+                    "runs for every row length); use tilefuse.iota() or a reduction")
+        if hint is None:
+            hint = f"traced values have no attribute '{name}'; use the tilefuse.* functions"
+        raise AttributeError(f"tilefuse.fusion: {hint}, at {_user_location()}")
+
+
+# Tensor methods users reach for, and what to write instead.
+_METHOD_HINTS = {
+    name: f"Tensor.{name}() is not available on traced values; use tilefuse.{target}"
+    for name, target in {
+        "sum": "sum(x)", "mean": "mean(x)", "max": "max(x)", "min": "min(x)",
+        "amax": "max(x)", "amin": "min(x)", "argmax": "argmax(x)", "argmin": "argmin(x)",
+        "exp": "exp(x)", "log": "log(x)", "sqrt": "sqrt(x)", "rsqrt": "rsqrt(x)",
+        "tanh": "tanh(x)", "sigmoid": "sigmoid(x)", "erf": "erf(x)", "abs": "abs(x)",
+        "clamp": "clamp(x, min, max)", "clip": "clamp(x, min, max)", "relu": "relu(x)",
+        "square": "square(x)", "pow": "pow(x, y) or x ** y", "log1p": "log1p(x)",
+        "expm1": "expm1(x)", "sin": "sin(x)", "cos": "cos(x)", "floor": "floor(x)",
+        "round": "round(x)", "sign": "sign(x)", "softmax": "softmax(x)",
+        "log_softmax": "log_softmax(x)", "logsumexp": "logsumexp(x)",
+        "maximum": "maximum(x, y)", "minimum": "minimum(x, y)", "where": "where(c, x, y)",
+        "gather": "gather(x, index)", "neg": "-x",
+        "to": "cast(x, dtype)", "type": "cast(x, dtype)", "float": "cast(x, torch.float32)",
+        "half": "cast(x, torch.float16)", "bfloat16": "cast(x, torch.bfloat16)",
+        "double": "cast(x, torch.float64)", "long": "cast(x, torch.int64)",
+        "int": "cast(x, torch.int32)", "bool": "cast(x, torch.bool) or a comparison",
+    }.items()
+}
+_SHAPE_ATTRIBUTES = {"shape", "size", "ndim", "dim", "numel", "device", "T", "mT"}
+
+
+def _as_value(x, function: str) -> Value:
+    """A traced value, or a Python number as a constant of the fusion being
+    traced."""
+    if isinstance(x, Value):
+        if x._trace is not _active_trace(function):
+            raise _unsupported("values of two different fusions")
+        return x
+    if isinstance(x, (bool, int, float)):
+        trace = _active_trace(function)
+        dtype = "i1" if isinstance(x, bool) else "f64" if isinstance(x, float) else "i64"
+        return Value(trace, trace.builder.constant(float(x), dtype), x)
+    if isinstance(x, torch.Tensor):
+        raise _unsupported("a tensor captured from outside the fusion (pass it as an "
+                           "argument)")
+    raise _unsupported(f"an operand of type {type(x).__name__}")
+
+
+def _computation(dtype: torch.dtype, trace: _Trace) -> str:
+    """The element type a value of `dtype` is computed in: floats in the
+    fusion's compute type (f64 for float64), integers and masks as they are."""
+    if dtype == torch.float64:
+        return "f64"
+    if dtype.is_floating_point:
+        return trace.compute
+    if dtype not in DTYPE_NAMES:
+        raise _unsupported(f"values of dtype {dtype}")
+    return DTYPE_NAMES[dtype]
+
+
+def _computed(value: Value, proto):
+    """The builder value of `value` converted to the computation type of
+    `proto`'s dtype (float64 for a Python float: numbers compute among
+    themselves as Python computes them)."""
+    name = "f64" if isinstance(proto, float) else _computation(_proto_dtype(proto), value._trace)
+    builder = value._trace.builder
+    if value._value.dtype == name:
+        return value._value
+    if name == "i1":
+        return builder.compare("ne", value._value, builder.scalar_like(0.0, value._value))
+    return builder.cast(value._value, name)
+
+
+def _cast(value: Value, dtype: torch.dtype) -> Value:
+    proto = _promoted_category(value._proto, value._proto, dtype)
+    computed = _computed(value, proto)
+    if dtype in (torch.float16, torch.bfloat16):
+        # Round to the narrow type, then compute on in f32.
+        builder = value._trace.builder
+        computed = builder.cast(builder.cast(computed, DTYPE_NAMES[dtype]),
+                                value._trace.compute)
+    return Value(value._trace, computed, proto)
+
+
+def _arithmetic(op: str, a: Value, b: Value) -> Value:
+    proto = _result_type(a._proto, b._proto)
+    dtype = _proto_dtype(proto)
+    if op == "div" and not dtype.is_floating_point:  # true division
+        proto = _promoted_category(a._proto, b._proto, torch.get_default_dtype())
+    elif dtype == torch.bool:  # torch: bool + bool is an error, True + True = 2
+        raise _unsupported(f"arithmetic ({op}) on masks; cast them to a number first")
+    trace = a._trace
+    return Value(trace, trace.builder.binary(op, _computed(a, proto), _computed(b, proto)), proto)
+
+
+def _floating(value: Value):
+    """The proto of a float op's result on `value` (ints become the default
+    float dtype)."""
+    if value.dtype.is_floating_point:
+        return value._proto
+    return _promoted_category(value._proto, value._proto, torch.get_default_dtype())
+
+
+def _unary_same(op: str, x) -> Value:
+    x = _as_value(x, op)
+    return Value(x._trace, x._trace.builder.unary(op, _computed(x, x._proto)), x._proto)
+
+
+def _logical(symbol: str, a: Value, b, combine) -> Value:
+    b = _as_value(b, symbol)
+    if a.dtype != torch.bool or b.dtype != torch.bool:
+        raise _unsupported(f"`{symbol}` on {a.dtype} and {b.dtype} values (it combines masks)")
+    return combine(a, b)
 
 
 def _unary(op):
     def function(x):
-        x = _value(x, op)
-        return Value(x._builder, x._builder.unary(op, x._value), x._number)
+        x = _as_value(x, op)
+        proto = _floating(x)
+        return Value(x._trace, x._trace.builder.unary(op, _computed(x, proto)), proto)
     function.__name__ = op
     function.__doc__ = f"Elementwise {op}, like torch.{op}."
     return function
@@ -180,8 +349,63 @@ sqrt = _unary("sqrt")
 rsqrt = _unary("rsqrt")
 tanh = _unary("tanh")
 erf = _unary("erf")
-abs = _unary("abs")  # noqa: A001 - torch's name
 sigmoid = _unary("sigmoid")
+log1p = _unary("log1p")
+expm1 = _unary("expm1")
+sin = _unary("sin")
+cos = _unary("cos")
+
+
+def abs(x):  # noqa: A001 - torch's name
+    """Elementwise absolute value, like torch.abs."""
+    return _unary_same("abs", x)
+
+
+def _rounding(op):
+    def function(x):
+        x = _as_value(x, op)
+        return _unary_same(op, x) if x.dtype.is_floating_point else x
+    function.__name__ = op
+    function.__doc__ = (f"Elementwise {op}, like torch.{op}"
+                        + (" (half to even)." if op == "round" else "."))
+    return function
+
+
+floor = _rounding("floor")
+round = _rounding("round")  # noqa: A001 - torch's name
+
+
+def _composite(op, floating: bool):
+    def function(x):
+        x = _as_value(x, op)
+        proto = _floating(x) if floating else x._proto
+        return Value(x._trace, x._trace.builder.composite(op, _computed(x, proto)), proto)
+    return function
+
+
+sign = _composite("sign", False)
+sign.__doc__ = "-1, 0 or 1 (0 for NaN), like torch.sign."
+relu = _composite("relu", False)
+relu.__doc__ = "max(x, 0), like torch.relu (-0.0 and NaN kept, gradient 0 at 0)."
+square = _composite("square", False)
+square.__doc__ = "x * x, like torch.square."
+
+
+def _row_composite(op):
+    def function(x, dim: int = -1):
+        if dim != -1:
+            raise ValueError(f"tilefuse.{op}: dim must be -1 (over each row), got {dim}")
+        return _composite(op, True)(x)
+    function.__name__ = op
+    return function
+
+
+softmax = _row_composite("softmax")
+softmax.__doc__ = "torch.softmax over the last dim."
+log_softmax = _row_composite("log_softmax")
+log_softmax.__doc__ = "torch.log_softmax over the last dim."
+logsumexp = _row_composite("logsumexp")
+logsumexp.__doc__ = "torch.logsumexp over the last dim (per row)."
 
 
 def silu(x):
@@ -198,107 +422,143 @@ def gelu(x, approximate: str = "none"):
     return 0.5 * x * (1.0 + erf(x * 0.7071067811865476))
 
 
+def softplus(x, beta=1.0, threshold=20.0):
+    """torch.nn.functional.softplus: log1p(exp(beta * x)) / beta, or x where
+    beta * x > threshold."""
+    x = _as_value(x, "softplus")
+    proto = _floating(x)
+    trace, computed = x._trace, _computed(x, proto)
+    beta, threshold = (_computed(_as_value(v, "softplus"), proto) for v in (beta, threshold))
+    return Value(trace, trace.builder.softplus(computed, beta, threshold), proto)
+
+
+def clamp(x, min=None, max=None):  # noqa: A002 - torch's names
+    """torch.clamp: either bound may be None (not both); numbers or values."""
+    if min is None and max is None:
+        raise ValueError("tilefuse.clamp: at least one of min and max must be given")
+    x = _as_value(x, "clamp")
+    bounds = [None if b is None else _as_value(b, "clamp") for b in (min, max)]
+    proto = functools.reduce(_result_type, [b._proto for b in bounds if b is not None], x._proto)
+    low, high = (None if b is None else _computed(b, proto) for b in bounds)
+    return Value(x._trace, x._trace.builder.clamp(_computed(x, proto), low, high), proto)
+
+
+def pow(base, exponent):  # noqa: A001 - torch's name
+    """base ** exponent, like torch.pow: either may be a value or a number
+    (x ** 2 is x * x, as torch computes it)."""
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and exponent == 2:
+        return square(base)
+    trace = _active_trace("pow")
+    base, exponent = _as_value(base, "pow"), _as_value(exponent, "pow")
+    proto = _result_type(base._proto, exponent._proto)
+    if not _proto_dtype(proto).is_floating_point:
+        raise _unsupported(f"an integer power ({base.dtype} ** {exponent.dtype}); cast "
+                           "the base to a float dtype")
+    return Value(trace, trace.builder.binary("pow", _computed(base, proto),
+                                             _computed(exponent, proto)), proto)
+
+
 def maximum(a, b):
     """Elementwise maximum, NaN-propagating like torch.maximum."""
-    a = _value(a, "maximum")
-    return a._binary("maximum", b)
+    return _arithmetic("maximum", _as_value(a, "maximum"), _as_value(b, "maximum"))
 
 
 def minimum(a, b):
     """Elementwise minimum, NaN-propagating like torch.minimum."""
-    a = _value(a, "minimum")
-    return a._binary("minimum", b)
+    return _arithmetic("minimum", _as_value(a, "minimum"), _as_value(b, "minimum"))
 
 
 def where(condition, a, b):
-    """torch.where(condition, a, b)."""
-    condition = _value(condition, "where")
-    builder = condition._builder
-    if not isinstance(a, Value) and not isinstance(b, Value):
-        raise TypeError("tilefuse.where needs a traced value for a or b")
-    like = a if isinstance(a, Value) else b
-    a = a._value if isinstance(a, Value) else builder.scalar_like(float(a), like._value)
-    b = b._value if isinstance(b, Value) else builder.scalar_like(float(b), like._value)
-    return Value(builder, builder.where(condition._value, a, b))
+    """torch.where(condition, a, b); a and b may be values or numbers."""
+    condition = _as_value(condition, "where")
+    if condition.dtype != torch.bool:
+        raise TypeError(f"tilefuse.where: condition must be a bool mask (a comparison), "
+                        f"got {condition.dtype}")
+    a, b = _as_value(a, "where"), _as_value(b, "where")
+    values = _result_type(a._proto, b._proto)
+    proto = _promoted_category(values, condition._proto, _proto_dtype(values))
+    trace = condition._trace
+    return Value(trace, trace.builder.where(condition._value, _computed(a, proto),
+                                            _computed(b, proto)), proto)
+
+
+def cast(x, dtype: torch.dtype):
+    """Converts the element type (like Tensor.to(dtype)); the result has
+    that dtype, outputs included."""
+    x = _as_value(x, "cast")
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"tilefuse.cast: unsupported dtype {dtype}")
+    return _cast(x, dtype)
 
 
 def item(x):
     """Like Tensor.item(): a scalar (a 0-d tensor's value) as a Python
-    number, float64 from here on (see Value)."""
-    x = _value(x, "item")
+    number, which computes in float64 with other numbers (see Value)."""
+    x = _as_value(x, "item")
     if x.kind != "scalar":
         raise TypeError(f"tilefuse.item takes a scalar, got a {x.kind} value")
-    return Value(x._builder, x._builder.cast(x._value, "f64"), number=True)
+    proto = _number_proto(x.dtype)
+    return Value(x._trace, _computed(x, proto), proto)
 
 
 def fma(a, b, c):
-    """a * b + c, rounded once (a scalar takes the dtype of the tensors)."""
-    values = [x if isinstance(x, Value) else None for x in (a, b, c)]
-    anchor = next((v for v in values if v is not None), None)
-    if anchor is None:
-        raise TypeError("tilefuse.fma needs a traced value")
-    values = [anchor._lift(x) for x in (a, b, c)]
-    tensor = next((v for v in values if v.kind != "scalar"), None)
-    if tensor is not None and tensor.dtype in ("f16", "bf16", "f32", "f64"):
-        values = [cast(v, TORCH_DTYPES[tensor.dtype]) if v.kind == "scalar" else v
-                  for v in values]
-    builder = anchor._builder
-    return Value(builder, builder.fma(*(v._value for v in values)),
-                 all(v._number for v in values))
+    """a * b + c, rounded once, in the dtype PyTorch gives the three."""
+    trace = _active_trace("fma")
+    a, b, c = (_as_value(v, "fma") for v in (a, b, c))
+    proto = functools.reduce(_result_type, (b._proto, c._proto), a._proto)
+    if not _proto_dtype(proto).is_floating_point:
+        raise _unsupported(f"fma of {a.dtype}, {b.dtype} and {c.dtype} values (it is for floats)")
+    return Value(trace, trace.builder.fma(*(_computed(v, proto) for v in (a, b, c))), proto)
 
 
 # torch's pointwise ops as its CPU kernels round them (one FMA where they
 # use one), so that a fusion repeats a torch computation bit for bit.
 
-def add(input, other, alpha=1):
+def add(input, other, alpha=1):  # noqa: A002 - torch's names
     """torch.add(input, other, alpha=alpha): input + alpha * other."""
-    return input + other if isinstance(alpha, (int, float)) and alpha == 1 else \
-        fma(alpha, other, input)
+    if _is_number(alpha) and alpha == 1:
+        return input + other
+    return fma(alpha, other, input)
 
 
-def addcmul(input, tensor1, tensor2, value=1):
+def addcmul(input, tensor1, tensor2, value=1):  # noqa: A002
     """torch.addcmul: input + value * tensor1 * tensor2."""
     return fma(value * tensor1, tensor2, input)
 
 
-def addcdiv(input, tensor1, tensor2, value=1):
+def addcdiv(input, tensor1, tensor2, value=1):  # noqa: A002
     """torch.addcdiv: input + value * tensor1 / tensor2."""
     return input + value * tensor1 / tensor2
 
 
 def lerp(start, end, weight):
-    """torch.lerp(start, end, weight): a scalar weight in start's dtype,
-    start + weight * (end - start) for |weight| < 0.5, else
+    """torch.lerp(start, end, weight), as torch rounds it: a scalar weight in
+    start's dtype, start + weight * (end - start) for |weight| < 0.5, else
     end - (end - start) * (1 - weight)."""
-    start = _value(start, "lerp")
-    if not isinstance(weight, Value) or weight.kind == "scalar":
-        weight = cast(start._lift(weight), TORCH_DTYPES[start.dtype])
+    start = _as_value(start, "lerp")
+    weight = _as_value(weight, "lerp")
+    if weight.kind == "scalar":
+        proto = _tensor_proto(start.dtype, True)
+        weight = Value(weight._trace, _computed(weight, proto), proto)
     small = abs(weight) < 0.5
     return fma(where(small, weight, weight - 1), end - start, where(small, start, end))
 
 
-def sign(x):
-    """torch.sign: 1, -1, or 0 (for zeros and NaN, as torch gives)."""
-    x = _value(x, "sign")
-    return where(x > 0, 1.0, where(x < 0, -1.0, 0.0))
-
-
-def cast(x, dtype: torch.dtype):
-    """Converts the element type (like Tensor.to(dtype))."""
-    x = _value(x, "cast")
-    if dtype not in DTYPE_NAMES:
-        raise ValueError(f"tilefuse.cast: unsupported dtype {dtype}")
-    return Value(x._builder, x._builder.cast(x._value, DTYPE_NAMES[dtype]))
-
-
 def _reduction(kind):
     def function(x, dim: int = -1):
-        x = _value(x, kind)
+        x = _as_value(x, kind)
         if dim not in (-1, 0):
             raise ValueError(
                 f"tilefuse.{kind}: dim must be -1 (over each row) or 0 (over "
                 f"the rows, per column), got {dim}")
-        return Value(x._builder, x._builder.reduce(kind, x._value, dim == 0))
+        dtype = x.dtype
+        if kind == "mean" and not dtype.is_floating_point:
+            raise TypeError(f"tilefuse.mean: needs a float input, got {dtype}; cast it first")
+        if kind == "sum" and not dtype.is_floating_point:
+            dtype = torch.int64  # as torch.sum
+        proto = _tensor_proto(dtype, False)
+        return Value(x._trace, x._trace.builder.reduce(kind, _computed(x, proto), dim == 0),
+                     proto)
     function.__name__ = kind
     function.__doc__ = (f"{kind} over the last dim (dim=-1, per row) or over the "
                         "rows (dim=0, per column).")
@@ -311,40 +571,55 @@ min = _reduction("min")  # noqa: A001
 mean = _reduction("mean")
 
 
+def _arg_reduction(kind):
+    def function(x, dim: int = -1):
+        x = _as_value(x, f"arg{kind}")
+        if dim != -1:
+            raise ValueError(f"tilefuse.arg{kind}: dim must be -1 (over each row), got {dim}")
+        proto = _floating(x)
+        return Value(x._trace, x._trace.builder.arg_reduce(kind, _computed(x, proto)),
+                     _tensor_proto(torch.int64, False))
+    function.__name__ = f"arg{kind}"
+    function.__doc__ = (f"The column of each row's {kind}imum (the first among ties; NaN "
+                        f"counts as the {kind}imum), like torch.arg{kind}(x, dim=-1).")
+    return function
+
+
+argmax = _arg_reduction("max")
+argmin = _arg_reduction("min")
+
+
 def gather(source, index):
     """source[row, index[row]] for each row (index: per-row integers)."""
-    source = _value(source, "gather")
-    index = _value(index, "gather")
-    return Value(source._builder, source._builder.gather(source._value, index._value))
+    source = _as_value(source, "gather")
+    index = _as_value(index, "gather")
+    if index.dtype.is_floating_point or index.dtype == torch.bool:
+        raise TypeError(f"tilefuse.gather: index must be an integer value, got {index.dtype}")
+    trace = source._trace
+    return Value(trace, trace.builder.gather(_computed(source, source._proto), index._value),
+                 source._proto)
 
 
 def iota():
     """The column index 0..n-1, per column (int64)."""
-    builder = getattr(_tracing, "builder", None)
-    if builder is None:
-        raise TypeError("tilefuse.iota() is only valid inside a @tilefuse.fusion function")
-    return Value(builder, builder.iota())
+    trace = _active_trace("iota()")
+    return Value(trace, trace.builder.iota(), _tensor_proto(torch.int64, False))
 
 
-def _number_spec(arg):
-    """The spec of a Python number: a float64 scalar (bools too) or int64."""
-    if isinstance(arg, bool):
-        return ("scalar", "f64", float(arg))
-    return ("scalar", "i64" if isinstance(arg, int) else "f64", arg)
+#===----------------------------------------------------------------------===#
+# Calls
+#===----------------------------------------------------------------------===#
 
-
-def _pointer_dtype(name: str, parameter: str, tensor: torch.Tensor) -> str:
-    """The fuse dtype of a scalar read through a pointer."""
-    if tensor.dtype not in DTYPE_NAMES:
-        raise TypeError(f"tilefuse.{name}: argument '{parameter}' has unsupported dtype "
-                        f"{tensor.dtype}")
-    return DTYPE_NAMES[tensor.dtype]
+def _is_number(arg) -> bool:
+    return isinstance(arg, (int, float)) and not isinstance(arg, bool)
 
 
 def _classify(name: str, args: tuple, parameters: list[str]):
-    """The kind, dtype and tensor of each argument, and (n, leading shape,
-    storage dtype, device). Kinds: full, row, col, scalar (a number) and
-    pointer (a 0-d tensor on the tensors' device, read there)."""
+    """The kind, dtype and value of each argument ("static" for trace-time
+    constants; "pointer" for a 0-d tensor read on the tensors' device,
+    "scalar0d" for one whose value is taken: on another device, or in a call
+    autograd records), the fusion's compute type, and (n, leading shape,
+    device)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0]
     if not tensors:
         raise ValueError(f"tilefuse.{name}: needs at least one tensor argument with a last dimension")
@@ -352,25 +627,33 @@ def _classify(name: str, args: tuple, parameters: list[str]):
     reference_name = next(p for p, a in zip(parameters, args) if a is reference)
     n, lead = reference.shape[-1], tuple(reference.shape[:-1])
     device = reference.device
-    storage = None
+    compute = "f64" if any(t.dtype == torch.float64 for t in tensors) else "f32"
     specs = []
     for parameter, arg in zip(parameters, args):
-        if isinstance(arg, torch.Tensor) and arg.dim() == 0:
-            if arg.device == device:
-                specs.append(("pointer", _pointer_dtype(name, parameter, arg), arg))
-                continue
-            arg = arg.item()  # a CPU scalar beside device tensors: its value
-        if isinstance(arg, (bool, int, float)):
-            specs.append(_number_spec(arg))
+        if _is_number(arg):
+            specs.append(("scalar", "i64" if isinstance(arg, int) else "f64", arg))
             continue
         if not isinstance(arg, torch.Tensor):
-            raise TypeError(f"tilefuse.{name}: argument '{parameter}' must be a tensor or a "
-                            f"number, got {type(arg).__name__}")
+            try:
+                hash(arg)
+            except TypeError:
+                raise TypeError(f"tilefuse.{name}: argument '{parameter}' must be a tensor, a "
+                                f"number or a hashable trace-time constant, got "
+                                f"{type(arg).__name__}") from None
+            specs.append(("static", arg, arg))
+            continue
+        if arg.dtype not in DTYPE_NAMES:
+            raise TypeError(f"tilefuse.{name}: argument '{parameter}' has unsupported dtype {arg.dtype}")
+        if arg.dim() == 0:
+            if arg.dtype == torch.bool:
+                raise TypeError(f"tilefuse.{name}: argument '{parameter}' is a 0-d bool tensor; "
+                                "pass a Python bool (a trace-time constant)")
+            by_value = arg.device != device or arg.requires_grad or _records_graph(tensors)
+            specs.append(("scalar0d" if by_value else "pointer", DTYPE_NAMES[arg.dtype], arg))
+            continue
         if arg.device != device:
             raise ValueError(f"tilefuse.{name}: argument '{parameter}' is on {arg.device}, "
                              f"but '{reference_name}' is on {device}")
-        if arg.dtype not in DTYPE_NAMES:
-            raise TypeError(f"tilefuse.{name}: argument '{parameter}' has unsupported dtype {arg.dtype}")
         shape = tuple(arg.shape)
         is_float = arg.dtype in FLOAT_STORAGE
         if shape == (*lead, n):
@@ -383,37 +666,24 @@ def _classify(name: str, args: tuple, parameters: list[str]):
             raise ValueError(
                 f"tilefuse.{name}: argument '{parameter}' has shape {list(shape)}; expected "
                 f"{list((*lead, n))} (full), [{n}] (per column) or {list(lead)} (per row)")
-        if is_float and kind in ("full", "col"):
-            if storage is None:
-                storage = arg.dtype
-            elif arg.dtype != storage:
-                raise TypeError(f"tilefuse.{name}: argument '{parameter}' is {arg.dtype} but "
-                                f"other tensors are {storage}; cast them to one dtype")
         specs.append((kind, DTYPE_NAMES[arg.dtype], arg))
-    return specs, n, lead, storage or torch.float32, device
+    return specs, compute, n, lead, device
 
 
-_REGISTRY: list["Fusion"] = []
-_launch_fusion = torch.ops.tilefuse.launch_fusion.default
-_launch_multi_tensor = torch.ops.tilefuse.launch_multi_tensor.default
-_MAX_PLANS = 1024
+def _scalar_dtype(where: str, tensor: torch.Tensor) -> str:
+    """The fuse dtype of a scalar read through a pointer."""
+    if tensor.dtype not in DTYPE_NAMES:
+        raise TypeError(f"{where} has unsupported dtype {tensor.dtype}")
+    return DTYPE_NAMES[tensor.dtype]
 
 
-def _declared(kind: str, dtype: str, compute: str) -> str:
-    """The element type a traced input is declared with: tensors of floats
-    compute in `compute` (f32, or f64 for float64 tensors); numbers are
-    float64 or int64; a scalar read through a pointer keeps its tensor's
-    dtype (16-bit floats widened to f32)."""
-    floats = ("f32", "f16", "bf16", "f64")
-    if kind == "scalar":
-        return dtype
-    if kind == "pointer":
-        return "f32" if dtype in ("f16", "bf16") else dtype
-    return compute if dtype in floats else dtype
+def _records_graph(tensors) -> bool:
+    """Whether autograd records a call on `tensors`."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 class per_tensor:  # noqa: N801 - reads as a function at call sites
-    """One scalar per row set of a `multi_tensor` call: a list of one-element
+    """One scalar per row set of a `multi_tensor` call: a list of 0-d
     tensors (an optimizer's per-parameter step count), each read on the
     device."""
 
@@ -423,18 +693,70 @@ class per_tensor:  # noqa: N801 - reads as a function at call sites
         self.tensors = list(tensors)
 
 
-class Fusion:
-    """A traced fusion: call it like the decorated function. Eager calls run
-    the kernel through the C++ op `tilefuse::launch_fusion`; under
-    torch.compile calls go through the `tilefuse::run_fusion` custom op, so
-    they stay in the graph (its fake implementation traces on metadata
-    alone). `multi_tensor` applies an elementwise fusion to lists of
-    tensors."""
+class _Compiled:
+    """A trace: the fusion, its launch handle, its outputs (name, kind,
+    dtype), and how autograd runs it (C++ FusionDerivative, derived on first
+    use)."""
 
-    def __init__(self, fn, name: str | None = None, inplace: dict | None = None):
+    __slots__ = ("fusion", "handle", "outputs", "_derivative", "_pointers",
+                 "_functional_handle")
+
+    def __init__(self, fusion, inplace=(), pointers=()):
+        """`inplace`: (output, input) index pairs written in place;
+        `pointers`: a flag per input, for scalars read through pointers."""
+        self.fusion = fusion
+        self.handle = fusion.launch_handle(list(inplace), list(pointers))
+        self.outputs = fusion.outputs
+        self._derivative = None
+        self._pointers = list(pointers)
+        self._functional_handle = None if inplace else self.handle
+
+    @property
+    def functional_handle(self) -> int:
+        """A handle that writes every output to a new tensor (torch.compile's
+        functional op)."""
+        if self._functional_handle is None:
+            self._functional_handle = self.fusion.launch_handle([], self._pointers)
+        return self._functional_handle
+
+    @property
+    def derivative(self) -> dict:
+        """differentiable (input indices), saved_outputs, forward_outputs."""
+        if self._derivative is None:
+            self._derivative = self.fusion.derivative()
+        return self._derivative
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether the fusion has a float output and an input with gradients."""
+        floats = any(TORCH_DTYPES[dtype].is_floating_point for _, _, dtype in self.outputs)
+        return floats and any(kind in ("full", "row", "col") and dtype in ("f32", "f16", "bf16", "f64")
+                              for _, kind, dtype in self.fusion.inputs)
+
+
+_REGISTRY: list["Fusion"] = []
+_launch_fusion = torch.ops.tilefuse.launch_fusion.default
+_launch_multi_tensor = torch.ops.tilefuse.launch_multi_tensor.default
+_MAX_PLANS = 1024
+
+
+class Fusion:
+    """A traced fusion: call it like the decorated function (positional or
+    keyword arguments, defaults applied). Eager calls run the kernel through
+    the C++ op `tilefuse::launch_fusion`, which records the derived backward
+    when an input needs a gradient; under torch.compile calls go through the
+    `tilefuse::run_fusion` custom op (its fake implementation traces on
+    metadata alone, its autograd formula runs the derived backward)."""
+
+    def __init__(self, fn, name: str | None = None, inplace=None):
         self._fn = fn
         self._name = name or fn.__name__
-        self._parameters = list(inspect.signature(fn).parameters)
+        self._signature = inspect.signature(fn)
+        for parameter in self._signature.parameters.values():
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                raise TypeError(f"tilefuse.fusion {self._name}: *args and **kwargs are not "
+                                f"supported ('{parameter.name}'); name every argument")
+        self._parameters = list(self._signature.parameters)
         # {parameter: output}; a list of names: outputs named as parameters.
         self._inplace = dict(inplace) if isinstance(inplace, dict) else \
             {name: name for name in inplace or ()}
@@ -442,8 +764,8 @@ class Fusion:
             if parameter not in self._parameters:
                 raise ValueError(f"tilefuse.fusion {self._name}: inplace names '{parameter}', "
                                  f"which is not a parameter ({', '.join(self._parameters)})")
-        self._traces: dict[tuple, tuple] = {}
-        self._multi_traces: dict[tuple, tuple] = {}
+        self._traces: dict[tuple, _Compiled] = {}
+        self._multi_traces: dict[tuple, _Compiled] = {}
         # Argument metadata -> how to launch (skips classifying again).
         self._plans: dict[tuple, tuple] = {}
         self._structure: tuple[list[str], str] | None = None
@@ -451,19 +773,48 @@ class Fusion:
         _REGISTRY.append(self)
         functools.update_wrapper(self, fn)
 
-    def _trace(self, specs, compute: str):
-        builder = _C.Builder(self._name, compute)
-        values = []
-        for parameter, (kind, dtype, _) in zip(self._parameters, specs):
-            builder_kind = "scalar" if kind in ("pointer", "per_tensor") else kind
-            values.append(Value(builder, builder.input(parameter, builder_kind,
-                                                       _declared(kind, dtype, compute)),
-                                number=kind == "scalar"))
-        _tracing.builder = builder
+    def _bind(self, args, kwargs) -> list:
+        """Every argument in parameter order, defaults filled in."""
+        if not kwargs and len(args) == len(self._parameters):
+            return list(args)
         try:
-            result = self._fn(*values)
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise TypeError(f"tilefuse.{self._name}: {error}") from None
+        bound.apply_defaults()
+        return list(bound.arguments.values())
+
+    def _trace(self, specs, compute: str) -> _Compiled:
+        trace = _Trace(self._name, compute)
+        builder = trace.builder
+        values = []
+        for parameter, (kind, dtype, arg) in zip(self._parameters, specs):
+            if kind == "static":
+                values.append(arg)
+                continue
+            if kind == "scalar":
+                proto = _number_proto(TORCH_DTYPES[dtype])
+                values.append(Value(trace, builder.input(parameter, "scalar", dtype), proto))
+                continue
+            zero_dim = kind in ("scalar0d", "pointer", "per_tensor")
+            torch_dtype = TORCH_DTYPES[dtype]
+            declared = _computation(torch_dtype, trace) if zero_dim else dtype
+            value = builder.input(parameter, "scalar" if zero_dim else kind, declared)
+            proto = _tensor_proto(torch_dtype, zero_dim)
+            if value.dtype != _computation(torch_dtype, trace):
+                value = builder.cast(value, _computation(torch_dtype, trace))
+            values.append(Value(trace, value, proto))
+        positional, keywords = [], {}
+        for parameter, value in zip(self._signature.parameters.values(), values):
+            if parameter.kind == parameter.KEYWORD_ONLY:
+                keywords[parameter.name] = value
+            else:
+                positional.append(value)
+        _tracing.trace = trace
+        try:
+            result = self._fn(*positional, **keywords)
         finally:
-            _tracing.builder = None
+            _tracing.trace = None
         if isinstance(result, dict):
             names, results, shape = list(result), list(result.values()), "dict"
         elif isinstance(result, tuple):
@@ -471,16 +822,23 @@ class Fusion:
             results, shape = list(result), "tuple"
         else:
             names, results, shape = ["out0"], [result], "single"
+        taken = set(self._parameters)
         for name, value in zip(names, results):
             if not isinstance(value, Value):
                 raise TypeError(f"tilefuse.fusion {self._name}: output '{name}' is a "
                                 f"{type(value).__name__}, not a traced value")
-            # An output named as a parameter (the one it overwrites, say) is
-            # name_out in the kernel, whose ports have distinct names.
+            # An output may share an input's name ({"param": ...} of an
+            # optimizer step); the kernel's names must differ.
             port = name
-            while port in self._parameters or (port != name and port in names):
+            while port in taken:
                 port += "_out"
-            builder.output(port, value._value)
+            taken.add(port)
+            # Stored in the dtype PyTorch would give it.
+            dtype = value.dtype
+            stored = value._value
+            if stored.dtype != DTYPE_NAMES[dtype]:
+                stored = builder.cast(stored, DTYPE_NAMES[dtype])
+            builder.output(port, stored)
         try:
             fusion = builder.finish()
         except ValueError as error:
@@ -491,10 +849,16 @@ class Fusion:
                             f"{self._structure[0]} for earlier ones; a fusion's outputs "
                             "must not depend on its arguments' kinds")
         self._structure = (names, shape)
-        return fusion
+        # The kernel's inputs are the arguments but trace-time constants.
+        port = {}
+        for index, (kind, _, _) in enumerate(specs):
+            if kind != "static":
+                port[index] = len(port)
+        return _Compiled(fusion, [(o, port[i]) for o, i in self._inplace_pairs(specs)],
+                         [kind == "pointer" for kind, _, _ in specs if kind != "static"])
 
     def _inplace_pairs(self, specs) -> list[tuple[int, int]]:
-        """(output, input) index pairs of the outputs written in place."""
+        """(output, argument) index pairs of the outputs written in place."""
         names = self._structure[0]
         pairs = []
         for parameter, output in self._inplace.items():
@@ -508,69 +872,54 @@ class Fusion:
             pairs.append((names.index(output), index))
         return pairs
 
-    def _execute(self, args: list, fake: bool = False) -> list[torch.Tensor]:
-        """Traces (once per signature), then runs, or under fake tensors only
-        allocates, the outputs."""
-        specs, n, lead, storage, device = _classify(self._name, tuple(args), self._parameters)
+    def _compiled_for(self, args) -> tuple[_Compiled, list, tuple, int]:
+        """The trace for `args` (traced on first use), their specs, the
+        leading shape and n."""
+        specs, compute, n, lead, device = _classify(self._name, tuple(args), self._parameters)
         signature = tuple((kind, dtype) for kind, dtype, _ in specs)
-        trace = self._traces.get(signature)
-        if trace is None:
-            compute = "f64" if storage == torch.float64 else "f32"
-            compiled = self._trace(specs, compute)
-            # Floats come back in the storage dtype (per-row results too, as
-            # torch's would); integers and masks as declared.
-            dtypes = [storage if dtype in ("f32", "f64") else TORCH_DTYPES[dtype]
-                      for _, _, dtype in compiled.outputs]
-            pairs = self._inplace_pairs(specs)
-            pointers = [kind == "pointer" for kind, _, _ in specs]
-            handle = compiled.launch_handle(DTYPE_NAMES[storage], pairs, pointers)
-            trace = self._traces[signature] = (compiled, handle, dtypes, pairs)
-        compiled, handle, dtypes, pairs = trace
-        if fake or device.type == "meta":
-            shapes = [{"full": (*lead, n), "row": lead, "col": (n,)}[kind]
-                      for _, kind, _ in compiled.outputs]
-            written = dict(pairs)
-            return [args[written[o]] if o in written else
-                    torch.empty(shape, dtype=dtype, device=device)
-                    for o, (shape, dtype) in enumerate(zip(shapes, dtypes))]
+        compiled = self._traces.get(signature)
+        if compiled is None:
+            compiled = self._traces[signature] = self._trace(specs, compute)
+        return compiled, specs, lead, n, device
+
+    def _execute(self, args: list, in_place: bool = True) -> list[torch.Tensor]:
+        """Traces (once per signature), then runs the outputs (with
+        `in_place` False, every one to a new tensor)."""
+        compiled, specs, lead, n, device = self._compiled_for(args)
+        written = dict(self._inplace_pairs(specs)) if in_place else {}
+        if device.type == "meta":
+            outputs = _empty_outputs(compiled.outputs, lead, n, device)
+            return [args[written[o]] if o in written else output
+                    for o, output in enumerate(outputs)]
+        for parameter, (kind, _, arg) in zip(self._parameters, specs):
+            if kind == "scalar0d" and arg.requires_grad:
+                raise TypeError(f"tilefuse.{self._name}: argument '{parameter}' is a 0-d tensor "
+                                "that requires grad; scalar arguments have no gradient (detach "
+                                "it, or pass it as a tensor of the leading shape)")
         # What each argument becomes: a tensor (as given when written in
-        # place: a copy would not be), a per-row float tensor in the compute
-        # dtype, a number, a scalar read through a pointer, or a CPU 0-d
-        # tensor's number.
-        compute = torch.float64 if storage == torch.float64 else torch.float32
-        written = {index for _, index in pairs}
-        actions = []
-        for index, ((kind, dtype, _), arg) in enumerate(zip(specs, args)):
-            if not isinstance(arg, torch.Tensor):
-                actions.append("number")
-            elif kind == "pointer":
-                actions.append("pointer")
-            elif arg.dim() == 0:
-                actions.append("item")
-            elif index in written:
-                actions.append("inplace")
-            elif kind == "row" and arg.dtype in FLOAT_STORAGE and arg.dtype != compute:
-                actions.append(compute)
-            else:
-                actions.append("tensor")
+        # place: a copy would not be), a number, a 0-d tensor's number, a
+        # scalar read through a pointer, or nothing (a trace-time constant).
+        updated = set(written.values())
+        actions = ["inplace" if index in updated else
+                   {"scalar": "number", "scalar0d": "item", "static": "static",
+                    "pointer": "pointer"}.get(kind, "tensor")
+                   for index, (kind, _, _) in enumerate(specs)]
         if len(self._plans) >= _MAX_PLANS:  # many distinct batch shapes
             self._plans.clear()
-        plan = self._plans[_plan_key(args)] = (handle, actions, dtypes)
+        plan = (compiled.handle if in_place else compiled.functional_handle, actions)
+        if in_place:
+            self._plans[_plan_key(args)] = plan
         return _run(plan, args)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         compiling = torch.compiler.is_compiling()
-        # Eager calls like an earlier one go straight to the kernel.
-        plan = None if compiling else self._plans.get(_plan_key(args))
+        # Eager positional calls like an earlier one go straight to the kernel.
+        plan = None if compiling or kwargs else self._plans.get(_plan_key(args))
         if plan is not None:
             outputs = _run(plan, args)
-        elif len(args) != len(self._parameters):
-            raise TypeError(f"tilefuse.{self._name}: expected {len(self._parameters)} "
-                            f"arguments, got {len(args)}")
-        elif compiling:
-            outputs = self._compiled_call(args)
         else:
-            outputs = self._execute(list(args))
+            args = self._bind(args, kwargs)
+            outputs = self._compiled_call(args) if compiling else self._execute(args)
         return self._shaped(outputs)
 
     def _shaped(self, outputs):
@@ -584,31 +933,35 @@ class Fusion:
 
     def _compiled_call(self, args) -> list[torch.Tensor]:
         """Through the tilefuse::run_fusion custom op, which torch.compile
-        keeps in its graph (its fake implementation needs only metadata);
-        fusions that write in place through tilefuse::run_fusion_inplace,
-        which declares the mutation."""
-        tensors, floats, ints, layout = [], [], [], []
+        keeps in its graph (its fake implementation needs only metadata)."""
+        tensors, floats, ints, layout, statics = [], [], [], [], []
         for parameter, arg in zip(self._parameters, args):
             if isinstance(arg, torch.Tensor):
                 layout.append("t")
                 tensors.append(arg)
-            elif isinstance(arg, (bool, float)):
+            elif isinstance(arg, float):
                 layout.append("f")
-                floats.append(float(arg))
-            elif isinstance(arg, int):
+                floats.append(arg)
+            elif _is_number(arg):
                 layout.append("i")
                 ints.append(arg)
             else:
-                raise TypeError(f"tilefuse.{self._name}: argument '{parameter}' must be a "
-                                f"tensor or a number, got {type(arg).__name__}")
-        if not self._inplace:
-            return torch.ops.tilefuse.run_fusion(self._id, "".join(layout), tensors, floats,
-                                                 ints)
-        fresh = iter(torch.ops.tilefuse.run_fusion_inplace(self._id, "".join(layout), tensors,
-                                                           floats, ints))
+                layout.append("s")
+                statics.append(arg)
+        layout, statics = "".join(layout), repr(tuple(statics))
+        differentiable = not self._inplace and torch.is_grad_enabled() and any(
+            t.requires_grad for t in tensors if t.dtype.is_floating_point)
+        outputs = torch.ops.tilefuse.run_fusion(self._id, layout, statics,
+                                                tensors, floats, ints, differentiable)
+        outputs = outputs[:len(self._structure[0])] if self._structure else outputs
+        # Outputs written in place: run_fusion is functional (a mutating
+        # custom op cannot return a list), then copied into their inputs,
+        # which torch.compile's functionalization sees.
         written = dict(self._inplace_pairs_by_output())
-        return [args[written[o]] if o in written else next(fresh)
-                for o in range(len(self._structure[0]))]
+        for o, index in written.items():
+            args[index].copy_(outputs[o])
+        return [args[written[o]] if o in written else output
+                for o, output in enumerate(outputs)]
 
     def _inplace_pairs_by_output(self):
         names = self._structure[0]
@@ -620,13 +973,15 @@ class Fusion:
         of every list forms one row set (tensors of one shape, any shape per
         set, any number of sets). Each argument is a list of tensors, a
         number, a 0-d tensor (read on the device) or `tilefuse.per_tensor`
-        (one 0-d tensor per set). Sets run in one launch per (dtype,
+        (one 0-d tensor per set). Sets run in one launch per (dtypes,
         alignment class) and table of tensors on a GPU, one parallel loop on
-        the CPU; the kernel never depends on the tensors' sizes. Outputs
-        declared `inplace` overwrite their inputs; the others come back as
-        lists, shaped as the function returns them. When `skip_if` (a
-        one-element tensor, e.g. GradScaler's found_inf) is nonzero nothing
-        is written."""
+        the CPU; the kernel never depends on the tensors' sizes. Float lists
+        compute in f32 (f64 for float64 lists) and each tensor keeps its
+        dtype: a bfloat16 parameter beside float32 state is one row set.
+        Outputs declared `inplace` overwrite their inputs; the others come
+        back as lists (in their row set's float dtype), shaped as the
+        function returns them. When `skip_if` (a one-element tensor, e.g.
+        GradScaler's found_inf) is nonzero nothing is written."""
         if len(args) != len(self._parameters):
             raise TypeError(f"tilefuse.{self._name}.multi_tensor: expected "
                             f"{len(self._parameters)} arguments, got {len(args)}")
@@ -634,7 +989,7 @@ class Fusion:
         specs, per_tensor_lists, count, compute = [], [], None, None
         for parameter, arg in zip(self._parameters, args):
             where = f"tilefuse.{self._name}.multi_tensor: argument '{parameter}'"
-            if isinstance(arg, per_tensor) or isinstance(arg, (list, tuple)):
+            if isinstance(arg, (per_tensor, list, tuple)):
                 items = arg.tensors if isinstance(arg, per_tensor) else list(arg)
                 if not all(isinstance(t, torch.Tensor) for t in items):
                     raise TypeError(f"{where} must hold tensors")
@@ -642,9 +997,8 @@ class Fusion:
                     raise ValueError(f"{where} has {len(items)} tensors, the other lists {count}")
                 count = len(items)
             if isinstance(arg, per_tensor):
-                dtype = _pointer_dtype(self._name, parameter, arg.tensors[0]) if arg.tensors \
-                    else "f32"
-                specs.append(("per_tensor", dtype, None))
+                specs.append(("per_tensor", _scalar_dtype(where, items[0]) if items else "f32",
+                              None))
                 layout.append("t")
                 per_tensor_lists.append(items)
             elif isinstance(arg, (list, tuple)):
@@ -652,12 +1006,12 @@ class Fusion:
                 wide = torch.float64 in floats
                 if wide and len(floats) > 1:
                     raise TypeError(f"{where} mixes float64 with other float dtypes")
-                if floats and compute is not None and compute != ("f64" if wide else "f32"):
+                if floats and compute not in (None, "f64" if wide else "f32"):
                     raise TypeError(f"{where}: float64 lists cannot mix with other float lists")
                 if floats:
                     compute = "f64" if wide else "f32"
                 dtype = DTYPE_NAMES.get(items[0].dtype, "f32") if items else "f32"
-                specs.append(("full", dtype if dtype not in ("f16", "bf16") else "f32", None))
+                specs.append(("full", "f32" if dtype in ("f16", "bf16") else dtype, None))
                 if parameter in self._inplace:
                     layout.append("u")
                     updated.extend(items)
@@ -668,13 +1022,13 @@ class Fusion:
                 if arg.dim() != 0:
                     raise TypeError(f"{where} is a tensor of shape {list(arg.shape)}; pass a "
                                     "list of tensors, or a 0-d tensor for a scalar")
-                specs.append(("pointer", _pointer_dtype(self._name, parameter, arg), None))
+                specs.append(("pointer", _scalar_dtype(where, arg), None))
                 layout.append("p")
                 scalar_tensors.append(arg)
-            elif isinstance(arg, (bool, int, float)):
-                specs.append(_number_spec(arg)[:2] + (None,))
+            elif _is_number(arg):
+                specs.append(("scalar", "i64" if isinstance(arg, int) else "f64", None))
                 layout.append("v")
-                scalars.append(float(arg) if isinstance(arg, bool) else arg)
+                scalars.append(arg)
             else:
                 raise TypeError(f"{where} must be a list of tensors, a number, a 0-d tensor "
                                 f"or tilefuse.per_tensor(...), got {type(arg).__name__}")
@@ -687,50 +1041,59 @@ class Fusion:
                                 "in place and must be a list of tensors")
         compute = compute or "f32"
         signature = (compute, tuple((kind, dtype) for kind, dtype, _ in specs))
-        trace = self._multi_traces.get(signature)
-        if trace is None:
+        compiled = self._multi_traces.get(signature)
+        if compiled is None:
             compiled = self._trace(specs, compute)
-            pairs = self._inplace_pairs(specs)
-            trace = self._multi_traces[signature] = (
-                compiled.launch_handle(compute, pairs),
-                [dtype for _, _, dtype in compiled.outputs])
-        handle, output_dtypes = trace
+            for output, kind, _ in compiled.outputs:
+                if kind != "full":
+                    raise ValueError(f"tilefuse.{self._name}.multi_tensor: a multi-tensor "
+                                     f"kernel is elementwise; output '{output}' is per {kind} "
+                                     "(a reduction)")
+            self._multi_traces[signature] = compiled
         # Outputs not written in place: laid out as their row set's first
         # list (an updated one if any), float ones in its float dtype.
-        reference = next(list(arg) for parameter, arg, code in
-                         zip(self._parameters, args, layout) if code in "uf" and
-                         (code == "u" or "u" not in layout))
+        reference = next(list(arg) for arg, code in zip(args, layout)
+                         if code == "u" or (code == "f" and "u" not in layout))
         written = dict(self._inplace_pairs_by_output())
         results, fresh = [], []
-        for o, dtype in enumerate(output_dtypes):
+        for o, (_, _, dtype) in enumerate(compiled.outputs):
             if o in written:
                 results.append(list(args[written[o]]))
                 continue
-            tensors_o = [torch.empty_like(
-                like, dtype=(like.dtype if like.dtype in FLOAT_STORAGE else torch.float32)
-                if dtype in ("f32", "f64") else TORCH_DTYPES[dtype]) for like in reference]
-            results.append(tensors_o)
-            fresh.extend(tensors_o)
+            floating = dtype in ("f32", "f64")
+            outputs = [torch.empty_like(like, dtype=(
+                like.dtype if like.dtype in FLOAT_STORAGE else torch.float32)
+                if floating else TORCH_DTYPES[dtype]) for like in reference]
+            results.append(outputs)
+            fresh.extend(outputs)
         flat_tensors = [t for items in tensors for t in items] + \
             [t for items in per_tensor_lists for t in items]
-        _launch_multi_tensor(handle, "".join(layout), updated, fresh, flat_tensors, scalars,
-                             scalar_tensors, skip_if)
+        _launch_multi_tensor(compiled.handle, "".join(layout), updated, fresh, flat_tensors,
+                             scalars, scalar_tensors, skip_if)
         return self._shaped(results)
 
     @property
     def ir(self) -> list[str]:
         """The fuse IR of every trace so far."""
-        return [trace[0].ir for trace in self._traces.values()]
+        return [compiled.fusion.ir for compiled in self._traces.values()]
+
+
+def _empty_outputs(outputs, lead, n, device) -> list[torch.Tensor]:
+    shapes = {"full": (*lead, n), "row": lead, "col": (n,)}
+    return [torch.empty(shapes[kind], dtype=TORCH_DTYPES[dtype], device=device)
+            for _, kind, dtype in outputs]
 
 
 def _plan_key(args) -> tuple:
-    """What classifying `args` depends on."""
-    return tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a)
-                 for a in args)
+    """What classifying `args` depends on (whether autograd records the call
+    decides how a 0-d tensor is read)."""
+    return (torch.is_grad_enabled(),) + tuple(
+        (a.shape, a.dtype, a.device, a.requires_grad) if isinstance(a, torch.Tensor)
+        else type(a) if _is_number(a) else ("static", a) for a in args)
 
 
 def _run(plan: tuple, args) -> list[torch.Tensor]:
-    handle, actions, dtypes = plan
+    handle, actions = plan
     tensors, scalars, scalar_tensors = [], [], []
     for action, arg in zip(actions, args):
         if action == "tensor":
@@ -739,50 +1102,128 @@ def _run(plan: tuple, args) -> list[torch.Tensor]:
             tensors.append(arg)
         elif action == "number":
             scalars.append(arg)
-        elif action == "pointer":
-            scalar_tensors.append(arg)
         elif action == "item":
             scalars.append(arg.item())
-        else:  # a per-row float tensor in another dtype than the compute one
-            tensors.append(arg.to(action).contiguous())
-    outputs = _launch_fusion(handle, tensors, scalars, scalar_tensors)
-    return [o if o.dtype == dtype else o.to(dtype) for o, dtype in zip(outputs, dtypes)]
+        elif action == "pointer":
+            scalar_tensors.append(arg)
+    return _launch_fusion(handle, tensors, scalars, scalar_tensors)
 
 
-def _arguments(layout: str, tensors, floats, ints) -> list:
-    sources = {"t": iter(tensors), "f": iter(floats), "i": iter(ints)}
+@functools.lru_cache(maxsize=256)
+def _literals(text: str) -> tuple:
+    """The trace-time constants a compiled call carries as their repr."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise TypeError(f"tilefuse.fusion: under torch.compile, trace-time constant arguments "
+                        f"must be Python literals (bool, str, None, ...), got {text}") from None
+
+
+def _arguments(layout: str, statics: str, tensors, floats, ints) -> list:
+    sources = {"t": iter(tensors), "f": iter(floats), "i": iter(ints),
+               "s": iter(_literals(statics))}
     return [next(sources[code]) for code in layout]
 
 
+def _split(name: str, args: list, specs) -> tuple[list, list]:
+    """The tensors and scalars a launch takes, under torch.compile (where a
+    0-d tensor's value is not known while tracing)."""
+    tensors, scalars = [], []
+    for (kind, _, _), arg in zip(specs, args):
+        if kind == "scalar":
+            scalars.append(arg)
+        elif kind in ("scalar0d", "pointer"):
+            raise TypeError(f"tilefuse.{name}: under torch.compile, a differentiated fusion "
+                            "takes its scalar arguments as Python numbers, not 0-d tensors")
+        elif kind != "static":
+            tensors.append(arg.contiguous())
+    return tensors, scalars
+
+
 @torch.library.custom_op("tilefuse::run_fusion", mutates_args=())
-def _run_fusion(fusion_id: int, layout: str, tensors: list[torch.Tensor],
-                floats: list[float], ints: list[int]) -> list[torch.Tensor]:
-    return _REGISTRY[fusion_id]._execute(_arguments(layout, tensors, floats, ints))
+def _run_fusion(fusion_id: int, layout: str, statics: str, tensors: list[torch.Tensor],
+                floats: list[float], ints: list[int], differentiable: bool) -> list[torch.Tensor]:
+    fusion = _REGISTRY[fusion_id]
+    args = _arguments(layout, statics, tensors, floats, ints)
+    compiled, specs, _, _, _ = fusion._compiled_for(args)
+    if not (differentiable and compiled.differentiable):
+        return fusion._execute(args, in_place=False)
+    # The derived forward: the outputs, then the statistics autograd saves.
+    return torch.ops.tilefuse.launch_fusion_forward(compiled.handle,
+                                                    *_split(fusion._name, args, specs))
 
 
 @_run_fusion.register_fake
-def _(fusion_id, layout, tensors, floats, ints):
-    return _REGISTRY[fusion_id]._execute(_arguments(layout, tensors, floats, ints), fake=True)
-
-
-def _fresh_outputs(fusion: Fusion, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The outputs not written in place (a custom op returns no aliases)."""
-    written = dict(fusion._inplace_pairs_by_output())
-    return [output for o, output in enumerate(outputs) if o not in written]
-
-
-@torch.library.custom_op("tilefuse::run_fusion_inplace", mutates_args=("tensors",))
-def _run_fusion_inplace(fusion_id: int, layout: str, tensors: list[torch.Tensor],
-                        floats: list[float], ints: list[int]) -> list[torch.Tensor]:
+def _(fusion_id, layout, statics, tensors, floats, ints, differentiable):
     fusion = _REGISTRY[fusion_id]
-    return _fresh_outputs(fusion, fusion._execute(_arguments(layout, tensors, floats, ints)))
+    compiled, _, lead, n, device = fusion._compiled_for(
+        _arguments(layout, statics, tensors, floats, ints))
+    outputs = compiled.outputs
+    if differentiable and compiled.differentiable:
+        outputs = compiled.derivative["forward_outputs"]
+    return _empty_outputs(outputs, lead, n, device)
 
 
-@_run_fusion_inplace.register_fake
-def _(fusion_id, layout, tensors, floats, ints):
+def _setup_context(ctx, inputs, output):
+    fusion_id, layout, statics, tensors, floats, ints, differentiable = inputs
+    # The backward returns a gradient per input, in the inputs' structure
+    # (an empty list of numbers reads as a list of tensors).
+    ctx.no_gradients = (None, None, None, [None] * len(tensors),
+                        None if floats else [], None if ints else [], None)
     fusion = _REGISTRY[fusion_id]
-    return _fresh_outputs(fusion, fusion._execute(_arguments(layout, tensors, floats, ints),
-                                                  fake=True))
+    args = _arguments(layout, statics, tensors, floats, ints)
+    compiled, specs, _, _, _ = fusion._compiled_for(args)
+    ctx.differentiable = differentiable and compiled.differentiable
+    count = len(compiled.outputs)
+    ctx.mark_non_differentiable(*[o for o in output[count:]],
+                                *[o for o in output[:count] if not o.dtype.is_floating_point])
+    if not ctx.differentiable:
+        return
+    launch_tensors, scalars = _split(fusion._name, args, specs)
+    saved = compiled.derivative["saved_outputs"]
+    ctx.save_for_backward(*launch_tensors, *[output[i] for i in saved])
+    ctx.compiled, ctx.scalars, ctx.count = compiled, scalars, len(launch_tensors)
+    # Where each launch tensor sits among the op's `tensors` argument.
+    ctx.positions = [index for index, (kind, _, _) in enumerate(
+        spec for spec in specs if spec[0] not in ("scalar", "static"))
+        if kind in ("full", "row", "col")]
+    ctx.requires = [t.requires_grad for t in launch_tensors]
+    ctx.tensor_count = len(tensors)
+    ctx.output_meta = [(o.shape, o.dtype) for o in output[:count]]
+
+
+def _backward(ctx, grads):
+    if not ctx.differentiable:
+        return ctx.no_gradients
+    compiled = ctx.compiled
+    saved = ctx.saved_tensors
+    tensors, kept = list(saved[:ctx.count]), saved[ctx.count:]
+    derivative = compiled.derivative
+    forward_outputs = [None] * len(derivative["forward_outputs"])
+    for index, tensor in zip(derivative["saved_outputs"], kept):
+        forward_outputs[index] = tensor
+    # Tensor inputs in launch order, as the fusion declares them.
+    tensor_of, position = {}, 0
+    for index, (_, kind, _) in enumerate(compiled.fusion.inputs):
+        if kind != "scalar":
+            tensor_of[index] = position
+            position += 1
+    wanted = 0
+    for bit, index in enumerate(derivative["differentiable"]):
+        if ctx.requires[tensor_of[index]]:
+            wanted |= 1 << bit
+    gradients = [g if g is not None else torch.zeros(shape, dtype=dtype, device=tensors[0].device)
+                 for g, (shape, dtype) in zip(grads, ctx.output_meta)]
+    computed = iter(torch.ops.tilefuse.launch_fusion_backward(
+        compiled.handle, wanted, gradients, tensors, forward_outputs, ctx.scalars))
+    result = [None] * ctx.tensor_count
+    for bit, index in enumerate(derivative["differentiable"]):
+        if wanted >> bit & 1:
+            result[ctx.positions[tensor_of[index]]] = next(computed)
+    return (*ctx.no_gradients[:3], result, *ctx.no_gradients[4:])
+
+
+_run_fusion.register_autograd(_backward, setup_context=_setup_context)
 
 
 def fusion(fn=None, *, name: str | None = None, inplace=None):

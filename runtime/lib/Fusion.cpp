@@ -2,8 +2,10 @@
 
 #include "tilefuse/Runtime/Fusion.h"
 
+#include "tilefuse/Compiler/Differentiate.h"
 #include "tilefuse/Dialect/Fuse/IR/Fuse.h"
 
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/Parser/Parser.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -87,4 +89,75 @@ Fusion::gpuKernel(llvm::StringRef dtype, int64_t n, bool aligned,
                 [&](Runtime &runtime, const CompileOptions &options) {
                   return runtime.getGpuKernel(*module, options);
                 });
+}
+
+llvm::Expected<FusionDerivative &> Fusion::derivative() {
+  std::call_once(derived, [&] {
+    mlir::MLIRContext *context = module->getContext();
+    std::string messages;
+    mlir::ScopedDiagnosticHandler handler(context, [&](mlir::Diagnostic &d) {
+      messages += (messages.empty() ? "" : "\n") + d.str();
+      return mlir::success();
+    });
+    auto kernel = *module->getOps<fuse::KernelOp>().begin();
+    auto forward = mlir::OwningOpRef<mlir::ModuleOp>(
+        mlir::ModuleOp::create(kernel.getLoc()));
+    auto backward = mlir::OwningOpRef<mlir::ModuleOp>(
+        mlir::ModuleOp::create(kernel.getLoc()));
+    mlir::OpBuilder builder = mlir::OpBuilder::atBlockEnd(forward->getBody());
+    mlir::FailureOr<Derivative> derivative =
+        differentiate(kernel, DifferentiateOptions(), builder);
+    if (mlir::failed(derivative)) {
+      derivationError = messages.empty() ? "cannot differentiate " + kernelName
+                                         : messages;
+      return;
+    }
+    derivative->backward->moveBefore(backward->getBody(),
+                                     backward->getBody()->end());
+    std::vector<FusionDerivative::Source> sources;
+    for (const Derivative::Source &source : derivative->backwardInputs)
+      sources.push_back(
+          {static_cast<FusionDerivative::Source::Kind>(source.kind),
+           source.index});
+    derivation = std::make_unique<FusionDerivative>(
+        std::make_shared<Fusion>(std::move(forward)), std::move(backward),
+        std::move(sources),
+        std::vector<size_t>(derivative->gradientOf.begin(),
+                            derivative->gradientOf.end()));
+  });
+  if (!derivation)
+    return llvm::createStringError(derivationError);
+  return *derivation;
+}
+
+FusionDerivative::FusionDerivative(std::shared_ptr<Fusion> forward,
+                                   mlir::OwningOpRef<mlir::ModuleOp> backward,
+                                   std::vector<Source> backwardInputs,
+                                   std::vector<size_t> differentiable)
+    : forwardFusion(std::move(forward)), backwardModule(std::move(backward)),
+      sources(std::move(backwardInputs)),
+      gradientOf(std::move(differentiable)) {
+  for (const Source &source : sources)
+    if (source.kind == Source::ForwardOutput)
+      saved.push_back(source.index);
+  llvm::sort(saved);
+  saved.erase(std::unique(saved.begin(), saved.end()), saved.end());
+}
+
+FusionDerivative::~FusionDerivative() = default;
+
+llvm::Expected<Fusion &>
+FusionDerivative::backward(const std::vector<bool> &wanted) {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<Fusion> &fusion = backwards[wanted];
+  if (!fusion) {
+    mlir::OwningOpRef<mlir::ModuleOp> copy = backwardModule->clone();
+    auto kernel = *copy->getOps<fuse::KernelOp>().begin();
+    llvm::SmallVector<bool> keep(wanted.begin(), wanted.end());
+    if (mlir::failed(keepGradients(kernel, keep)))
+      return llvm::createStringError("cannot select the gradients of " +
+                                     kernel.getSymName().str());
+    fusion = std::make_shared<Fusion>(std::move(copy));
+  }
+  return *fusion;
 }

@@ -1,7 +1,7 @@
 """The tilefuse:: ops as PyTorch sees them: C++ kernels in the dispatcher
 (CPU, CUDA, Meta, Autograd), shape-only tracing, dynamic shapes under
 torch.compile, the no-grad fast path, in-place versioning, and DSL fusions'
-missing backward."""
+derived backward kernels."""
 
 import pytest
 import torch
@@ -105,13 +105,13 @@ def test_dsl_zero_dim_scalar_is_read_every_call():
         torch.testing.assert_close(scaled(x, torch.tensor(value)), x * value)
 
 
-def test_dsl_fusion_has_no_backward():
+def test_dsl_fusion_backward_is_a_kernel_without_a_backward():
     x = torch.randn(2, 8, requires_grad=True)
-    y = scaled(x, 2.0)
-    assert y.requires_grad
-    with pytest.raises(RuntimeError, match=r"derivative for tilefuse::launch_fusion \(scaled\) "
+    (dx,) = torch.autograd.grad(scaled(x, 2.0).sum(), x, create_graph=True)
+    torch.testing.assert_close(dx, torch.full_like(x, 2.0))
+    with pytest.raises(RuntimeError, match=r"derivative for tilefuse::launch_fusion_backward "
                                            r"is not implemented"):
-        y.sum().backward()
+        dx.sum().backward()
 
 
 def test_unknown_fusion_handle():

@@ -9,6 +9,7 @@
 
 #include "ScalarReference.h"
 
+#include "tilefuse/Compiler/Differentiate.h"
 #include "tilefuse/Compiler/Pipeline.h"
 #include "tilefuse/Compiler/Registration.h"
 #include "tilefuse/Kernels/Builtins.h"
@@ -23,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -226,6 +228,110 @@ TEST_F(CpuNumerics, ZeroRows) {
   EXPECT_TRUE(actual.floats.at("dx").empty());
   for (double value : actual.floats.at("dweight"))
     EXPECT_EQ(value, 0.0);
+}
+
+//===----------------------------------------------------------------------===//
+// Derived backward kernels (fuse-differentiate)
+//===----------------------------------------------------------------------===//
+
+/// The reference forward fusion `name` differentiated for a gradient of
+/// `output`: its derived forward or its backward kernel, alone in a module.
+OwningOpRef<ModuleOp> derivedKernel(MLIRContext *context,
+                                    const std::string &name,
+                                    const std::string &output, bool backward) {
+  OwningOpRef<ModuleOp> source =
+      parseSourceFile<ModuleOp>(fusionPath(name), context);
+  if (!source)
+    return nullptr;
+  OwningOpRef<ModuleOp> result = ModuleOp::create(UnknownLoc::get(context));
+  OpBuilder builder = OpBuilder::atBlockEnd(result->getBody());
+  tilefuse::DifferentiateOptions options;
+  options.outputs = {output};
+  FailureOr<tilefuse::Derivative> derivative = tilefuse::differentiate(
+      *source->getOps<tilefuse::fuse::KernelOp>().begin(), options, builder);
+  if (failed(derivative))
+    return nullptr;
+  (backward ? derivative->forward : derivative->backward).erase();
+  return result;
+}
+
+/// The full [rows, n] tensors a kernel reads and writes, which make its
+/// memory traffic (per-row and per-column tensors are n or rows times
+/// smaller).
+std::pair<size_t, size_t> fullTensors(const KernelInfo &info) {
+  auto full = [](const PortInfo &port) { return port.kind == Kind::Full; };
+  return {llvm::count_if(info.inputs, full), llvm::count_if(info.outputs, full)};
+}
+
+/// The backward derived from each reference forward fusion computes what
+/// the hand-written backward fusion does (both within tolerance of its
+/// scalar reference, from the statistics the derived forward saves), and
+/// reads and writes as many full tensors.
+TEST_F(CpuNumerics, DerivedBackwardMatchesHandWritten) {
+  struct Pair {
+    const char *forward, *output, *backward;
+  };
+  const Pair pairs[] = {{"rms_norm_fwd", "y", "rms_norm_bwd"},
+                        {"layer_norm_fwd", "y", "layer_norm_bwd"},
+                        {"swiglu_fwd", "c", "swiglu_bwd"},
+                        {"cross_entropy_fwd", "loss", "cross_entropy_bwd"}};
+  // n = 32000 streams the row on the CPU (more than 8 chunks).
+  const std::pair<Dtype, int64_t> shapes[] = {
+      {Dtype::F32, 3}, {Dtype::F32, 1000}, {Dtype::F32, 32000}, {Dtype::BF16, 1000}};
+  for (const Pair &pair : pairs) {
+    for (auto [dtype, n] : shapes) {
+      {
+        auto derived = [&](bool backward) {
+          return compileModule(
+              [&] {
+                return derivedKernel(context, pair.forward, pair.output,
+                                     backward);
+              },
+              dtype, n, /*aligned=*/true);
+        };
+        std::unique_ptr<CompiledFusion> forward = derived(false);
+        std::unique_ptr<CompiledFusion> backward = derived(true);
+        std::unique_ptr<CompiledFusion> handWritten =
+            compile(pair.backward, dtype, n, /*aligned=*/true);
+        ASSERT_TRUE(forward && backward && handWritten) << pair.forward;
+        EXPECT_EQ(fullTensors(backward->info), fullTensors(handWritten->info))
+            << pair.forward << ": full tensors read, written";
+        for (int64_t rows : {7, 256}) {
+          SCOPED_TRACE(caseName({std::string(pair.forward) + " (derived)",
+                                 dtype, n, rows, true}));
+          Values in = makeInputs(forward->info, rows, /*seed=*/n + rows);
+          Values saved = run(*forward, *executor, in, rows, true);
+          in.floats.insert(saved.floats.begin(), saved.floats.end());
+          in.ints.insert(saved.ints.begin(), saved.ints.end());
+          // The output's gradient.
+          std::mt19937 rng(rows);
+          std::normal_distribution<double> normal(0.0, 1.0);
+          for (const PortInfo &port : backward->info.inputs) {
+            if (port.kind == Kind::Scalar || in.floats.count(port.name) ||
+                in.ints.count(port.name))
+              continue;
+            auto &values = in.floats[port.name];
+            for (size_t i = 0; i < elementCount(port.kind, rows, n); ++i)
+              values.push_back(
+                  roundTo(static_cast<float>(normal(rng)), dtypeOf(port.dtype)));
+          }
+          Values want;
+          references().at(pair.backward)(in, rows, n, want);
+          for (CompiledFusion *kernel : {backward.get(), handWritten.get()}) {
+            Values got = run(*kernel, *executor, in, rows, true);
+            for (const PortInfo &port : handWritten->info.outputs) {
+              std::vector<double> expected = want.floats.at(port.name);
+              for (double &value : expected)
+                value = roundTo(static_cast<float>(value), dtypeOf(port.dtype));
+              expectClose(kernel->info.name + " " + port.name,
+                          got.floats.at(port.name), expected,
+                          toleranceFor(port.dtype), columnScale(port, rows));
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 } // namespace

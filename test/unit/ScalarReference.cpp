@@ -382,9 +382,14 @@ Values readOutputs(const KernelInfo &info, Arguments &arguments, int64_t rows) {
   Values out;
   for (size_t o = 0; o < info.outputs.size(); ++o) {
     const PortInfo &port = info.outputs[o];
-    out.floats[port.name] =
-        loadFloats(arguments.buffers[arguments.firstOutput + o].data(),
-                   port.dtype, elementCount(port.kind, rows, info.n));
+    size_t count = elementCount(port.kind, rows, info.n);
+    const void *data = arguments.buffers[arguments.firstOutput + o].data();
+    if (isFloatDtype(port.dtype)) {
+      out.floats[port.name] = loadFloats(data, port.dtype, count);
+    } else {
+      auto *indices = static_cast<const int64_t *>(data);
+      out.ints[port.name].assign(indices, indices + count);
+    }
   }
   return out;
 }

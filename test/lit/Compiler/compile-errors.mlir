@@ -12,7 +12,7 @@
 // RUN: not tilefuse-compile %S/Inputs/invalid-kernel.mlir --n=64 2>&1 | FileCheck %s --check-prefix=VERIFY
 
 // CHIP: error: unknown target 'sm_75': expected sm_80, sm_86, sm_89, sm_90 or cpu
-// DTYPE: error: fuse-specialize: unsupported dtype 'fp8': expected f32, f16, bf16 or f64
+// DTYPE: error: fuse-specialize: unsupported dtype 'fp8': expected f32, f16, bf16, f64 or declared
 // ZERO: error: fuse-specialize: n must be positive, got 0
 // CPUPTX: error: --emit=ptx needs a GPU target, not cpu
 // EMIT: error: unknown --emit='cubin': expected fuse, specialized, tiled, loops, llvm or ptx

@@ -7,7 +7,7 @@
 // RUN: not tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16,x=f32,x=f16 n=16}))' 2>&1 | FileCheck %s --check-prefix=DUPLICATE
 
 // ZERO: error: fuse-specialize: n must be positive, got 0
-// DTYPE: error: fuse-specialize: unsupported dtype 'fp8': expected f32, f16, bf16 or f64
+// DTYPE: error: fuse-specialize: unsupported dtype 'fp8': expected f32, f16, bf16, f64 or declared
 // TWICE: error: fuse-specialize: kernel @k is already specialized
 // PORT: error: fuse-specialize: 'z=f32': kernel @k has no full or per-column float input or output named 'z'
 // SCALAR: error: fuse-specialize: 's=f32': kernel @k has no full or per-column float input or output named 's'

@@ -1,5 +1,6 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=4096}))' | FileCheck %s
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=7 aligned=false}))' | FileCheck %s --check-prefix=F32
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=declared n=64}))' | FileCheck %s --check-prefix=DECLARED
 
 // Full and per-column floats are stored in the dtype and widened to the
 // declared compute type; per-row statistics, integer indices and scalars
@@ -38,3 +39,18 @@ fuse.kernel @norm(%x: !fuse.full<f32>, %w: !fuse.col<f32>, %t: !fuse.row<i64>, %
   fuse.yield %y, %mean, %dw : !fuse.full<f32>, !fuse.row<f32>, !fuse.col<f32>
 }
 
+// -----
+
+// dtype=declared: every port keeps its declared type (a bf16 input, an f32
+// weight, an f32 output); the narrowest, bf16, sets the vector width.
+// DECLARED-LABEL: fuse.kernel @mixed
+// DECLARED-SAME: (%x: !fuse.full<bf16>, %w: !fuse.col<f32>) -> (y: !fuse.full<f32>, z: !fuse.full<bf16>)
+// DECLARED-SAME: attributes {fuse.specialization = {aligned = true, dtype = bf16, n = 64 : i64}}
+// DECLARED-NOT: fuse.cast %w
+fuse.kernel @mixed(%x: !fuse.full<bf16>, %w: !fuse.col<f32>) -> (y: !fuse.full<f32>, z: !fuse.full<bf16>) {
+  %xf = fuse.cast %x : !fuse.full<bf16> to !fuse.full<f32>
+  %wf = fuse.broadcast %w : !fuse.col<f32> to !fuse.full<f32>
+  %y = fuse.mul %xf, %wf : !fuse.full<f32>
+  %z = fuse.cast %y : !fuse.full<f32> to !fuse.full<bf16>
+  fuse.yield %y, %z : !fuse.full<f32>, !fuse.full<bf16>
+}

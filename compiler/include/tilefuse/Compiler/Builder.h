@@ -82,6 +82,13 @@ Value tanh(Value x);
 Value erf(Value x);
 Value abs(Value x);
 Value sigmoid(Value x);
+Value log1p(Value x);
+Value expm1(Value x);
+Value sin(Value x);
+Value cos(Value x);
+Value floor(Value x);
+/// Half to even, as torch.round.
+Value round(Value x);
 Value silu(Value x);
 /// gelu(x) with approximate = "none" (erf) or "tanh", as torch.
 Value gelu(Value x, llvm::StringRef approximate = "none");
@@ -98,6 +105,26 @@ Value minimum(Value lhs, Value rhs);
 /// torch.where(condition, a, b).
 Value where(Value condition, Value a, Value b);
 Value cast(Value x, DType dtype);
+
+// Compositions with PyTorch's values at zeros, infinities and NaN (and
+// gradients that the derived backward gets right).
+/// -1, 0 or 1 (0 for NaN), as torch.sign.
+Value sign(Value x);
+/// max(x, 0), keeping -0.0 and NaN; gradient 0 at 0, as torch.relu.
+Value relu(Value x);
+Value square(Value x);
+/// torch.clamp: either bound may be absent; min > max gives max.
+Value clamp(Value x, std::optional<Value> min, std::optional<Value> max);
+/// torch.nn.functional.softplus: log1p(exp(beta * x)) / beta, or x where
+/// beta * x > threshold (the other branch never overflows, so its
+/// gradient is never NaN).
+Value softplus(Value x, Value beta, Value threshold);
+// Over each row (the last dim).
+Value softmax(Value x);
+Value logSoftmax(Value x);
+/// log(sum(exp(x))), shifted by the row max (by 0 when that is infinite,
+/// as torch.logsumexp).
+Value logsumexp(Value x);
 
 class FusionBuilder {
 public:
@@ -130,6 +157,10 @@ public:
   Value columnMax(Value x);
   Value columnMin(Value x);
   Value columnMean(Value x);
+  /// The column of each row's maximum / minimum (the first among ties; a
+  /// NaN counts as the extreme), as torch.argmax / argmin over the last dim.
+  Value argmax(Value x);
+  Value argmin(Value x);
 
   /// x[row, index[row]] for each row.
   Value gather(Value source, Value index);
@@ -150,6 +181,7 @@ public:
   Value broadcastTo(Value x, Kind kind);
   Value scalar(double value, Value like);
   Value reduce(fuse::ReduceKind kind, Value x, Kind resultKind);
+  Value argReduce(fuse::ReduceKind kind, Value x);
 
 private:
   mlir::MLIRContext &context;

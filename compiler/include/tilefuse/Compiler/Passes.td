@@ -19,8 +19,10 @@ def FuseSpecialize : Pass<"fuse-specialize", "::tilefuse::fuse::KernelOp"> {
     A kernel may store ports in different dtypes (bf16 parameters with f32
     optimizer state, a bf16 input with an f32 weight): `dtype` then lists
     overrides after the default, `bf16,exp_avg=f32,exp_avg_out=f32`, by
-    input or output name. `fuse.round_to_storage` becomes the two casts to
-    the storage dtype of the input it names and back.
+    input or output name. `dtype=declared` keeps every port's declared type
+    (mixed dtypes; the narrowest full or per-column float sets the vector
+    width); overrides may follow it too. `fuse.round_to_storage` becomes the
+    two casts to the storage dtype of the input it names and back.
 
     `abi` (KernelABI.h, KernelAbi::str) changes how the kernel is called:
     scalars read through pointers to one-element tensors
@@ -32,13 +34,36 @@ def FuseSpecialize : Pass<"fuse-specialize", "::tilefuse::fuse::KernelOp"> {
   }];
   let options = [
     Option<"dtype", "dtype", "std::string", /*default=*/"\"f32\"",
-           "Storage dtype of full and per-column float tensors: f32, f16, bf16 or f64, "
+           "Storage dtype of full and per-column float tensors: f32, f16, bf16, f64 or declared, "
            "then optional per-port overrides: bf16,exp_avg=f32">,
     Option<"n", "n", "int64_t", /*default=*/"0", "The row length n (> 0)">,
     Option<"aligned", "aligned", "bool", /*default=*/"true",
            "Pointers are 16-byte aligned and n is a multiple of the vector width">,
     Option<"abi", "abi", "std::string", /*default=*/"\"\"",
            "How the kernel is called (KernelAbi::str); empty for the default">,
+  ];
+  let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
+}
+
+def FuseDifferentiate : Pass<"fuse-differentiate", "::mlir::ModuleOp"> {
+  let summary = "Derive each kernel's backward kernel (reverse-mode autodiff)";
+  let description = [{
+    Replaces each `fuse.kernel @f` with its derived forward (the per-row
+    statistics the backward reads appended to its outputs) followed by
+    `@f_bwd` (a trailing `_fwd` becomes `_bwd`), which takes the gradients
+    `d<output>` of `outputs`, the forward inputs it reads and the saved
+    statistics, and returns `d<input>` for each of `inputs`. What is saved
+    and what is recomputed, and each adjoint rule, are documented in
+    `tilefuse/Compiler/Differentiate.h`.
+  }];
+  let options = [
+    Option<"kernelName", "kernel", "std::string", /*default=*/"\"\"",
+           "Only this kernel (default: every kernel)">,
+    ListOption<"outputs", "outputs", "std::string",
+               "Outputs given a gradient (default: every float output)">,
+    ListOption<"inputs", "inputs", "std::string",
+               "Inputs to differentiate (default: every full, per-row and "
+               "per-column float input)">,
   ];
   let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
 }
@@ -104,11 +129,14 @@ def FuseApproximateMath : Pass<"fuse-approximate-math"> {
     ~20x faster than with libm). exp flushes results below FLT_MIN to 0;
     `log` stays with libm (its polynomial clamps subnormal inputs). Only f32
     operands are rewritten; f64 math still calls libm. The GPU pipeline
-    keeps libdevice and PTX's own approximations.
+    keeps libdevice and PTX's own approximations. f32 log1p and expm1 use
+    Kahan's corrections around the polynomial exp and libm's log; f64 log1p
+    and expm1 call libm (convert-math-to-llvm would compute them as
+    log(1 + x) and exp(x) - 1).
   }];
   let dependentDialects = [
-    "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
-    "::mlir::vector::VectorDialect",
+    "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+    "::mlir::math::MathDialect", "::mlir::vector::VectorDialect",
   ];
 }
 

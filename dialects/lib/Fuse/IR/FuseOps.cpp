@@ -394,6 +394,31 @@ OpFoldResult DivOp::fold(FoldAdaptor adaptor) {
       [](const APFloat &a, const APFloat &b) { return a / b; });
 }
 
+/// Folds a rounding op: a constant rounds exactly; rounding a value that is
+/// already an integer (floor or round of something) changes nothing.
+static OpFoldResult foldRounding(Operation *op, Attribute operand,
+                                 llvm::RoundingMode mode) {
+  if (std::optional<APFloat> value = floatConstant(operand)) {
+    value->roundToIntegral(mode);
+    return FloatAttr::get(valueType(op->getResult(0)).getElementType(),
+                          *value);
+  }
+  Value input = op->getOperand(0);
+  if (input.getDefiningOp<FloorOp>() || input.getDefiningOp<RoundOp>())
+    return input;
+  return {};
+}
+
+OpFoldResult FloorOp::fold(FoldAdaptor adaptor) {
+  return foldRounding(*this, adaptor.getOperand(),
+                      llvm::RoundingMode::TowardNegative);
+}
+
+OpFoldResult RoundOp::fold(FoldAdaptor adaptor) {
+  return foldRounding(*this, adaptor.getOperand(),
+                      llvm::RoundingMode::NearestTiesToEven);
+}
+
 void NegOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
                                         MLIRContext *context) {
   patterns.add<DoubleNegation>(context);
@@ -709,6 +734,37 @@ LogicalResult GatherOp::verify() {
     return emitOpError("result must be ")
            << source.withKind(ValueKind::Row) << ", got " << result;
   return success();
+}
+
+LogicalResult ArgReduceOp::verify() {
+  ValueType input = valueType(getInput());
+  ValueType result = getResult().getType();
+  if (getKind() != ReduceKind::Max && getKind() != ReduceKind::Min)
+    return emitOpError("kind must be max or min, got ")
+           << stringifyReduceKind(getKind());
+  if (input.getKind() != ValueKind::Full || !input.isFloat())
+    return emitOpError("input must be a full float value, got ")
+           << input;
+  if (result.getKind() != ValueKind::Row ||
+      !isIndexType(result.getElementType()))
+    return emitOpError("result must be !fuse.row<i32> or !fuse.row<i64> (one "
+                       "column per row), got ")
+           << result;
+  return success();
+}
+
+bool tilefuse::fuse::isRowReduction(Operation *op) {
+  if (auto reduce = dyn_cast<ReduceOp>(op))
+    return reduce.isRowReduction();
+  return isa<ArgReduceOp>(op);
+}
+
+OpFoldResult ArgReduceOp::fold(FoldAdaptor) {
+  // Every column of a broadcast row holds the same value: the first wins.
+  auto broadcast = getInput().getDefiningOp<BroadcastOp>();
+  if (!broadcast)
+    return {};
+  return IntegerAttr::get(getResult().getType().getElementType(), 0);
 }
 
 LogicalResult IotaOp::verify() {

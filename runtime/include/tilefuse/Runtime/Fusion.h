@@ -4,6 +4,7 @@
 // a built-in), its interface, and the kernels compiled from it so far,
 // looked up per (storage dtype, n, alignment, target) without printing or
 // hashing the IR again. Compilation and caching go through the Runtime.
+// Autograd runs a fusion's derivative (FusionDerivative), derived once.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +18,8 @@
 #include <tuple>
 
 namespace tilefuse {
+
+class FusionDerivative;
 
 class Fusion {
 public:
@@ -45,6 +48,10 @@ public:
   gpuKernel(llvm::StringRef dtype, int64_t n, bool aligned,
             llvm::StringRef target, const KernelAbi &abi = {});
 
+  /// What autograd runs for this fusion, derived on first use for
+  /// gradients of every float output and every differentiable input.
+  llvm::Expected<FusionDerivative &> derivative();
+
 private:
   /// (dtype, n, aligned, target, KernelAbi::str()).
   using Specialization =
@@ -61,6 +68,50 @@ private:
   std::mutex mutex;
   std::map<Specialization, std::shared_ptr<const CpuKernel>> cpuKernels;
   std::map<Specialization, std::shared_ptr<const GpuKernel>> gpuKernels;
+  std::once_flag derived;
+  std::unique_ptr<FusionDerivative> derivation;
+  std::string derivationError;
+};
+
+/// A fusion's derivative (tilefuse/Compiler/Differentiate.h): a forward that
+/// also outputs the per-row statistics the backward reads, and a backward
+/// per set of inputs that need gradients. Every backward takes the gradient
+/// of every float output of the fusion (zeros where autograd has none).
+class FusionDerivative {
+public:
+  struct Source {
+    enum Kind { OutputGradient, Input, ForwardOutput };
+    Kind kind;
+    /// Which output, fusion input, or output of forward().
+    size_t index;
+  };
+
+  FusionDerivative(std::shared_ptr<Fusion> forward,
+                   mlir::OwningOpRef<mlir::ModuleOp> backward,
+                   std::vector<Source> backwardInputs,
+                   std::vector<size_t> differentiable);
+  ~FusionDerivative();
+
+  /// The fusion's outputs, then the saved statistics.
+  Fusion &forward() const { return *forwardFusion; }
+  /// Where each input of every backward comes from, in order.
+  const std::vector<Source> &backwardInputs() const { return sources; }
+  /// The outputs of forward() the backward reads, in increasing order.
+  const std::vector<size_t> &savedOutputs() const { return saved; }
+  /// The inputs that have gradients (full, per-row and per-column floats).
+  const std::vector<size_t> &differentiable() const { return gradientOf; }
+  /// The backward computing the gradients of the inputs flagged in `wanted`
+  /// (a flag per differentiable() input), in that order.
+  llvm::Expected<Fusion &> backward(const std::vector<bool> &wanted);
+
+private:
+  std::shared_ptr<Fusion> forwardFusion;
+  mlir::OwningOpRef<mlir::ModuleOp> backwardModule;
+  std::vector<Source> sources;
+  std::vector<size_t> saved;
+  std::vector<size_t> gradientOf;
+  std::mutex mutex;
+  std::map<std::vector<bool>, std::shared_ptr<Fusion>> backwards;
 };
 
 } // namespace tilefuse

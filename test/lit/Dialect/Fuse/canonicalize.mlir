@@ -139,3 +139,34 @@ fuse.kernel @selects(%m: !fuse.full<i1>, %x: !fuse.full<f32>, %y: !fuse.full<f32
   %c = fuse.select %false, %x, %y : !fuse.full<f32>
   fuse.yield %a, %b, %c : !fuse.full<f32>, !fuse.full<f32>, !fuse.full<f32>
 }
+
+// -----
+
+// floor and round of a constant fold exactly (round is half to even, as
+// torch.round); rounding a rounded value is that value; the first column of
+// a broadcast row is its argmax. sin of a constant is not folded: libm and
+// the target may round it differently.
+// CHECK-LABEL: fuse.kernel @rounding
+fuse.kernel @rounding(%x: !fuse.full<f32>, %r: !fuse.row<f32>) -> (a: !fuse.scalar<f32>, b: !fuse.scalar<f32>, c: !fuse.scalar<f32>, d: !fuse.full<f32>, e: !fuse.full<f32>, f: !fuse.row<i64>, g: !fuse.scalar<f32>) {
+  // CHECK-DAG: %[[MINUS_THREE:.+]] = fuse.constant scalar -3.000000e+00 : f32
+  // CHECK-DAG: %[[TWO:.+]] = fuse.constant scalar 2.000000e+00 : f32
+  // CHECK-DAG: %[[MINUS_TWO:.+]] = fuse.constant scalar -2.000000e+00 : f32
+  // CHECK-DAG: %[[ZERO:.+]] = fuse.constant row 0 : i64
+  // CHECK-DAG: %[[FLOOR:.+]] = fuse.floor %x : !fuse.full<f32>
+  // CHECK-DAG: %[[ROUND:.+]] = fuse.round %x : !fuse.full<f32>
+  // CHECK-DAG: %[[SIN:.+]] = fuse.sin
+  // CHECK: fuse.yield %[[MINUS_THREE]], %[[TWO]], %[[MINUS_TWO]], %[[FLOOR]], %[[ROUND]], %[[ZERO]], %[[SIN]]
+  %c = fuse.constant scalar -2.500000e+00 : f32
+  %a = fuse.floor %c : !fuse.scalar<f32>
+  %c2 = fuse.constant scalar 2.500000e+00 : f32
+  %b = fuse.round %c2 : !fuse.scalar<f32>
+  %c_ = fuse.round %c : !fuse.scalar<f32>
+  %f1 = fuse.floor %x : !fuse.full<f32>
+  %d = fuse.round %f1 : !fuse.full<f32>
+  %r1 = fuse.round %x : !fuse.full<f32>
+  %e = fuse.floor %r1 : !fuse.full<f32>
+  %wide = fuse.broadcast %r : !fuse.row<f32> to !fuse.full<f32>
+  %f = fuse.arg_reduce max %wide : !fuse.full<f32> to !fuse.row<i64>
+  %g = fuse.sin %c : !fuse.scalar<f32>
+  fuse.yield %a, %b, %c_, %d, %e, %f, %g : !fuse.scalar<f32>, !fuse.scalar<f32>, !fuse.scalar<f32>, !fuse.full<f32>, !fuse.full<f32>, !fuse.row<i64>, !fuse.scalar<f32>
+}

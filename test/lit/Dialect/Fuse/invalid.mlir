@@ -282,11 +282,27 @@ fuse.kernel @round_of_a_scalar(%x: !fuse.full<f32>, %s: !fuse.scalar<f32>) -> (y
 
 // -----
 
+fuse.kernel @arg_reduce_kind(%x: !fuse.full<f32>) -> (y: !fuse.row<i64>) {
+  // expected-error @+1 {{'fuse.arg_reduce' op kind must be max or min, got sum}}
+  %y = fuse.arg_reduce sum %x : !fuse.full<f32> to !fuse.row<i64>
+  fuse.yield %y : !fuse.row<i64>
+}
+
+// -----
+
 fuse.kernel @round_of_a_computed_value(%x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
   %0 = fuse.exp %x : !fuse.full<f32>
   // expected-error @+1 {{'fuse.round_to_storage' op 'of' must name a full or per-column float input of the kernel (a stored tensor)}}
   %y = fuse.round_to_storage %x of %0 : !fuse.full<f32>, !fuse.full<f32>
   fuse.yield %y : !fuse.full<f32>
+}
+
+// -----
+
+fuse.kernel @arg_reduce_input(%x: !fuse.full<i64>) -> (y: !fuse.row<i64>) {
+  // expected-error @+1 {{'fuse.arg_reduce' op input must be a full float value, got '!fuse.full<i64>'}}
+  %y = fuse.arg_reduce max %x : !fuse.full<i64> to !fuse.row<i64>
+  fuse.yield %y : !fuse.row<i64>
 }
 
 // -----
@@ -299,8 +315,24 @@ fuse.kernel @round_an_index(%x: !fuse.full<f32>, %i: !fuse.full<i64>) -> (y: !fu
 
 // -----
 
+fuse.kernel @arg_reduce_result(%x: !fuse.full<f32>) -> (y: !fuse.col<i64>) {
+  // expected-error @+1 {{'fuse.arg_reduce' op result must be !fuse.row<i32> or !fuse.row<i64> (one column per row), got '!fuse.col<i64>'}}
+  %y = fuse.arg_reduce max %x : !fuse.full<f32> to !fuse.col<i64>
+  fuse.yield %y : !fuse.col<i64>
+}
+
+// -----
+
 fuse.kernel @fma_kinds(%x: !fuse.full<f32>, %r: !fuse.row<f32>) -> (y: !fuse.full<f32>) {
   // expected-error @+1 {{'fuse.fma' op kind mismatch}}
   %y = fuse.fma %x, %r, %x : (!fuse.full<f32>, !fuse.row<f32>, !fuse.full<f32>) -> !fuse.full<f32>
   fuse.yield %y : !fuse.full<f32>
+}
+
+// -----
+
+fuse.kernel @rounding_of_integers(%i: !fuse.full<i32>) -> (y: !fuse.full<i32>) {
+  // expected-error @+1 {{'fuse.floor' op requires a floating-point element type, got 'i32'}}
+  %y = fuse.floor %i : !fuse.full<i32>
+  fuse.yield %y : !fuse.full<i32>
 }

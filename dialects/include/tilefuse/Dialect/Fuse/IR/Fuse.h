@@ -38,6 +38,10 @@ bool canBroadcast(ValueKind from, ValueKind to);
 /// The narrowest kind both `a` and `b` broadcast to (row and col join at full).
 ValueKind joinKinds(ValueKind a, ValueKind b);
 
+/// Whether `op` reduces each row: a fuse.reduce to a per-row value, or a
+/// fuse.arg_reduce.
+bool isRowReduction(mlir::Operation *op);
+
 /// Whether every value of element type `from` is exactly representable in
 /// `to`, so that a cast through `to` loses nothing.
 bool isLosslessCast(mlir::Type from, mlir::Type to);

@@ -121,6 +121,19 @@ def Fuse_RsqrtOp : Fuse_UnaryOp<"rsqrt", 1, "math.rsqrt">;
 def Fuse_TanhOp : Fuse_UnaryOp<"tanh", 1, "math.tanh">;
 def Fuse_ErfOp : Fuse_UnaryOp<"erf", 1, "math.erf">;
 def Fuse_SigmoidOp : Fuse_UnaryOp<"sigmoid", 1, "1 / (1 + math.exp(-x))">;
+// Primitives rather than compositions: log(1 + x) and exp(x) - 1 lose every
+// digit for small x; sin and cos need their own range reduction.
+def Fuse_Log1pOp : Fuse_UnaryOp<"log1p", 1, "math.log1p">;
+def Fuse_Expm1Op : Fuse_UnaryOp<"expm1", 1, "math.expm1">;
+def Fuse_SinOp : Fuse_UnaryOp<"sin", 1, "math.sin">;
+def Fuse_CosOp : Fuse_UnaryOp<"cos", 1, "math.cos">;
+def Fuse_FloorOp : Fuse_UnaryOp<"floor", 1, "math.floor"> {
+  let hasFolder = 1;
+}
+// Half to even, as torch.round.
+def Fuse_RoundOp : Fuse_UnaryOp<"round", 1, "math.roundeven"> {
+  let hasFolder = 1;
+}
 
 def Fuse_AddOp : Fuse_BinaryOp<"add", 0, "arith.addf / arith.addi", [Commutative]> {
   let hasFolder = 1;
@@ -266,6 +279,24 @@ def Fuse_ReduceOp : Fuse_Op<"reduce", [Pure]> {
     /// Whether this reduces along rows (full -> row) rather than columns.
     bool isRowReduction() { return getResult().getType().getKind() == ValueKind::Row; }
   }];
+}
+
+def Fuse_ArgReduceOp : Fuse_Op<"arg_reduce", [Pure]> {
+  let summary = "the column of each row's maximum or minimum (argmax, argmin)";
+  let description = [{
+    ```mlir
+    %i = fuse.arg_reduce max %x : !fuse.full<f32> to !fuse.row<i64>
+    ```
+    Like `torch.argmax` / `torch.argmin` over the last dim: the first
+    column among ties, and a NaN counts as the extreme (the first NaN's
+    column). The kind is `max` or `min`; the input is a float, the result a
+    per-row i32 or i64.
+  }];
+  let arguments = (ins Fuse_ReduceKind:$kind, Fuse_Value:$input);
+  let results = (outs Fuse_Value:$result);
+  let assemblyFormat = "$kind $input attr-dict `:` type($input) `to` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
 }
 
 def Fuse_GatherOp : Fuse_Op<"gather", [Pure]> {
