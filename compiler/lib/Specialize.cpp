@@ -37,6 +37,64 @@ Type parseDtype(MLIRContext *context, StringRef dtype) {
   return {};
 }
 
+/// The storage dtype of each stored port, from a spec "bf16" or
+/// "bf16,exp_avg=f32,exp_avg_sq=f32": the default, then overrides by port
+/// name (inputs and outputs). The default "declared" keeps each port's
+/// declared type (the DSL declares each tensor's own dtype).
+struct StorageSpec {
+  Type defaultType; // null for "declared"
+  llvm::StringMap<Type> overrides;
+
+  /// The storage element type of the port `name` declared as `declared`.
+  Type of(StringRef port, Type declared) const {
+    auto it = overrides.find(port);
+    if (it != overrides.end())
+      return it->second;
+    return defaultType ? defaultType
+                       : cast<ValueType>(declared).getElementType();
+  }
+};
+
+FailureOr<StorageSpec> parseStorageSpec(KernelOp kernel, StringRef spec) {
+  SmallVector<StringRef> fields;
+  spec.split(fields, ',');
+  StorageSpec result;
+  StringRef defaultDtype = fields.front().trim();
+  if (defaultDtype != "declared") {
+    result.defaultType = parseDtype(kernel.getContext(), defaultDtype);
+    if (!result.defaultType)
+      return kernel.emitError("fuse-specialize: unsupported dtype '")
+             << defaultDtype << "': expected f32, f16, bf16, f64 or declared";
+  }
+  // The ports an override may name: stored (full or per-column float).
+  llvm::StringSet<> stored;
+  auto collect = [&](ArrayAttr names, ArrayRef<Type> types) {
+    for (auto [name, type] : llvm::zip(names.getAsValueRange<StringAttr>(), types))
+      if (isStoredInDtype(type))
+        stored.insert(name);
+  };
+  collect(kernel.getInputNames(), kernel.getInputTypes());
+  collect(kernel.getOutputNames(), kernel.getOutputTypes());
+  for (StringRef field : llvm::drop_begin(fields)) {
+    auto [name, dtype] = field.split('=');
+    name = name.trim();
+    Type type = parseDtype(kernel.getContext(), dtype.trim());
+    if (!type)
+      return kernel.emitError("fuse-specialize: '")
+             << field << "': expected port=dtype with dtype f32, f16, bf16 "
+             << "or f64";
+    if (!stored.contains(name))
+      return kernel.emitError("fuse-specialize: '")
+             << field << "': kernel @" << kernel.getSymName()
+             << " has no full or per-column float input or output named '"
+             << name << "'";
+    if (!result.overrides.try_emplace(name, type).second)
+      return kernel.emitError("fuse-specialize: port '")
+             << name << "' is given two storage dtypes";
+  }
+  return result;
+}
+
 /// The narrowest storage type of a full or per-column float port (it sets
 /// the vector width), f32 if there is none.
 Type narrowestStorage(KernelOp kernel) {
@@ -139,65 +197,6 @@ LogicalResult checkAbi(KernelOp kernel, const KernelAbi &abi) {
   return failure(walk.wasInterrupted());
 }
 
-/// The storage dtype of each stored port, from a spec "bf16" or
-/// "bf16,exp_avg=f32,exp_avg_sq=f32": the default, then overrides by port
-/// name (inputs and outputs).
-struct StorageSpec {
-  /// Null for "declared": ports keep their declared types.
-  Type defaultType;
-  llvm::StringMap<Type> overrides;
-
-  /// The storage type of `port`, whose declared element type is `declared`.
-  Type of(StringRef port, Type declared) const {
-    auto it = overrides.find(port);
-    if (it != overrides.end())
-      return it->second;
-    return defaultType ? defaultType : declared;
-  }
-};
-
-FailureOr<StorageSpec> parseStorageSpec(KernelOp kernel, StringRef spec) {
-  SmallVector<StringRef> fields;
-  spec.split(fields, ',');
-  StorageSpec result;
-  // "declared": every port keeps the type the fusion declares (the DSL
-  // declares each tensor's own dtype).
-  StringRef defaultDtype = fields.front().trim();
-  if (defaultDtype != "declared") {
-    result.defaultType = parseDtype(kernel.getContext(), defaultDtype);
-    if (!result.defaultType)
-      return kernel.emitError("fuse-specialize: unsupported dtype '")
-             << defaultDtype << "': expected f32, f16, bf16, f64 or declared";
-  }
-  // The ports an override may name: stored (full or per-column float).
-  llvm::StringSet<> stored;
-  auto collect = [&](ArrayAttr names, ArrayRef<Type> types) {
-    for (auto [name, type] : llvm::zip(names.getAsValueRange<StringAttr>(), types))
-      if (isStoredInDtype(type))
-        stored.insert(name);
-  };
-  collect(kernel.getInputNames(), kernel.getInputTypes());
-  collect(kernel.getOutputNames(), kernel.getOutputTypes());
-  for (StringRef field : llvm::drop_begin(fields)) {
-    auto [name, dtype] = field.split('=');
-    name = name.trim();
-    Type type = parseDtype(kernel.getContext(), dtype.trim());
-    if (!type)
-      return kernel.emitError("fuse-specialize: '")
-             << field << "': expected port=dtype with dtype f32, f16, bf16 "
-             << "or f64";
-    if (!stored.contains(name))
-      return kernel.emitError("fuse-specialize: '")
-             << field << "': kernel @" << kernel.getSymName()
-             << " has no full or per-column float input or output named '"
-             << name << "'";
-    if (!result.overrides.try_emplace(name, type).second)
-      return kernel.emitError("fuse-specialize: port '")
-             << name << "' is given two storage dtypes";
-  }
-  return result;
-}
-
 struct FuseSpecializePass
     : tilefuse::impl::FuseSpecializeBase<FuseSpecializePass> {
   using FuseSpecializeBase::FuseSpecializeBase;
@@ -236,8 +235,7 @@ struct FuseSpecializePass
     SmallVector<StringRef> inputNames(
         kernel.getInputNames().getAsValueRange<StringAttr>());
     auto storageOf = [&](BlockArgument arg) {
-      return storage->of(inputNames[arg.getArgNumber()],
-                         cast<ValueType>(arg.getType()).getElementType());
+      return storage->of(inputNames[arg.getArgNumber()], arg.getType());
     };
 
     // Roundings to an input's storage, while the inputs are still the
@@ -277,7 +275,7 @@ struct FuseSpecializePass
          llvm::zip(yield->getOpOperands(),
                    kernel.getOutputNames().getAsValueRange<StringAttr>())) {
       auto computeType = cast<ValueType>(operand.get().getType());
-      Type stored = storage->of(name, computeType.getElementType());
+      Type stored = storage->of(name, computeType);
       if (isStoredInDtype(computeType) &&
           computeType.getElementType() != stored)
         operand.set(CastOp::create(builder, yield.getLoc(),

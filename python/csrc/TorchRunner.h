@@ -33,16 +33,18 @@ at::ScalarType scalarType(const std::string &dtype);
 /// declaration order; `storage` is the dtype of its full and per-column
 /// float tensors, or nullopt when every port keeps the type the fusion
 /// declares (DSL fusions). `out` may give outputs to write in place (by
-/// output index; an undefined tensor is allocated). `scalarTensors`, when
-/// given, has one entry per scalar input: a one-element tensor binds that
-/// scalar by pointer (read on the device: no synchronization, and a new
-/// value never recompiles), and `scalars` then holds only the others.
-/// Errors name `op`.
+/// output index; an undefined tensor is allocated). With `storagePerTensor`,
+/// each float tensor given (inputs and `out`) is stored in its own dtype
+/// instead, `storage` being the default: the kernel is specialized for that
+/// mix (bf16 parameters with f32 state). `scalarTensors`, when given, has
+/// one entry per scalar input: a one-element tensor binds that scalar by
+/// pointer (read on the device: no synchronization, and a new value never
+/// recompiles), and `scalars` then holds only the others. Errors name `op`.
 std::vector<at::Tensor>
 runFusion(std::string_view op, Fusion &fusion, at::TensorList tensors,
           c10::ArrayRef<c10::Scalar> scalars,
           std::optional<at::ScalarType> storage, at::IntArrayRef shape,
-          at::TensorList out = {},
+          at::TensorList out = {}, bool storagePerTensor = false,
           c10::ArrayRef<std::optional<at::Tensor>> scalarTensors = {});
 
 /// One input of a multi-tensor call, per input of the fusion.

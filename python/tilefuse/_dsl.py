@@ -784,6 +784,8 @@ class Fusion:
         bound.apply_defaults()
         return list(bound.arguments.values())
 
+    # Tracing runs the builder (C++), which torch.compile does not trace.
+    @torch.compiler.disable
     def _trace(self, specs, compute: str) -> _Compiled:
         trace = _Trace(self._name, compute)
         builder = trace.builder
