@@ -33,6 +33,22 @@ Type promote(Type lhs, Type rhs) {
   }
   return lhs.getIntOrFloatBitWidth() >= rhs.getIntOrFloatBitWidth() ? lhs : rhs;
 }
+
+/// The element type an op on `lhs` and `rhs` computes in. A scalar against
+/// a tensor (full, per row, per column) takes the tensor's type, as torch
+/// treats Python numbers and 0-dim tensors: `x * beta` stays in x's type
+/// however wide beta is (a float scalar against an integer tensor: the
+/// fusion's compute type); otherwise promote().
+Type operandType(dsl::Value lhs, dsl::Value rhs, Type compute) {
+  Type l = typeOf(lhs).getElementType(), r = typeOf(rhs).getElementType();
+  bool lhsScalar = lhs.kind() == Kind::Scalar;
+  if (lhsScalar == (rhs.kind() == Kind::Scalar))
+    return promote(l, r);
+  Type tensor = lhsScalar ? r : l, scalar = lhsScalar ? l : r;
+  if (isa<FloatType>(scalar) && !isa<FloatType>(tensor))
+    return compute;
+  return tensor;
+}
 } // namespace
 
 Kind dsl::Value::kind() const { return typeOf(*this).getKind(); }
@@ -117,8 +133,7 @@ dsl::Value FusionBuilder::broadcastTo(dsl::Value x, Kind kind) {
 }
 
 dsl::Value FusionBuilder::binary(StringRef op, dsl::Value lhs, dsl::Value rhs) {
-  Type element = promote(typeOf(lhs).getElementType(),
-                         typeOf(rhs).getElementType());
+  Type element = operandType(lhs, rhs, elementType(compute));
   Kind kind = fuse::joinKinds(lhs.kind(), rhs.kind());
   mlir::Value a = broadcastTo(castTo(lhs, element), kind).get();
   mlir::Value b = broadcastTo(castTo(rhs, element), kind).get();
@@ -166,8 +181,7 @@ dsl::Value FusionBuilder::unary(StringRef op, dsl::Value x) {
 
 dsl::Value FusionBuilder::compare(fuse::CmpPredicate predicate, dsl::Value lhs,
                                   dsl::Value rhs) {
-  Type element = promote(typeOf(lhs).getElementType(),
-                         typeOf(rhs).getElementType());
+  Type element = operandType(lhs, rhs, elementType(compute));
   Kind kind = fuse::joinKinds(lhs.kind(), rhs.kind());
   mlir::Value a = broadcastTo(castTo(lhs, element), kind).get();
   mlir::Value b = broadcastTo(castTo(rhs, element), kind).get();
@@ -178,13 +192,32 @@ dsl::Value FusionBuilder::compare(fuse::CmpPredicate predicate, dsl::Value lhs,
 
 dsl::Value FusionBuilder::select(dsl::Value condition, dsl::Value a,
                                  dsl::Value b) {
-  Type element = promote(typeOf(a).getElementType(), typeOf(b).getElementType());
+  Type element = operandType(a, b, elementType(compute));
   Kind kind = fuse::joinKinds(condition.kind(), fuse::joinKinds(a.kind(), b.kind()));
   mlir::Value c = broadcastTo(condition, kind).get();
   mlir::Value x = broadcastTo(castTo(a, element), kind).get();
   mlir::Value y = broadcastTo(castTo(b, element), kind).get();
   return {this, fuse::SelectOp::create(builder, builder.getUnknownLoc(),
                                        x.getType(), c, x, y)};
+}
+
+dsl::Value FusionBuilder::fma(dsl::Value a, dsl::Value b, dsl::Value c) {
+  Type element = promote(promote(typeOf(a).getElementType(),
+                                 typeOf(b).getElementType()),
+                         typeOf(c).getElementType());
+  Kind kind = fuse::joinKinds(fuse::joinKinds(a.kind(), b.kind()), c.kind());
+  auto operand = [&](dsl::Value v) {
+    return broadcastTo(castTo(v, element), kind).get();
+  };
+  mlir::Value x = operand(a), y = operand(b), z = operand(c);
+  return {this, fuse::FmaOp::create(builder, builder.getUnknownLoc(),
+                                    x.getType(), x, y, z)};
+}
+
+dsl::Value FusionBuilder::roundToStorageOf(dsl::Value x, dsl::Value input) {
+  return {this, fuse::RoundToStorageOp::create(builder, builder.getUnknownLoc(),
+                                               x.get().getType(), x.get(),
+                                               input.get())};
 }
 
 dsl::Value FusionBuilder::reduce(fuse::ReduceKind kind, dsl::Value x,
@@ -284,6 +317,10 @@ Value gelu(Value x, llvm::StringRef approximate) {
 }
 Value pow(Value b, Value e) { return ownerOf(b).binary("pow", b, e); }
 Value pow(Value b, double e) { return pow(b, ownerOf(b).scalar(e, b)); }
+Value fma(Value a, Value b, Value c) { return ownerOf(a).fma(a, b, c); }
+Value roundToStorageOf(Value x, Value input) {
+  return ownerOf(x).roundToStorageOf(x, input);
+}
 Value maximum(Value l, Value r) { return ownerOf(l).binary("maximum", l, r); }
 Value minimum(Value l, Value r) { return ownerOf(l).binary("minimum", l, r); }
 Value where(Value c, Value a, Value b) { return ownerOf(c).select(c, a, b); }

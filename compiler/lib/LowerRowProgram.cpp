@@ -20,8 +20,10 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -74,25 +76,6 @@ SmallVector<RowReduction> rowReductions(KernelOp kernel,
       if (level < 0 || levels.lookup(reduction->input) == level)
         reductions.push_back(*reduction);
   return reductions;
-}
-
-/// The pass after which each value is available: inputs at level 0, a row
-/// reduction's result one level above its input, anything else at the
-/// highest level of its operands.
-DenseMap<Value, int> rowLevels(KernelOp kernel) {
-  DenseMap<Value, int> levels;
-  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
-    levels[arg] = 0;
-  for (Operation &op : kernel.getEntryBlock().without_terminator()) {
-    int level = 0;
-    for (Value operand : op.getOperands())
-      level = std::max(level, levels.lookup(operand));
-    if (isRowReduction(&op))
-      ++level;
-    for (Value result : op.getResults())
-      levels[result] = level;
-  }
-  return levels;
 }
 
 /// The column reduction an output stores, looking through the cast to the
@@ -193,8 +176,9 @@ vector::CombiningKind vectorCombiningKind(ReduceKind kind, bool isFloat) {
 }
 
 /// `value` as the float type (or vector of floats) `type`: extended if that
-/// is wider, truncated if narrower; bf16 <-> f16 goes exactly through f32,
-/// then rounds once.
+/// is wider, truncated if narrower. bf16 <-> f16 goes exactly through f32,
+/// then rounds once; f64 -> f16/bf16 rounds to f32 first, as PyTorch's
+/// conversions do (and the CPU JIT has no __truncdfhf2/__truncdfbf2 to call).
 Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
   auto from = cast<FloatType>(getElementTypeOrSelf(value.getType()));
   auto to = cast<FloatType>(getElementTypeOrSelf(type));
@@ -202,17 +186,97 @@ Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
     return value;
   if (to.getWidth() > from.getWidth())
     return arith::ExtFOp::create(b, loc, type, value);
-  if (to.getWidth() == from.getWidth()) {
-    Type f32 = b.getF32Type();
-    if (auto vector = dyn_cast<VectorType>(type))
-      f32 = vector.clone(f32);
+  Type f32 = b.getF32Type();
+  if (auto vector = dyn_cast<VectorType>(type))
+    f32 = vector.clone(f32);
+  if (to.getWidth() == from.getWidth())
     value = arith::ExtFOp::create(b, loc, f32, value);
-  }
+  else if (to.getWidth() < 32 && from.getWidth() > 32)
+    value = arith::TruncFOp::create(b, loc, f32, value);
   return arith::TruncFOp::create(b, loc, type, value);
+}
+
+/// `input` (a value or vector) converted to the element type of `type`, as
+/// fuse.cast converts: floats by castFloat, floats to integers toward zero,
+/// masks (i1) as 0/1, other integers sign-extended or truncated.
+Value convertElements(OpBuilder &b, Location loc, Value input, Type type) {
+  Type from = getElementTypeOrSelf(input.getType());
+  Type to = getElementTypeOrSelf(type);
+  if (from == to)
+    return input;
+  bool isFloat = isa<FloatType>(from);
+  bool toFloat = isa<FloatType>(to);
+  if (isFloat && toFloat)
+    return castFloat(b, loc, input, type);
+  if (isFloat)
+    return arith::FPToSIOp::create(b, loc, type, input);
+  bool fromMask = from.isInteger(1);
+  if (toFloat)
+    return fromMask ? arith::UIToFPOp::create(b, loc, type, input).getResult()
+                    : arith::SIToFPOp::create(b, loc, type, input).getResult();
+  if (to.getIntOrFloatBitWidth() > from.getIntOrFloatBitWidth())
+    return fromMask ? arith::ExtUIOp::create(b, loc, type, input).getResult()
+                    : arith::ExtSIOp::create(b, loc, type, input).getResult();
+  return arith::TruncIOp::create(b, loc, type, input);
 }
 
 Value indexConstant(OpBuilder &b, Location loc, int64_t value) {
   return arith::ConstantIndexOp::create(b, loc, value);
+}
+
+/// Terms per block of a blocked accumulation (PyTorch's CPU sums use 16 too).
+constexpr int64_t kAccumulationBlock = 16;
+
+/// Folds terms [0, count) into accumulators that start at `identities`, in
+/// blocks: the terms of each block of kAccumulationBlock are folded in order
+/// (`accumulate(index, accumulators)` returns the new accumulators) into a
+/// partial that starts from the identities, kAccumulationBlock of those
+/// partials likewise (`combine(lhs, rhs)`), and so on through enough levels
+/// for `maxCount` terms (more terms still fold correctly: the top level
+/// takes them all). A sum's rounding error grows with the number of levels
+/// rather than with `count`, and up to kAccumulationBlock terms it is one
+/// plain loop. Any associative combination works: sums, max/min, and merged
+/// states such as (max, sum of exp) or (count, mean, M2).
+SmallVector<Value> emitBlockedAccumulation(
+    OpBuilder &b, Location loc, Value count, int64_t maxCount,
+    ValueRange identities,
+    function_ref<SmallVector<Value>(Value, ValueRange)> accumulate,
+    function_ref<SmallVector<Value>(ValueRange, ValueRange)> combine) {
+  int levels = 1;
+  for (int64_t span = kAccumulationBlock; span < maxCount && levels < 8;
+       span *= kAccumulationBlock)
+    ++levels;
+  // Level L folds terms [base, count) in steps of kAccumulationBlock^L,
+  // at most kAccumulationBlock of them unless it is the top level.
+  std::function<SmallVector<Value>(int, Value)> emitLevel =
+      [&](int level, Value base) -> SmallVector<Value> {
+    int64_t span = 1;
+    for (int l = 0; l < level; ++l)
+      span *= kAccumulationBlock;
+    Value trips = arith::CeilDivUIOp::create(
+        b, loc, arith::SubIOp::create(b, loc, count, base),
+        indexConstant(b, loc, span));
+    if (level != levels - 1)
+      trips = arith::MinUIOp::create(
+          b, loc, trips, indexConstant(b, loc, kAccumulationBlock));
+    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0), trips,
+                                   indexConstant(b, loc, 1), identities);
+    OpBuilder::InsertionGuard insertion(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value index = arith::AddIOp::create(
+        b, loc, base,
+        arith::MulIOp::create(b, loc, loop.getInductionVar(),
+                              indexConstant(b, loc, span)));
+    ValueRange carried = loop.getRegionIterArgs();
+    SmallVector<Value> next =
+        level == 0 ? accumulate(index, carried)
+                   : combine(carried, emitLevel(level - 1, index));
+    // Without loop-carried values the builder already added the yield.
+    if (!next.empty())
+      scf::YieldOp::create(b, loc, next);
+    return SmallVector<Value>(loop.getResults());
+  };
+  return emitLevel(levels - 1, indexConstant(b, loc, 0));
 }
 
 /// Where rows, lanes and row groups come from, and how a row reduction
@@ -254,6 +318,13 @@ public:
   void emitPartialsInit(Value rowGroup);
   /// Emits the whole program for `row` (valid rows only store).
   LogicalResult emitRow(Value row, Value rowValid, Value rowGroup);
+
+  /// Elementwise kernels (multi-tensor): computes every scalar value from
+  /// the bound inputs, where it dominates the emitElementwiseAt calls.
+  LogicalResult emitScalarValues();
+  /// Elementwise kernels: computes every output at element `offset` of the
+  /// bound pointers, one vector of the config's width, and stores it.
+  void emitElementwiseAt(Value offset);
 
 private:
   struct Chunk {
@@ -493,6 +564,7 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
         return binary(arith::MinimumFOp(), arith::MinSIOp());
       })
       .Case([&](PowOp) { return math(math::PowFOp()); })
+      .Case([&](FmaOp) { return math(math::FmaOp()); })
       .Case([&](NegOp) -> Value {
         if (isFloat)
           return arith::NegFOp::create(b, loc, operands[0]);
@@ -561,25 +633,7 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
                                        operands[2]);
       })
       .Case([&](CastOp) -> Value {
-        Value input = operands[0];
-        Type to = getElementTypeOrSelf(resultType);
-        if (elementType == to)
-          return input;
-        auto toFloat = dyn_cast<FloatType>(to);
-        if (isFloat && toFloat)
-          return castFloat(b, loc, input, resultType);
-        if (isFloat)
-          return arith::FPToSIOp::create(b, loc, resultType, input);
-        bool fromMask = elementType.isInteger(1);
-        if (toFloat)
-          return fromMask
-                     ? arith::UIToFPOp::create(b, loc, resultType, input).getResult()
-                     : arith::SIToFPOp::create(b, loc, resultType, input).getResult();
-        if (to.getIntOrFloatBitWidth() > elementType.getIntOrFloatBitWidth())
-          return fromMask
-                     ? arith::ExtUIOp::create(b, loc, resultType, input).getResult()
-                     : arith::ExtSIOp::create(b, loc, resultType, input).getResult();
-        return arith::TruncIOp::create(b, loc, resultType, input);
+        return convertElements(b, loc, operands[0], resultType);
       })
       .Default([&](Operation *) -> Value { return {}; });
 }
@@ -799,16 +853,9 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
     for (Chunk &chunk : onChipChunks)
       emitChunkWork(chunk, isFinal, reductions, accumulators);
   } else {
-    SmallVector<Value> initial;
-    for (const ReductionState &state : accumulators)
-      initial.append(state.begin(), state.end());
-    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
-                                   indexConstant(b, loc, config.chunks),
-                                   indexConstant(b, loc, 1), initial);
-    OpBuilder::InsertionGuard insertion(b);
-    b.setInsertionPointToStart(loop.getBody());
-    Chunk chunk = makeChunk(loop.getInductionVar());
-    // The loop carries every state's values, flattened in order.
+    // Streamed: each thread folds its chunks in blocks (accuracy over long
+    // rows); a pass without reductions is one plain loop. The loops carry
+    // every state's values, flattened in order.
     auto unflatten = [&](ValueRange flat) {
       SmallVector<ReductionState> states;
       for (const RowReduction &reduction : reductions) {
@@ -817,17 +864,28 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
       }
       return states;
     };
-    SmallVector<ReductionState> carried = unflatten(loop.getRegionIterArgs());
-    emitChunkWork(chunk, isFinal, reductions, carried);
-    // Without loop-carried values the builder already added the yield.
-    if (!initial.empty()) {
-      SmallVector<Value> yielded;
-      for (const ReductionState &state : carried)
-        yielded.append(state.begin(), state.end());
-      scf::YieldOp::create(b, loc, yielded);
-    }
-    b.setInsertionPointAfter(loop);
-    accumulators = unflatten(loop.getResults());
+    auto flatten = [](ArrayRef<ReductionState> states) {
+      SmallVector<Value> flat;
+      for (const ReductionState &state : states)
+        flat.append(state.begin(), state.end());
+      return flat;
+    };
+    accumulators = unflatten(emitBlockedAccumulation(
+        b, loc, indexConstant(b, loc, config.chunks),
+        reductions.empty() ? 1 : config.chunks, flatten(accumulators),
+        [&](Value chunkIndex, ValueRange carried) {
+          Chunk chunk = makeChunk(chunkIndex);
+          SmallVector<ReductionState> states = unflatten(carried);
+          emitChunkWork(chunk, isFinal, reductions, states);
+          return flatten(states);
+        },
+        [&](ValueRange lhs, ValueRange rhs) {
+          SmallVector<ReductionState> combined;
+          for (auto [reduction, left, right] :
+               llvm::zip(reductions, unflatten(lhs), unflatten(rhs)))
+            combined.push_back(combineStates(b, loc, reduction, left, right));
+          return flatten(combined);
+        }));
   }
 
   if (reductions.empty())
@@ -921,22 +979,89 @@ LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
   return success();
 }
 
+LogicalResult RowProgramEmitter::emitScalarValues() {
+  row = indexConstant(b, loc, 0);
+  rowValid = rowGroup = Value();
+  rowValues.clear();
+  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
+    if (valueType(arg).getKind() == ValueKind::Scalar)
+      rowValues[arg] = inputs.lookup(arg);
+  for (int level = 0; level <= maxLevel; ++level)
+    if (failed(emitRowScopeOps(level)))
+      return failure();
+  return success();
+}
+
+void RowProgramEmitter::emitElementwiseAt(Value offset) {
+  Chunk chunk;
+  chunk.base = offset;
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  for (auto [index, output] : llvm::enumerate(yield.getValues()))
+    store(emitInChunk(chunk, output), outputs.lookup(index), offset);
+}
+
 //===----------------------------------------------------------------------===//
 // Shared by both targets: the lowered signature and the finalize function.
 //===----------------------------------------------------------------------===//
 
 /// The lowered parameter types of `kernel` (KernelABI.h), without the
 /// target's trailing index parameters.
-SmallVector<Type> loweredParameters(KernelOp kernel, Type pointer) {
+SmallVector<Type> loweredParameters(KernelOp kernel, Type pointer,
+                                    const KernelAbi &abi) {
   SmallVector<Type> types;
-  for (Type input : kernel.getInputTypes()) {
+  for (auto [name, input] :
+       llvm::zip(kernel.getInputNames().getAsValueRange<StringAttr>(),
+                 kernel.getInputTypes())) {
     auto type = cast<ValueType>(input);
-    types.push_back(type.getKind() == ValueKind::Scalar ? type.getElementType()
-                                                        : pointer);
+    bool byValue = type.getKind() == ValueKind::Scalar &&
+                   !abi.scalarPointers.count(name.str());
+    types.push_back(byValue ? type.getElementType() : pointer);
   }
   for (size_t i = 0, e = kernel.getOutputTypes().size(); i < e; ++i)
     types.push_back(pointer);
   return types;
+}
+
+/// The element type a KernelAbi names (f32, f16, bf16, f64, i1, i32, i64).
+Type abiDtype(MLIRContext *context, StringRef name) {
+  Builder b(context);
+  return llvm::StringSwitch<Type>(name)
+      .Case("f32", b.getF32Type())
+      .Case("f16", b.getF16Type())
+      .Case("bf16", b.getBF16Type())
+      .Case("f64", b.getF64Type())
+      .Case("i1", b.getI1Type())
+      .Case("i32", b.getI32Type())
+      .Default(b.getI64Type());
+}
+
+/// Reads a scalar bound by pointer (`pointee` there) as input `index`'s
+/// declared type.
+Value readScalar(OpBuilder &b, Location loc, KernelOp kernel, unsigned index,
+                 Value address, Type pointee) {
+  Value value = LLVM::LoadOp::create(b, loc, pointee, address);
+  Type declared =
+      cast<ValueType>(kernel.getInputTypes()[index]).getElementType();
+  return convertElements(b, loc, value, declared);
+}
+
+/// Binds the lowered arguments of a row program (inputs, then outputs),
+/// reading the scalars bound by pointer once, here.
+void bindArguments(RowProgramEmitter &emitter, OpBuilder &b, Location loc,
+                   KernelOp kernel, const KernelAbi &abi,
+                   ValueRange arguments) {
+  unsigned numInputs = kernel.getInputTypes().size();
+  for (auto [index, name] : llvm::enumerate(
+           kernel.getInputNames().getAsValueRange<StringAttr>())) {
+    Value argument = arguments[index];
+    if (auto it = abi.scalarPointers.find(name.str());
+        it != abi.scalarPointers.end())
+      argument = readScalar(b, loc, kernel, index, argument,
+                            abiDtype(kernel.getContext(), it->second));
+    emitter.bindInput(index, argument);
+  }
+  for (unsigned i = 0, e = kernel.getOutputTypes().size(); i < e; ++i)
+    emitter.bindOutput(i, arguments[numInputs + i]);
 }
 
 /// Column-reduction outputs: (reduction, storage element type).
@@ -950,8 +1075,13 @@ SmallVector<std::pair<ReduceOp, Type>> columnReductions(KernelOp kernel) {
   return result;
 }
 
-/// out[column] = combine over row groups g of partials[g, column], in order;
-/// mean divides by rows. `arguments`: (partials, output) per column
+/// How many row groups a finalize's blocked accumulation is laid out for
+/// (more still add up right): a GPU has at most a few thousand, the CPU
+/// one per kCpuRowsPerPartial rows.
+constexpr int64_t kMaxFinalizedRowGroups = int64_t(1) << 24;
+
+/// out[column] = combine over row groups g of partials[g, column], in order
+/// and in blocks; mean divides by rows. `arguments`: (partials, output) per column
 /// reduction, then row_groups and rows (i64).
 void emitFinalizeColumn(OpBuilder &b, Location loc, KernelOp kernel,
                         ValueRange arguments, Value column, int64_t n) {
@@ -966,26 +1096,25 @@ void emitFinalizeColumn(OpBuilder &b, Location loc, KernelOp kernel,
     Type compute = valueType(reduce.getInput()).getElementType();
     Value identity = arith::ConstantOp::create(
         b, loc, reductionIdentity(reduce.getKind(), compute));
-    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0), rowGroups,
-                                   indexConstant(b, loc, 1), identity);
-    {
-      OpBuilder::InsertionGuard insertion(b);
-      b.setInsertionPointToStart(loop.getBody());
-      Value offset = arith::AddIOp::create(
-          b, loc,
-          arith::MulIOp::create(b, loc, loop.getInductionVar(),
-                                indexConstant(b, loc, n)),
-          column);
-      Value offset64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), offset);
-      Value address = LLVM::GEPOp::create(b, loc, partials.getType(), compute,
-                                          partials, ValueRange{offset64});
-      Value partial = LLVM::LoadOp::create(b, loc, compute, address);
-      scf::YieldOp::create(
-          b, loc,
-          combineReduction(b, loc, reduce.getKind(), loop.getRegionIterArgs()[0],
-                           partial));
-    }
-    Value total = loop.getResult(0);
+    ReduceKind kind = reduce.getKind();
+    Value total = emitBlockedAccumulation(
+        b, loc, rowGroups, kMaxFinalizedRowGroups, identity,
+        [&](Value group, ValueRange carried) -> SmallVector<Value> {
+          Value offset = arith::AddIOp::create(
+              b, loc,
+              arith::MulIOp::create(b, loc, group, indexConstant(b, loc, n)),
+              column);
+          Value offset64 =
+              arith::IndexCastOp::create(b, loc, b.getI64Type(), offset);
+          Value address = LLVM::GEPOp::create(b, loc, partials.getType(),
+                                              compute, partials,
+                                              ValueRange{offset64});
+          Value partial = LLVM::LoadOp::create(b, loc, compute, address);
+          return {combineReduction(b, loc, kind, carried[0], partial)};
+        },
+        [&](ValueRange lhs, ValueRange rhs) -> SmallVector<Value> {
+          return {combineReduction(b, loc, kind, lhs[0], rhs[0])};
+        })[0];
     if (reduce.getKind() == ReduceKind::Mean)
       total = arith::DivFOp::create(
           b, loc, total, arith::SIToFPOp::create(b, loc, compute, rows));
@@ -1153,7 +1282,10 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   b.setInsertionPointToEnd(module.getBody());
   Type pointer = LLVM::LLVMPointerType::get(context, /*addressSpace=*/1);
 
-  SmallVector<Type> parameters = loweredParameters(kernel, pointer);
+  FailureOr<KernelAbi> abi = getKernelAbi(kernel);
+  if (failed(abi))
+    return failure();
+  SmallVector<Type> parameters = loweredParameters(kernel, pointer, *abi);
   parameters.push_back(b.getI64Type()); // rows
   int64_t maxReductions = maxReductionsPerPass(kernel);
   int64_t warpsPerRow = std::max<int64_t>(1, config->threadsPerRow / 32);
@@ -1196,11 +1328,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   RowProgramEmitter emitter(kernel, *config, *shape, mapping, b);
   if (failed(emitter.checkSupported()))
     return failure();
-  unsigned numInputs = kernel.getInputTypes().size();
-  for (unsigned i = 0; i < numInputs; ++i)
-    emitter.bindInput(i, entry.getArgument(i));
-  for (unsigned i = 0, e = kernel.getOutputTypes().size(); i < e; ++i)
-    emitter.bindOutput(i, entry.getArgument(numInputs + i));
+  bindArguments(emitter, b, loc, kernel, *abi, entry.getArguments());
   emitter.emitPartialsInit(rowGroup);
 
   // Every thread of a block runs the same number of row iterations (the
@@ -1252,6 +1380,11 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   return success();
 }
 
+
+/// Lowers a row program or, for a multi-tensor kernel, its multi-tensor
+/// form (below, after the CPU's row mapping).
+LogicalResult lowerAnyKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module);
+
 struct FuseLowerToGPUPass
     : tilefuse::impl::FuseLowerToGPUBase<FuseLowerToGPUPass> {
   void runOnOperation() override {
@@ -1265,7 +1398,7 @@ struct FuseLowerToGPUPass
     auto gpuModule =
         gpu::GPUModuleOp::create(b, module.getLoc(), kGPUModuleName);
     for (KernelOp kernel : kernels) {
-      if (failed(lowerKernelToGPU(kernel, gpuModule)))
+      if (failed(lowerAnyKernelToGPU(kernel, gpuModule)))
         return signalPassFailure();
       kernel.erase();
     }
@@ -1292,6 +1425,437 @@ private:
   Value zero;
 };
 
+//===----------------------------------------------------------------------===//
+// Multi-tensor kernels (KernelABI.h): the elementwise program of a kernel
+// over a table of tensors, in chunks; the same emitter writes the body.
+//===----------------------------------------------------------------------===//
+
+/// How a multi-tensor kernel's ports map onto its table and parameters.
+struct MultiTensorLayout {
+  /// Per input: its table column (full inputs, per-tensor scalars) or -1.
+  SmallVector<int64_t> inputColumn;
+  /// Per output: its table column, or the column of the input it updates.
+  SmallVector<int64_t> outputColumn;
+  /// Pointer bindings of scalar inputs (shared or per tensor): pointee type.
+  DenseMap<unsigned, Type> pointee;
+  int64_t columns = 0;
+  /// Parameters besides the table: scalars not per tensor, the skip flag.
+  SmallVector<Type> parameters;
+  Type skipType;
+
+  MultiTensorLayout(KernelOp kernel, const KernelAbi &abi, Type pointer) {
+    MLIRContext *context = kernel.getContext();
+    auto dtype = [&](StringRef name) { return abiDtype(context, name); };
+    SmallVector<StringRef> inputNames(
+        kernel.getInputNames().getAsValueRange<StringAttr>());
+    for (auto [index, name, type] :
+         llvm::enumerate(inputNames, kernel.getInputTypes())) {
+      auto valueType = cast<ValueType>(type);
+      int64_t column = -1;
+      if (valueType.getKind() == ValueKind::Full) {
+        column = columns++;
+      } else if (auto it = abi.perTensorScalars.find(name.str());
+                 it != abi.perTensorScalars.end()) {
+        column = columns++;
+        pointee[index] = dtype(it->second);
+      } else if (auto it = abi.scalarPointers.find(name.str());
+                 it != abi.scalarPointers.end()) {
+        pointee[index] = dtype(it->second);
+        parameters.push_back(pointer);
+      } else {
+        parameters.push_back(valueType.getElementType());
+      }
+      inputColumn.push_back(column);
+    }
+    for (StringRef name :
+         kernel.getOutputNames().getAsValueRange<StringAttr>()) {
+      auto it = abi.inplace.find(name.str());
+      outputColumn.push_back(
+          it == abi.inplace.end()
+              ? columns++
+              : inputColumn[llvm::find(inputNames, it->second) -
+                            inputNames.begin()]);
+    }
+    if (!abi.skipIf.empty()) {
+      skipType = dtype(abi.skipIf);
+      parameters.push_back(pointer);
+    }
+  }
+};
+
+/// Reads word `word` (index) of the table as an i64.
+Value loadTableWord(OpBuilder &b, Location loc, Value table, Value word) {
+  Value offset = arith::IndexCastOp::create(b, loc, b.getI64Type(), word);
+  Value address = LLVM::GEPOp::create(b, loc, table.getType(), b.getI64Type(),
+                                      table, ValueRange{offset});
+  return LLVM::LoadOp::create(b, loc, b.getI64Type(), address, 8);
+}
+
+/// Whether the flag at `pointer` (of `type`) is nonzero (a NaN counts).
+Value flagIsSet(OpBuilder &b, Location loc, Value pointer, Type type) {
+  Value flag = LLVM::LoadOp::create(b, loc, type, pointer);
+  if (auto floatType = dyn_cast<FloatType>(type))
+    return arith::CmpFOp::create(
+        b, loc, arith::CmpFPredicate::UNE, flag,
+        arith::ConstantOp::create(b, loc, FloatAttr::get(floatType, 0.0)));
+  return arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::ne, flag,
+      arith::ConstantOp::create(b, loc, IntegerAttr::get(type, 0)));
+}
+
+/// Emits the kernel's multi-tensor body around `emitTensor`, which runs one
+/// tensor given its row base in the table, its element count and whether
+/// the tensor is this thread's; shared by both targets.
+class MultiTensorEmitter {
+public:
+  MultiTensorEmitter(KernelOp kernel, const TileConfig &config,
+                     const KernelShape &shape, const MultiTensorLayout &layout,
+                     RowMapping &mapping, OpBuilder &b, Type pointer)
+      : kernel(kernel), config(config), layout(layout), b(b), loc(kernel.getLoc()),
+        pointer(pointer),
+        vector(kernel, config, shape, mapping, b),
+        scalarConfig(withWidth(config, 1)),
+        tail(kernel, scalarConfig, shape, mapping, b) {}
+
+  LogicalResult checkSupported() {
+    return success(succeeded(vector.checkSupported()) &&
+                   succeeded(tail.checkSupported()));
+  }
+
+  /// Binds the scalar parameters (`arguments`: the function's parameters
+  /// after the table); shared pointers are read here, once.
+  void bindScalars(ValueRange arguments) {
+    unsigned next = 0;
+    for (auto [index, column] : llvm::enumerate(layout.inputColumn)) {
+      if (column >= 0)
+        continue;
+      Value argument = arguments[next++];
+      if (Type pointee = layout.pointee.lookup(index))
+        argument = readScalar(b, loc, kernel, index, argument, pointee);
+      bind(index, argument);
+    }
+  }
+
+  /// Binds tensor `rowBase`'s columns: pointers and per-tensor scalars.
+  void bindTensor(Value table, Value rowBase) {
+    auto column = [&](int64_t c) -> Value {
+      Value word = arith::AddIOp::create(b, loc, rowBase,
+                                         indexConstant(b, loc, 1 + c));
+      return LLVM::IntToPtrOp::create(b, loc, pointer,
+                                      loadTableWord(b, loc, table, word));
+    };
+    for (auto [index, c] : llvm::enumerate(layout.inputColumn)) {
+      if (c < 0)
+        continue;
+      Value address = column(c);
+      Type pointee = layout.pointee.lookup(index);
+      bind(index, pointee ? readScalar(b, loc, kernel, index, address, pointee)
+                          : address);
+    }
+    for (auto [index, c] : llvm::enumerate(layout.outputColumn)) {
+      Value address = column(c);
+      vector.bindOutput(index, address);
+      tail.bindOutput(index, address);
+    }
+  }
+
+  RowProgramEmitter &vectors() { return vector; }
+  RowProgramEmitter &scalars() { return tail; }
+
+private:
+  static TileConfig withWidth(TileConfig config, int64_t width) {
+    config.vectorWidth = width;
+    return config;
+  }
+  void bind(unsigned index, Value value) {
+    vector.bindInput(index, value);
+    tail.bindInput(index, value);
+  }
+
+  KernelOp kernel;
+  const TileConfig &config;
+  const MultiTensorLayout &layout;
+  OpBuilder &b;
+  Location loc;
+  Type pointer;
+  RowProgramEmitter vector;
+  TileConfig scalarConfig;
+  RowProgramEmitter tail;
+};
+
+/// The table parameter's type: 64-bit words filling the parameter space
+/// the other parameters leave (KernelABI.h).
+LLVM::LLVMArrayType tableType(MLIRContext *context,
+                              const MultiTensorLayout &layout) {
+  return LLVM::LLVMArrayType::get(
+      IntegerType::get(context, 64),
+      multiTensorTableWords(layout.parameters.size()));
+}
+
+/// Runs `body` unless the skip flag (if any) is set.
+template <typename Fn>
+void unlessSkipped(OpBuilder &b, Location loc, const MultiTensorLayout &layout,
+                   Value skipPointer, Fn body) {
+  Value run;
+  if (layout.skipType)
+    run = arith::XOrIOp::create(
+        b, loc, flagIsSet(b, loc, skipPointer, layout.skipType),
+        arith::ConstantOp::create(b, loc, b.getBoolAttr(true)));
+  emitGuarded(b, loc, run, body);
+}
+
+LogicalResult lowerMultiTensorKernelToGPU(KernelOp kernel,
+                                          gpu::GPUModuleOp module,
+                                          const TileConfig &config,
+                                          const KernelShape &shape,
+                                          const KernelAbi &abi) {
+  MLIRContext *context = kernel.getContext();
+  Location loc = kernel.getLoc();
+  OpBuilder b(context);
+  b.setInsertionPointToEnd(module.getBody());
+  Type global = LLVM::LLVMPointerType::get(context, /*addressSpace=*/1);
+  MultiTensorLayout layout(kernel, abi, global);
+  // The table is passed by value (byval, set on the LLVM function after
+  // conversion; see Pipeline.cpp): loads from it become ld.param.
+  SmallVector<Type> parameters = {LLVM::LLVMPointerType::get(context)};
+  llvm::append_range(parameters, layout.parameters);
+  auto function = gpu::GPUFuncOp::create(b, loc, kernel.getSymName(),
+                                         b.getFunctionType(parameters, {}));
+  function->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  function->setAttr(kParamTableAttr,
+                    TypeAttr::get(tableType(context, layout)));
+  function.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
+      {static_cast<int32_t>(config.threadsPerRow), 1, 1}));
+
+  Block &entry = function.getBody().front();
+  b.setInsertionPointToStart(&entry);
+  Value thread = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+  Value blocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
+  // One thread per lane: RowMapping's lane is the thread.
+  GPURowMapping mapping(config, thread, indexConstant(b, loc, 0), Value(), 1);
+  MultiTensorEmitter emitter(kernel, config, shape, layout, mapping, b, global);
+  if (failed(emitter.checkSupported()))
+    return failure();
+  Value table = entry.getArgument(0);
+  ValueRange rest = entry.getArguments().drop_front();
+  LogicalResult result = success();
+  unlessSkipped(b, loc, layout, layout.skipType ? rest.back() : Value(), [&] {
+    emitter.bindScalars(rest);
+    Value count = arith::IndexCastOp::create(
+        b, loc, b.getIndexType(),
+        loadTableWord(b, loc, table, indexConstant(b, loc, 0)));
+    Value chunk = indexConstant(b, loc, config.chunkElements);
+    Value zero = indexConstant(b, loc, 0), one = indexConstant(b, loc, 1);
+    auto tensors = scf::ForOp::create(b, loc, zero, count, one, ValueRange{zero});
+    OpBuilder::InsertionGuard insertion(b);
+    b.setInsertionPointToStart(tensors.getBody());
+    Value tensor = tensors.getInductionVar();
+    Value firstChunk = tensors.getRegionIterArgs()[0];
+    Value rowBase = arith::AddIOp::create(
+        b, loc,
+        arith::MulIOp::create(b, loc, tensor,
+                              indexConstant(b, loc, layout.columns + 1)),
+        one);
+    Value n = arith::IndexCastOp::create(b, loc, b.getIndexType(),
+                                         loadTableWord(b, loc, table, rowBase));
+    Value chunks = arith::CeilDivUIOp::create(b, loc, n, chunk);
+    // This block's first chunk of the tensor: the c with
+    // (firstChunk + c) % blocks == block.
+    Value phase = arith::RemUIOp::create(b, loc, firstChunk, blocks);
+    Value mine = arith::RemUIOp::create(
+        b, loc,
+        arith::SubIOp::create(b, loc, arith::AddIOp::create(b, loc, block, blocks),
+                              phase),
+        blocks);
+    Value hasWork = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                          mine, chunks);
+    emitGuarded(b, loc, hasWork, [&] {
+      emitter.bindTensor(table, rowBase);
+      if (failed(emitter.vectors().emitScalarValues())) {
+        result = failure();
+        return;
+      }
+      int64_t width = config.vectorWidth;
+      Value whole = arith::MulIOp::create(
+          b, loc,
+          arith::DivUIOp::create(b, loc, n, indexConstant(b, loc, width)),
+          indexConstant(b, loc, width));
+      auto chunkLoop = scf::ForOp::create(b, loc, mine, chunks, blocks);
+      OpBuilder::InsertionGuard inChunk(b);
+      b.setInsertionPointToStart(chunkLoop.getBody());
+      Value start =
+          arith::MulIOp::create(b, loc, chunkLoop.getInductionVar(), chunk);
+      auto sweep = scf::ForOp::create(b, loc, zero,
+                                      indexConstant(b, loc, config.chunks), one);
+      {
+        OpBuilder::InsertionGuard inSweep(b);
+        b.setInsertionPointToStart(sweep.getBody());
+        // offset = start + (sweep * threads + thread) * V
+        Value slot = arith::AddIOp::create(
+            b, loc,
+            arith::MulIOp::create(b, loc, sweep.getInductionVar(),
+                                  indexConstant(b, loc, config.threadsPerRow)),
+            thread);
+        Value offset = arith::AddIOp::create(
+            b, loc, start,
+            arith::MulIOp::create(b, loc, slot, indexConstant(b, loc, width)));
+        Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                            offset, whole);
+        emitGuarded(b, loc, valid,
+                    [&] { emitter.vectors().emitElementwiseAt(offset); });
+      }
+      if (width == 1)
+        return;
+      // The last n % V elements, one per thread, in the chunk holding them.
+      Value offset = arith::AddIOp::create(b, loc, whole, thread);
+      Value end = arith::AddIOp::create(b, loc, start, chunk);
+      Value inTail = andConditions(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, offset, n),
+          andConditions(
+              b, loc,
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, whole,
+                                    start),
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, whole,
+                                    end)));
+      emitGuarded(b, loc, inTail, [&] {
+        if (failed(emitter.scalars().emitScalarValues())) {
+          result = failure();
+          return;
+        }
+        emitter.scalars().emitElementwiseAt(offset);
+      });
+    });
+    scf::YieldOp::create(b, loc,
+                         ValueRange{arith::AddIOp::create(b, loc, firstChunk,
+                                                          chunks)});
+  });
+  b.setInsertionPointToEnd(&entry);
+  gpu::ReturnOp::create(b, loc);
+  return result;
+}
+
+LogicalResult lowerMultiTensorKernelToCPU(KernelOp kernel, ModuleOp module,
+                                          const TileConfig &config,
+                                          const KernelShape &shape,
+                                          const KernelAbi &abi) {
+  MLIRContext *context = kernel.getContext();
+  Location loc = kernel.getLoc();
+  OpBuilder b(context);
+  b.setInsertionPoint(kernel);
+  Type pointer = LLVM::LLVMPointerType::get(context);
+  MultiTensorLayout layout(kernel, abi, pointer);
+  SmallVector<Type> parameters = {pointer};
+  llvm::append_range(parameters, layout.parameters);
+  // t_begin, e_begin, t_last, e_end
+  parameters.append(4, b.getI64Type());
+  auto function = func::FuncOp::create(b, loc, kernel.getSymName(),
+                                       b.getFunctionType(parameters, {}));
+  Block *entry = function.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  auto index = [&](unsigned fromEnd) -> Value {
+    return arith::IndexCastOp::create(
+        b, loc, b.getIndexType(),
+        entry->getArgument(entry->getNumArguments() - fromEnd));
+  };
+  Value tensorBegin = index(4), elementBegin = index(3), tensorLast = index(2),
+        elementEnd = index(1);
+  CPURowMapping mapping(b, loc);
+  // Tasks start anywhere in a tensor: no access may assume alignment.
+  KernelShape unaligned = shape;
+  unaligned.aligned = false;
+  MultiTensorEmitter emitter(kernel, config, unaligned, layout, mapping, b,
+                             pointer);
+  if (failed(emitter.checkSupported()))
+    return failure();
+  Value table = entry->getArgument(0);
+  ValueRange scalars =
+      entry->getArguments().slice(1, layout.parameters.size());
+  LogicalResult result = success();
+  unlessSkipped(b, loc, layout, layout.skipType ? scalars.back() : Value(), [&] {
+    emitter.bindScalars(scalars);
+    Value zero = indexConstant(b, loc, 0), one = indexConstant(b, loc, 1);
+    auto tensors = scf::ForOp::create(
+        b, loc, tensorBegin, arith::AddIOp::create(b, loc, tensorLast, one), one);
+    OpBuilder::InsertionGuard insertion(b);
+    b.setInsertionPointToStart(tensors.getBody());
+    Value tensor = tensors.getInductionVar();
+    Value rowBase = arith::AddIOp::create(
+        b, loc,
+        arith::MulIOp::create(b, loc, tensor,
+                              indexConstant(b, loc, layout.columns + 1)),
+        one);
+    Value n = arith::IndexCastOp::create(b, loc, b.getIndexType(),
+                                         loadTableWord(b, loc, table, rowBase));
+    auto is = [&](Value bound) {
+      return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tensor,
+                                   bound);
+    };
+    Value lo = arith::SelectOp::create(b, loc, is(tensorBegin), elementBegin,
+                                       zero);
+    Value hi = arith::SelectOp::create(b, loc, is(tensorLast), elementEnd, n);
+    emitter.bindTensor(table, rowBase);
+    if (failed(emitter.vectors().emitScalarValues()) ||
+        failed(emitter.scalars().emitScalarValues())) {
+      result = failure();
+      return;
+    }
+    Value width = indexConstant(b, loc, config.vectorWidth);
+    Value whole = arith::AddIOp::create(
+        b, loc, lo,
+        arith::MulIOp::create(
+            b, loc,
+            arith::DivUIOp::create(b, loc,
+                                   arith::SubIOp::create(b, loc, hi, lo), width),
+            width));
+    auto vectors = scf::ForOp::create(b, loc, lo, whole, width);
+    {
+      OpBuilder::InsertionGuard inLoop(b);
+      b.setInsertionPointToStart(vectors.getBody());
+      emitter.vectors().emitElementwiseAt(vectors.getInductionVar());
+    }
+    auto rest = scf::ForOp::create(b, loc, whole, hi, one);
+    OpBuilder::InsertionGuard inLoop(b);
+    b.setInsertionPointToStart(rest.getBody());
+    emitter.scalars().emitElementwiseAt(rest.getInductionVar());
+  });
+  b.setInsertionPointToEnd(entry);
+  func::ReturnOp::create(b, loc);
+  return result;
+}
+
+/// The multi-tensor configuration of `kernel`, when it is one.
+struct MultiTensorKernel {
+  TileConfig config;
+  KernelShape shape;
+  KernelAbi abi;
+};
+FailureOr<std::optional<MultiTensorKernel>> multiTensorKernel(KernelOp kernel) {
+  FailureOr<KernelAbi> abi = getKernelAbi(kernel);
+  if (failed(abi))
+    return failure();
+  if (!abi->multiTensor)
+    return std::optional<MultiTensorKernel>();
+  FailureOr<TileConfig> config = TileConfig::fromKernel(kernel);
+  FailureOr<KernelShape> shape = getKernelShape(kernel);
+  if (failed(config) || failed(shape))
+    return failure();
+  return std::optional<MultiTensorKernel>({*config, *shape, *abi});
+}
+
+LogicalResult lowerAnyKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
+  auto multiTensor = multiTensorKernel(kernel);
+  if (failed(multiTensor))
+    return failure();
+  if (!*multiTensor)
+    return lowerKernelToGPU(kernel, module);
+  return lowerMultiTensorKernelToGPU(kernel, module, (*multiTensor)->config,
+                                     (*multiTensor)->shape,
+                                     (*multiTensor)->abi);
+}
+
+
 LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
   FailureOr<TileConfig> config = TileConfig::fromKernel(kernel);
   FailureOr<KernelShape> shape = getKernelShape(kernel);
@@ -1307,7 +1871,10 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
   b.setInsertionPoint(kernel);
   Type pointer = LLVM::LLVMPointerType::get(context);
 
-  SmallVector<Type> parameters = loweredParameters(kernel, pointer);
+  FailureOr<KernelAbi> abi = getKernelAbi(kernel);
+  if (failed(abi))
+    return failure();
+  SmallVector<Type> parameters = loweredParameters(kernel, pointer, *abi);
   // rows, row_begin, row_end, row_group
   parameters.append(4, b.getI64Type());
   auto function = func::FuncOp::create(b, loc, kernel.getSymName(),
@@ -1325,11 +1892,7 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
   RowProgramEmitter emitter(kernel, *config, *shape, mapping, b);
   if (failed(emitter.checkSupported()))
     return failure();
-  unsigned numInputs = kernel.getInputTypes().size();
-  for (unsigned i = 0; i < numInputs; ++i)
-    emitter.bindInput(i, entry->getArgument(i));
-  for (unsigned i = 0, e = kernel.getOutputTypes().size(); i < e; ++i)
-    emitter.bindOutput(i, entry->getArgument(numInputs + i));
+  bindArguments(emitter, b, loc, kernel, *abi, entry->getArguments());
   emitter.emitPartialsInit(rowGroup);
   auto loop = scf::ForOp::create(b, loc, rowBegin, rowEnd,
                                  indexConstant(b, loc, 1));
@@ -1363,7 +1926,13 @@ struct FuseLowerToCPUPass
   void runOnOperation() override {
     SmallVector<KernelOp> kernels(getOperation().getOps<KernelOp>());
     for (KernelOp kernel : kernels) {
-      if (failed(lowerKernelToCPU(kernel, getOperation())))
+      auto multiTensor = multiTensorKernel(kernel);
+      if (failed(multiTensor) ||
+          failed(*multiTensor ? lowerMultiTensorKernelToCPU(
+                                    kernel, getOperation(),
+                                    (*multiTensor)->config,
+                                    (*multiTensor)->shape, (*multiTensor)->abi)
+                              : lowerKernelToCPU(kernel, getOperation())))
         return signalPassFailure();
       kernel.erase();
     }

@@ -1,7 +1,7 @@
 //===- CrossEntropyKernels.cpp - running the cross-entropy fusions --------===//
 
 #include "CrossEntropyKernels.h"
-#include "OpSupport.h"
+#include "TorchOpSupport.h"
 #include "TorchRunner.h"
 
 #include <ATen/Dispatch.h>

@@ -19,7 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CrossEntropyKernels.h"
-#include "OpSupport.h"
+#include "TorchOpSupport.h"
 
 #include "tilefuse/Torch/Ops.h"
 
@@ -40,7 +40,6 @@ namespace {
 
 constexpr const char *kOp = "cross_entropy";
 
-using TensorPair = std::tuple<Tensor, Tensor>;
 using TensorQuad = std::tuple<Tensor, Tensor, Tensor, Tensor>;
 
 using FwdOp = TensorQuad(const Tensor &, const Tensor &,

@@ -19,7 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CrossEntropyKernels.h"
-#include "OpSupport.h"
+#include "TorchOpSupport.h"
 
 #include "tilefuse/Torch/Ops.h"
 
@@ -48,8 +48,6 @@ constexpr const char *kOp = "linear_cross_entropy";
 constexpr int64_t kDefaultChunkBytes = int64_t(256) << 20;
 
 using GradMask = std::array<bool, 3>; // input, weight, bias
-using TensorPair = std::tuple<Tensor, Tensor>;
-using TensorTriple = std::tuple<Tensor, Tensor, Tensor>;
 using TensorFive = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
 
 using FwdOp = TensorPair(const Tensor &, const Tensor &,

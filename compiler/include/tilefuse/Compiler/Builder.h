@@ -3,7 +3,8 @@
 // The C++ skin of the DSL (Python binds the same API). A fusion is written
 // as ordinary arithmetic on `Value`s; the builder emits `fuse` IR, inserting
 // the broadcasts that mixing kinds needs and promoting integer operands of
-// float arithmetic to the float type:
+// float arithmetic to the float type (a scalar against a tensor takes the
+// tensor's type, as torch's Python numbers and 0-dim tensors do):
 //
 //   FusionBuilder b(context, "rms_norm_fwd");
 //   Value x = b.input("x", Kind::Full), w = b.input("weight", Kind::Col);
@@ -93,6 +94,12 @@ Value silu(Value x);
 Value gelu(Value x, llvm::StringRef approximate = "none");
 Value pow(Value base, Value exponent);
 Value pow(Value base, double exponent);
+/// a * b + c, rounded once (math.fma).
+Value fma(Value a, Value b, Value c);
+/// `x` rounded to the dtype `input` (a full or per-column float input) is
+/// stored in, and back: `x.to(input.dtype)` in PyTorch terms. The identity
+/// where that dtype is the compute type.
+Value roundToStorageOf(Value x, Value input);
 Value maximum(Value lhs, Value rhs);
 Value minimum(Value lhs, Value rhs);
 /// torch.where(condition, a, b).
@@ -168,6 +175,8 @@ public:
   Value unary(llvm::StringRef op, Value x);
   Value compare(fuse::CmpPredicate predicate, Value lhs, Value rhs);
   Value select(Value condition, Value a, Value b);
+  Value fma(Value a, Value b, Value c);
+  Value roundToStorageOf(Value x, Value input);
   Value castTo(Value x, mlir::Type elementType);
   Value broadcastTo(Value x, Kind kind);
   Value scalar(double value, Value like);

@@ -27,10 +27,35 @@
 // "thread" per row; rows_per_task = max(1, 65536 / n) rows per task of the
 // runtime's thread pool; row_on_chip as on the GPU.
 //
+// Limits on compile work (diagnostics of fuse-specialize and
+// fuse-select-tiles, so every tool, the runtime and the fuzzer get them):
+//  - n <= 2^40 (kMaxRowLength);
+//  - a row on chip unrolls at most 64 chunks per thread
+//    (kMaxUnrolledChunks), whatever row-on-chip says;
+//  - the lowering emits about ops * passes * unrolled chunks (* V on a GPU,
+//    where math runs per element) operations: at most 2^17
+//    (kMaxEmittedOps), some 25 times the largest built-in.
+//
+// Multi-tensor kernels (elementwise, over a table of tensors of any size;
+// KernelABI.h) cut every tensor into chunks of 65536 elements, as Apex's
+// multi_tensor_apply does: large enough that a block's per-chunk work (the
+// table walk, the per-tensor scalars) is amortized over 128 elements per
+// thread, small enough that a 100M-element tensor spreads over ~1500
+// chunks and any grid balances within one chunk.
+//  - GPU: blocks of 512 threads (threads_per_row; rows_per_block = 1), V as
+//    for rows (16-byte vectors in the aligned class, where every pointer is
+//    16-byte aligned; tails of fewer than V elements run scalar), chunks =
+//    65536 / (512 * V) vectors per thread per chunk, a persistent grid of
+//    at most 4 blocks per SM striding over the launch's chunks.
+//  - CPU: V = 8 (then a scalar tail), each task of the thread pool runs
+//    65536 consecutive elements of the table's tensors (rows_per_task).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TILEFUSE_COMPILER_TILECONFIG_H
 #define TILEFUSE_COMPILER_TILECONFIG_H
+
+#include "tilefuse/Compiler/KernelABI.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/Support/LLVM.h"
@@ -42,6 +67,10 @@ namespace fuse {
 class KernelOp;
 } // namespace fuse
 
+constexpr int64_t kMaxRowLength = int64_t(1) << 40;
+constexpr int64_t kMaxUnrolledChunks = 64;
+constexpr int64_t kMaxEmittedOps = int64_t(1) << 17;
+
 struct TileConfig {
   std::string target; // "sm_80", "sm_90", ..., or "cpu"
   int64_t threadsPerRow = 1;
@@ -52,8 +81,10 @@ struct TileConfig {
   /// 0: one row group per row; otherwise a persistent grid of this many
   /// blocks per SM.
   int64_t blocksPerSM = 0;
-  /// CPU only: rows per task of the thread pool.
+  /// CPU only: rows per task of the thread pool (multi-tensor: elements).
   int64_t rowsPerTask = 0;
+  /// Multi-tensor kernels: the elements of a chunk (0 otherwise).
+  int64_t chunkElements = 0;
 
   bool isGPU() const { return target != "cpu"; }
   int64_t threadsPerBlock() const { return threadsPerRow * rowsPerBlock; }
@@ -72,7 +103,16 @@ struct KernelShape {
   bool hasColumnReduction = false;
   bool hasRowReduction = false;
   int64_t fullInputs = 0;
+  /// Operations in the kernel body, and the passes over a row it makes.
+  int64_t ops = 0;
+  int64_t passes = 1;
+  /// A multi-tensor kernel (n is not fixed).
+  bool multiTensor = false;
 };
+
+/// The ABI fuse-specialize recorded on a kernel (the default when it
+/// recorded none); emits an error and fails for a malformed record.
+mlir::FailureOr<KernelAbi> getKernelAbi(fuse::KernelOp kernel);
 
 /// Whether `target` names a chip tilefuse emits PTX for, or the CPU.
 bool isKnownTarget(llvm::StringRef target);
@@ -83,6 +123,11 @@ TileConfig chooseTileConfig(const KernelShape &shape, llvm::StringRef target);
 /// The shape of a kernel that fuse-specialize has run on; emits an error and
 /// fails otherwise.
 mlir::FailureOr<KernelShape> getKernelShape(fuse::KernelOp kernel);
+
+/// The pass over a row after which each value of `kernel` is available:
+/// inputs at level 0, a row reduction's result one level above its input,
+/// anything else at the highest level of its operands.
+llvm::DenseMap<mlir::Value, int> rowLevels(fuse::KernelOp kernel);
 
 } // namespace tilefuse
 

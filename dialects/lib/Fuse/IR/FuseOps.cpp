@@ -264,6 +264,11 @@ static bool isIdentifier(StringRef name) {
 }
 
 LogicalResult KernelOp::verify() {
+  // The name becomes a PTX entry point, which takes no other characters
+  // (the NVPTX backend aborts on them).
+  if (!isIdentifier(getSymName()))
+    return emitOpError("kernel name '")
+           << getSymName() << "' is not an identifier ([A-Za-z_][A-Za-z0-9_]*)";
   FunctionType type = getFunctionType();
   if (getInputNames().size() != type.getNumInputs())
     return emitOpError("has ") << getInputNames().size()
@@ -583,6 +588,22 @@ OpFoldResult CastOp::fold(FoldAdaptor) {
 void CastOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
                                          MLIRContext *context) {
   patterns.add<LosslessCastChain>(context);
+}
+
+LogicalResult RoundToStorageOp::verify() {
+  if (!valueType(getValue()).isFloat())
+    return emitOpError("rounds a float value, got ")
+           << valueType(getValue()).getElementType();
+  auto input = dyn_cast<BlockArgument>(getInput());
+  auto kernel = (*this)->getParentOfType<KernelOp>();
+  ValueType inputType = valueType(getInput());
+  if (!input || !kernel || input.getOwner() != &kernel.getEntryBlock() ||
+      !inputType.isFloat() ||
+      (inputType.getKind() != ValueKind::Full &&
+       inputType.getKind() != ValueKind::Col))
+    return emitOpError("'of' must name a full or per-column float input of "
+                       "the kernel (a stored tensor)");
+  return success();
 }
 
 LogicalResult BroadcastOp::verify() {

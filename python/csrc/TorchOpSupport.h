@@ -1,21 +1,28 @@
-//===- OpSupport.h - what every tilefuse:: op file shares -------*- C++ -*-===//
+//===- TorchOpSupport.h - what the tilefuse:: op files share ----*- C++ -*-===//
 //
-// Argument checks that name the op and the argument, the shapes and dtypes
-// of per-row statistics, the autograd gate and typed handles to ops, for
-// the files that register tilefuse:: ops (TorchOps.cpp,
-// CrossEntropyOps.cpp, ...).
+// Argument checks with errors that name the op and the argument, output
+// allocation, the autograd decision and op lookup, for the files that
+// register the tilefuse:: ops (TorchOps.cpp, NormOps.cpp, GluOps.cpp,
+// AdamWOps.cpp, CrossEntropyOps.cpp, LinearCrossEntropyOps.cpp).
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TILEFUSE_PYTHON_OPSUPPORT_H
-#define TILEFUSE_PYTHON_OPSUPPORT_H
+#ifndef TILEFUSE_PYTHON_TORCHOPSUPPORT_H
+#define TILEFUSE_PYTHON_TORCHOPSUPPORT_H
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include <cfloat>
+#include <cmath>
+#include <tuple>
+
 namespace tilefuse::torch_ops {
+
+using TensorPair = std::tuple<at::Tensor, at::Tensor>;
+using TensorTriple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
 inline bool isFloatStorage(at::ScalarType type) {
   return type == at::kFloat || type == at::kHalf || type == at::kBFloat16 ||
@@ -39,8 +46,8 @@ inline void checkSameDevice(const char *op, const char *name,
                     ", but '", referenceName, "' is on ", reference.device());
 }
 
-/// A per-column parameter (a norm's weight or bias, class weights) of an op
-/// on `input`, in the input's dtype.
+/// A per-column parameter (a bias, class weights) of an op on `input`, in
+/// the input's dtype.
 inline at::Tensor checkColumn(const char *op, const char *name,
                               const at::Tensor &tensor, const at::Tensor &input,
                               const c10::SymInt &n) {
@@ -50,6 +57,17 @@ inline at::Tensor checkColumn(const char *op, const char *name,
                     "] ([n]), got ", tensor.sym_sizes());
   checkSameDevice(op, name, tensor, "input", input);
   return tensor.to(input.scalar_type());
+}
+
+/// A float argument of an op computing in f32 (any input but float64) must
+/// fit in f32: it would become infinity in the kernel.
+inline void checkFitsComputeType(const char *op, const char *name, double value,
+                                 at::ScalarType input) {
+  TORCH_CHECK_VALUE(input == at::kDouble || !std::isfinite(value) ||
+                        std::abs(value) <= FLT_MAX,
+                    "tilefuse.", op, ": ", name, " = ", value,
+                    " is out of range for float32, the type ", input,
+                    " tensors compute in");
 }
 
 inline c10::SymIntArrayRef leadingSymDims(const at::Tensor &x) {
@@ -81,12 +99,13 @@ bool needsGraph(const char *op, const Tensors &...tensors) {
 }
 
 template <typename Signature>
-c10::TypedOperatorHandle<Signature> findOp(const char *name) {
+c10::TypedOperatorHandle<Signature> findOp(const char *name,
+                                           const char *overload = "") {
   return c10::Dispatcher::singleton()
-      .findSchemaOrThrow(name, "")
+      .findSchemaOrThrow(name, overload)
       .typed<Signature>();
 }
 
 } // namespace tilefuse::torch_ops
 
-#endif // TILEFUSE_PYTHON_OPSUPPORT_H
+#endif // TILEFUSE_PYTHON_TORCHOPSUPPORT_H
