@@ -40,6 +40,16 @@ T5_COUNTS = {"rms_norm": 2 * 2 + 1 + 2 * 3 + 1}
 FAMILIES = [*CAUSAL_LMS, "t5"]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models step fastest on one thread (and OpenMP threads spinning
+    at barriers made a step 10-100x slower on a loaded 2-core machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def make_model(family: str):
     torch.manual_seed(0)
     if family == "t5":
@@ -237,3 +247,58 @@ def test_t5_patch_on_an_f32_model_and_its_encoder():
     ids = batch("t5")["input_ids"]
     torch.testing.assert_close(encoder(input_ids=ids).last_hidden_state,
                                plain(input_ids=ids).last_hidden_state, atol=1e-5, rtol=1e-5)
+
+
+def train(model, inputs: dict, steps: int, autocast: bool) -> list[float]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(**inputs).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+CONVERGENCE_STEPS = 30
+
+
+@pytest.mark.parametrize("precision", ["f32", "bf16"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_convergence(family, precision):
+    """Liger's convergence test: a tiny random-init model trained on a fixed
+    batch with and without patching, losses compared step by step."""
+    model = make_model(family)
+    patched = copy.deepcopy(model)
+    TT.apply_tilefuse(patched)
+    inputs, autocast = batch(family), precision == "bf16"
+    expected = train(model, inputs, CONVERGENCE_STEPS, autocast)
+    losses = train(patched, inputs, CONVERGENCE_STEPS, autocast)
+    assert expected[-1] < expected[0] - 0.1  # it learns
+    tolerance = 1e-4 if precision == "f32" else 3e-3
+    differences = [abs(a - b) for a, b in zip(losses, expected)]
+    assert max(differences) <= tolerance, differences
+
+
+def test_patched_model_compiles_without_graph_breaks():
+    """torch.compile(fullgraph=True) of a patched model's forward and
+    backward: the fused ops (built-ins and the DSL's T5 norm) stay in the
+    graph. aot_eager traces what inductor would get, without code generation."""
+    model = make_model("llama")
+    TT.apply_tilefuse(model)
+    inputs = batch("llama")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    loss = compiled(**inputs).loss
+    loss.backward()
+    expected = model(**inputs).loss
+    torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
+
+    norm = T5LayerNorm(64).to(torch.bfloat16)
+    TT.apply_tilefuse_to_t5(norm)
+    x = torch.randn(2, 5, 64, dtype=torch.bfloat16, requires_grad=True)
+    out = torch.compile(norm, fullgraph=True, backend="aot_eager")(x)
+    out.sum().backward()
+    assert torch.equal(out, norm(x))
