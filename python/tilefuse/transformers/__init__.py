@@ -81,8 +81,9 @@ _FAMILIES = {family.model_type: family for family in (
 
 # Subclasses with a fused forward, one per class of transformers they replace.
 _FUSED: dict[type, type] = {}
-# Class-level patches (no model given): (module, attribute name, original).
-_CLASS_PATCHES: list[tuple[types.ModuleType, str, type]] = []
+# Class-level patches (no model given): (module or class, attribute name,
+# original class or forward).
+_CLASS_PATCHES: list[tuple[object, str, object]] = []
 
 
 def _original(cls: type) -> type:
@@ -133,6 +134,13 @@ def _hook_loss(model, causal_lm: type) -> int:
     return 1
 
 
+def _fuse_head(model, causal_lm: type) -> int:
+    if not isinstance(model, causal_lm) or hasattr(model.forward, "_tilefuse_kind"):
+        return 0
+    model.forward = types.MethodType(_loss.fused_head_forward(type(model).forward), model)
+    return 1
+
+
 def _patch_instance(family: _Family, model, switches: dict) -> dict:
     counts = {}
     if switches.get("rms_norm"):
@@ -144,6 +152,8 @@ def _patch_instance(family: _Family, model, switches: dict) -> dict:
             lambda mlp: _fused.gate_kind(mlp.act_fn) is not None)
     if family.causal_lm and switches.get("cross_entropy"):
         counts["cross_entropy"] = _hook_loss(model, family.original(family.causal_lm))
+    if family.causal_lm and switches.get("linear_cross_entropy"):
+        counts["linear_cross_entropy"] = _fuse_head(model, family.original(family.causal_lm))
     return counts
 
 
@@ -169,6 +179,13 @@ def _patch_classes(family: _Family, switches: dict) -> dict:
         if not hooked:
             causal_lm._loss_function = staticmethod(_loss.causal_lm_loss)
         counts["cross_entropy"] = int(not hooked)
+    if family.causal_lm and switches.get("linear_cross_entropy"):
+        causal_lm = family.original(family.causal_lm)
+        fused = hasattr(causal_lm.forward, "_tilefuse_kind")
+        if not fused:
+            _CLASS_PATCHES.append((causal_lm, "forward", causal_lm.forward))
+            causal_lm.forward = _loss.fused_head_forward(causal_lm.forward)
+        counts["linear_cross_entropy"] = int(not fused)
     return counts
 
 
@@ -185,30 +202,34 @@ def _apply(family: _Family, model, switches: dict) -> dict:
     return counts
 
 
-def _family_function(model_type: str, switch_names: tuple[str, ...]):
+def _family_function(model_type: str, defaults: dict[str, bool]):
     family = _FAMILIES[model_type]
 
     def apply(model=None, **switches) -> dict:
-        unknown = set(switches) - set(switch_names)
+        unknown = set(switches) - set(defaults)
         if unknown:
             raise TypeError(f"apply_tilefuse_to_{model_type}() got unexpected keyword "
-                            f"argument(s) {sorted(unknown)}; it takes {list(switch_names)}")
-        return _apply(family, model, {name: switches.get(name, True) for name in switch_names})
+                            f"argument(s) {sorted(unknown)}; it takes {list(defaults)}")
+        return _apply(family, model, {**defaults, **switches})
 
     apply.__name__ = apply.__qualname__ = f"apply_tilefuse_to_{model_type}"
     apply.__doc__ = (
         f"Replaces the {model_type} family's modules in `model` (or, without a model, "
-        f"its classes) by fused ones. Keyword switches (all True by default): "
-        f"{', '.join(switch_names)}. Returns the count of replacements per kind.")
+        f"its classes) by fused ones. Keyword switches and their defaults: "
+        f"{', '.join(f'{name}={value}' for name, value in defaults.items())}. "
+        "linear_cross_entropy: while training with labels the loss comes from the fused "
+        "linear cross-entropy and the output has no logits. Returns the count of "
+        "replacements per kind.")
     return apply
 
 
-_LLAMA_SWITCHES = ("rms_norm", "swiglu", "cross_entropy")
+_LLAMA_SWITCHES = dict(rms_norm=True, swiglu=True, cross_entropy=True,
+                       linear_cross_entropy=False)
 apply_tilefuse_to_llama = _family_function("llama", _LLAMA_SWITCHES)
 apply_tilefuse_to_mistral = _family_function("mistral", _LLAMA_SWITCHES)
 apply_tilefuse_to_qwen2 = _family_function("qwen2", _LLAMA_SWITCHES)
 apply_tilefuse_to_qwen3 = _family_function("qwen3", _LLAMA_SWITCHES)
-apply_tilefuse_to_t5 = _family_function("t5", ("rms_norm",))
+apply_tilefuse_to_t5 = _family_function("t5", dict(rms_norm=True))
 _APPLY = {
     "llama": apply_tilefuse_to_llama, "mistral": apply_tilefuse_to_mistral,
     "qwen2": apply_tilefuse_to_qwen2, "qwen3": apply_tilefuse_to_qwen3,
@@ -252,9 +273,9 @@ def revert_tilefuse(model=None) -> dict:
 
     if model is None:
         while _CLASS_PATCHES:
-            modeling, name, original = _CLASS_PATCHES.pop()
-            count(vars(getattr(modeling, name)).get("_tilefuse_kind", name))
-            setattr(modeling, name, original)
+            owner, name, original = _CLASS_PATCHES.pop()
+            count(getattr(owner, name)._tilefuse_kind)
+            setattr(owner, name, original)
         for family in _FAMILIES.values():
             if family.causal_lm:
                 causal_lm = family.original(family.causal_lm)
@@ -270,6 +291,9 @@ def revert_tilefuse(model=None) -> dict:
     if vars(model).get("_loss_function") is _loss.causal_lm_loss:
         del model._loss_function
         count("cross_entropy")
+    if hasattr(vars(model).get("forward"), "_tilefuse_kind"):
+        del model.forward
+        count("linear_cross_entropy")
     return counts
 
 

@@ -8,6 +8,7 @@ import functools
 
 import torch
 from torch import nn
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from tilefuse import functional as TF
 
@@ -41,3 +42,56 @@ def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,
     loss = TF.cross_entropy(logits.reshape(-1, vocab_size), target.reshape(-1),
                             ignore_index=ignore_index, reduction=reduction)
     return _normalized(loss, num_items_in_batch)
+
+
+def _head_and_loss(self, hidden_states, labels, num_items_in_batch=None,
+                   ignore_index: int = -100, shift_labels=None, **kwargs):
+    """The loss of lm_head(hidden_states) (soft-capped as the model caps its
+    logits) without the [tokens, vocab] logits."""
+    weight, bias = self.lm_head.weight, self.lm_head.bias
+    device = hidden_states.device.type
+    if torch.is_autocast_enabled(device):
+        # What autocast would make of lm_head's matmul.
+        dtype = torch.get_autocast_dtype(device)
+        hidden_states, weight = hidden_states.to(dtype), weight.to(dtype)
+        bias = None if bias is None else bias.to(dtype)
+    target = _shifted_labels(labels, ignore_index, shift_labels).to(hidden_states.device)
+    loss = TF.linear_cross_entropy(
+        hidden_states, weight, target, bias, ignore_index=ignore_index,
+        reduction="mean" if num_items_in_batch is None else "sum",
+        softcap=getattr(self.config, "final_logit_softcapping", None))
+    return _normalized(loss, num_items_in_batch)
+
+
+def fused_head_forward(original):
+    """`original` (a …ForCausalLM.forward) that, when training with labels
+    (or given skip_logits=True), returns the loss of the fused linear
+    cross-entropy and no logits; otherwise it runs `original` unchanged."""
+
+    @functools.wraps(original)
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None,
+                past_key_values=None, inputs_embeds=None, labels=None, use_cache=None,
+                logits_to_keep=0, skip_logits=None, **kwargs):
+        if skip_logits is None:
+            skip_logits = self.training and labels is not None
+        if not skip_logits:
+            return original(self, input_ids=input_ids, attention_mask=attention_mask,
+                            position_ids=position_ids, past_key_values=past_key_values,
+                            inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
+                            logits_to_keep=logits_to_keep, **kwargs)
+        if labels is None:
+            raise ValueError(f"{type(self).__name__}: skip_logits=True needs labels")
+        return_dict = kwargs.pop("return_dict", None)
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, past_key_values=past_key_values,
+                             inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+        loss = _head_and_loss(self, outputs.last_hidden_state, labels, **kwargs)
+        output = CausalLMOutputWithPast(
+            loss=loss, logits=None, past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        if return_dict is None:
+            return_dict = self.config.return_dict
+        return output if return_dict else output.to_tuple()
+
+    forward._tilefuse_kind = "linear_cross_entropy"
+    return forward
