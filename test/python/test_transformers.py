@@ -31,6 +31,14 @@ CAUSAL_LMS = {
     # Qwen3 also normalizes each head's queries and keys.
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {},
               {"rms_norm": 9, "swiglu": 2, "cross_entropy": 1}),
+    # Gemma: (1 + weight) norms and a tanh-GELU gate.
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {},
+              {"rms_norm": 5, "geglu": 2, "cross_entropy": 1}),
+    # Gemma 2: four norms per layer, soft-capped attention and final logits.
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(query_pre_attn_scalar=16, final_logit_softcapping=3.0,
+                    attn_logit_softcapping=50.0, sliding_window=8),
+               {"rms_norm": 9, "geglu": 2, "cross_entropy": 1}),
 }
 T5_SIZES = dict(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
                 feed_forward_proj="gated-gelu", decoder_start_token_id=0, pad_token_id=0,
@@ -249,8 +257,9 @@ def test_t5_patch_on_an_f32_model_and_its_encoder():
                                plain(input_ids=ids).last_hidden_state, atol=1e-5, rtol=1e-5)
 
 
-def train(model, inputs: dict, steps: int, autocast: bool) -> list[float]:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+def train(model, inputs: dict, steps: int, autocast: bool,
+          optimizer_class=torch.optim.AdamW) -> list[float]:
+    optimizer = optimizer_class(model.parameters(), lr=1e-3)
     losses = []
     for _ in range(steps):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -266,13 +275,15 @@ CONVERGENCE_STEPS = 30
 
 
 @pytest.mark.parametrize("precision", ["f32", "bf16"])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "gemma2-linear"])
 def test_convergence(family, precision):
     """Liger's convergence test: a tiny random-init model trained on a fixed
-    batch with and without patching, losses compared step by step."""
+    batch with and without patching, losses compared step by step
+    ("-linear": the loss from the fused linear cross-entropy)."""
+    family, _, linear = family.partition("-")
     model = make_model(family)
     patched = copy.deepcopy(model)
-    TT.apply_tilefuse(patched)
+    TT.apply_tilefuse(patched, **({"linear_cross_entropy": True} if linear else {}))
     inputs, autocast = batch(family), precision == "bf16"
     expected = train(model, inputs, CONVERGENCE_STEPS, autocast)
     losses = train(patched, inputs, CONVERGENCE_STEPS, autocast)
@@ -302,3 +313,49 @@ def test_patched_model_compiles_without_graph_breaks():
     out = torch.compile(norm, fullgraph=True, backend="aot_eager")(x)
     out.sum().backward()
     assert torch.equal(out, norm(x))
+
+
+@pytest.mark.parametrize("precision", ["f32", "bf16"])
+def test_convergence_with_tilefuse_adamw(precision):
+    """The patched model trained by tilefuse.optim.AdamW against the
+    unpatched one trained by torch.optim.AdamW."""
+    optim = pytest.importorskip("tilefuse.optim", reason="tilefuse.optim is not built yet")
+    model = make_model("llama")
+    patched = copy.deepcopy(model)
+    TT.apply_tilefuse(patched)
+    inputs, autocast = batch("llama"), precision == "bf16"
+    expected = train(model, inputs, CONVERGENCE_STEPS, autocast)
+    losses = train(patched, inputs, CONVERGENCE_STEPS, autocast, optim.AdamW)
+    tolerance = 1e-4 if precision == "f32" else 3e-3
+    assert max(abs(a - b) for a, b in zip(losses, expected)) <= tolerance
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_linear_cross_entropy_never_builds_logits(family):
+    """While training with labels the loss comes from the fused linear
+    cross-entropy (Gemma 2's soft-capping inside it) and the output has no
+    logits; in eval mode the model runs as before."""
+    model = make_model(family)
+    plain = copy.deepcopy(model)
+    gate = "geglu" if family.startswith("gemma") else "swiglu"
+    assert TT.apply_tilefuse(model, rms_norm=False, cross_entropy=False, **{gate: False},
+                             linear_cross_entropy=True) == {"linear_cross_entropy": 1}
+    assert TT.apply_tilefuse(model, linear_cross_entropy=True)["linear_cross_entropy"] == 0
+    inputs = batch(family)
+    for extra in ({}, {"num_items_in_batch": torch.tensor(17)}):
+        out, expected = model(**inputs, **extra), plain(**inputs, **extra)
+        assert out.logits is None
+        torch.testing.assert_close(out.loss, expected.loss, atol=1e-5, rtol=1e-5)
+        out.loss.backward()
+        expected.loss.backward()
+        for name, parameter in plain.named_parameters():
+            torch.testing.assert_close(model.get_parameter(name).grad, parameter.grad,
+                                       atol=1e-6, rtol=1e-4, msg=name)
+        model.zero_grad()
+        plain.zero_grad()
+    loss, = model(**inputs, return_dict=False)
+    torch.testing.assert_close(loss, plain(**inputs).loss, atol=1e-5, rtol=1e-5)
+    model.eval()
+    torch.testing.assert_close(model(**inputs).logits, plain.eval()(**inputs).logits)
+    assert TT.revert_tilefuse(model)["linear_cross_entropy"] == 1
+    assert "forward" not in vars(model)

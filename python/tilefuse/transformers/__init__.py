@@ -76,6 +76,10 @@ _FAMILIES = {family.model_type: family for family in (
     _llama_like("mistral", "Mistral"),
     _llama_like("qwen2", "Qwen2"),
     _llama_like("qwen3", "Qwen3"),
+    _Family("gemma", "GemmaRMSNorm", _fused.gemma_rms_norm, "GemmaMLP", "geglu",
+            "GemmaForCausalLM"),
+    _Family("gemma2", "Gemma2RMSNorm", _fused.gemma_rms_norm, "Gemma2MLP", "geglu",
+            "Gemma2ForCausalLM"),
     _Family("t5", "T5LayerNorm", _fused.t5_layer_norm),
 )}
 
@@ -102,13 +106,6 @@ def _fused_class(original: type, forward, kind: str) -> type:
             "__doc__": f"{original.__name__} with its forward fused by tilefuse.",
         })
     return _FUSED[original]
-
-
-def _gated_mlp(self, x):
-    # A class patched before construction learns its activation only here.
-    if _fused.gate_kind(self.act_fn) == "swiglu":
-        return _fused.swiglu_mlp(self, x)
-    return self._tilefuse_original.forward(self, x)
 
 
 def _replace_modules(model, original: type, forward, kind: str, fits=lambda module: True):
@@ -148,8 +145,8 @@ def _patch_instance(family: _Family, model, switches: dict) -> dict:
                                               family.norm_forward, "rms_norm")
     if family.gate and switches.get(family.gate):
         counts[family.gate] = _replace_modules(
-            model, family.original(family.mlp), _gated_mlp, family.gate,
-            lambda mlp: _fused.gate_kind(mlp.act_fn) is not None)
+            model, family.original(family.mlp), _fused.gated_mlp, family.gate,
+            _fused.fusable_gate)
     if family.causal_lm and switches.get("cross_entropy"):
         counts["cross_entropy"] = _hook_loss(model, family.original(family.causal_lm))
     if family.causal_lm and switches.get("linear_cross_entropy"):
@@ -172,7 +169,7 @@ def _patch_classes(family: _Family, switches: dict) -> dict:
     if switches.get("rms_norm"):
         counts["rms_norm"] = replace(family.norm, family.norm_forward, "rms_norm")
     if family.gate and switches.get(family.gate):
-        counts[family.gate] = replace(family.mlp, _gated_mlp, family.gate)
+        counts[family.gate] = replace(family.mlp, _fused.gated_mlp, family.gate)
     if family.causal_lm and switches.get("cross_entropy"):
         causal_lm = family.original(family.causal_lm)
         hooked = "_loss_function" in vars(causal_lm)
@@ -229,10 +226,15 @@ apply_tilefuse_to_llama = _family_function("llama", _LLAMA_SWITCHES)
 apply_tilefuse_to_mistral = _family_function("mistral", _LLAMA_SWITCHES)
 apply_tilefuse_to_qwen2 = _family_function("qwen2", _LLAMA_SWITCHES)
 apply_tilefuse_to_qwen3 = _family_function("qwen3", _LLAMA_SWITCHES)
+_GEMMA_SWITCHES = dict(rms_norm=True, geglu=True, cross_entropy=True,
+                       linear_cross_entropy=False)
+apply_tilefuse_to_gemma = _family_function("gemma", _GEMMA_SWITCHES)
+apply_tilefuse_to_gemma2 = _family_function("gemma2", _GEMMA_SWITCHES)
 apply_tilefuse_to_t5 = _family_function("t5", dict(rms_norm=True))
 _APPLY = {
     "llama": apply_tilefuse_to_llama, "mistral": apply_tilefuse_to_mistral,
     "qwen2": apply_tilefuse_to_qwen2, "qwen3": apply_tilefuse_to_qwen3,
+    "gemma": apply_tilefuse_to_gemma, "gemma2": apply_tilefuse_to_gemma2,
     "t5": apply_tilefuse_to_t5,
 }
 

@@ -19,7 +19,14 @@ def llama_rms_norm(self, hidden_states):
     """LlamaRMSNorm (and Mistral's, Qwen2's, Qwen3's): float32 statistics,
     the normalized input rounded to its dtype, times the weight."""
     return TF.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight,
-                       self.variance_epsilon)
+                       self.variance_epsilon, casting_mode="llama")
+
+
+def gemma_rms_norm(self, hidden_states):
+    """GemmaRMSNorm (and Gemma 2's): x * rstd * (1 + weight) all in float32,
+    rounded once to the input's dtype."""
+    return TF.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight, self.eps,
+                       offset=1.0, casting_mode="gemma")
 
 
 @tilefuse.fusion
@@ -40,20 +47,29 @@ def t5_layer_norm(self, hidden_states):
     return _t5_layer_norm(hidden_states, self.weight, self.variance_epsilon)
 
 
-def swiglu_mlp(self, x):
-    """down_proj(silu(gate_proj(x)) * up_proj(x)), the gate fused."""
-    return self.down_proj(TF.swiglu(self.gate_proj(x), self.up_proj(x)))
-
-
-# A gated MLP's activation module, by the fused gate that computes it (the
-# Python variants compute the same functions).
+# A gated MLP's activation module -> the fused gate that computes it and its
+# `approximate` (the Python variants compute the same functions).
 _GATES = {
-    nn.SiLU: "swiglu",
-    activations.SiLUActivation: "swiglu",
+    nn.SiLU: ("swiglu", None),
+    activations.SiLUActivation: ("swiglu", None),
+    activations.GELUTanh: ("geglu", "tanh"),
+    activations.NewGELUActivation: ("geglu", "tanh"),
+    activations.GELUActivation: ("geglu", "none"),
 }
 
 
-def gate_kind(act_fn) -> str | None:
-    """The fused gate ('swiglu', ...) that computes an MLP's activation
-    module, None for one that none computes (that MLP is left as it is)."""
-    return _GATES.get(type(act_fn))
+def fusable_gate(mlp) -> bool:
+    return type(mlp.act_fn) in _GATES
+
+
+def gated_mlp(self, x):
+    """down_proj(act_fn(gate_proj(x)) * up_proj(x)) with the gate fused
+    (SwiGLU, GeGLU); an activation no fused gate computes runs as before (a
+    class patched before construction learns its activation only here)."""
+    gate = _GATES.get(type(self.act_fn))
+    if gate is None:
+        return self._tilefuse_original.forward(self, x)
+    a, b = self.gate_proj(x), self.up_proj(x)
+    kind, approximate = gate
+    return self.down_proj(TF.swiglu(a, b) if kind == "swiglu"
+                          else TF.geglu(a, b, approximate=approximate))
