@@ -190,6 +190,13 @@ def test_loss_hook_matches_for_causal_lm_loss(num_items):
         loss.backward()
         expected.backward()
         torch.testing.assert_close(ours.grad, theirs.grad, atol=1e-7, rtol=1e-5)
+    # 16-bit logits: a float32 loss, as transformers' upcast gives it.
+    half = logits.bfloat16()
+    loss = causal_lm_loss(half, labels, 37, num_items_in_batch=num_items)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(
+        loss, ForCausalLMLoss(half, labels, 37, num_items_in_batch=num_items),
+        atol=1e-6, rtol=1e-6)
 
 
 def test_loss_hook_in_the_model_with_num_items_in_batch():
