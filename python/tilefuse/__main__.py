@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--out", default=".", help="folder for the JSON and the PNG")
     demo.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                       help="also train under torch.compile (default: on a GPU only)")
+    demo.add_argument("--threads", type=int, default=None,
+                      help="torch threads on the CPU target (default 1)")
     commands.add_parser("ops", help="compile and run fused ops against PyTorch")
     args = parser.parse_args(argv)
     if args.command == "info":
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         return cache_list() if args.action == "list" else cache_clear()
     if args.command == "demo":
         from . import _training_demo
-        return _training_demo.run(args.steps, args.out, args.compile)
+        return _training_demo.run(args.steps, args.out, args.compile, args.threads)
     return ops()
 
 

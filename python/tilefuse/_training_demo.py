@@ -54,7 +54,8 @@ def _setting(on_gpu: bool):
     return LlamaConfig(**sizes, max_position_embeddings=seq), batch, seq, dtype
 
 
-def run(steps: int = 30, out_dir: str = ".", with_compile: bool | None = None) -> int:
+def run(steps: int = 30, out_dir: str = ".", with_compile: bool | None = None,
+        threads: int | None = None) -> int:
     import torch
     from transformers import LlamaForCausalLM
 
@@ -68,6 +69,10 @@ def run(steps: int = 30, out_dir: str = ".", with_compile: bool | None = None) -
     if with_compile is None:
         with_compile = on_gpu  # inductor's CPU compile alone takes minutes here
     config, batch, seq, autocast = _setting(on_gpu)
+    if not on_gpu:
+        # A model this small steps fastest on one thread; on a loaded machine
+        # OpenMP's spinning threads made each step 10-100x slower.
+        torch.set_num_threads(threads or 1)
     torch.manual_seed(0)
     base = LlamaForCausalLM(config).to(device)
     ids = torch.randint(0, config.vocab_size, (batch, seq), device=device)
@@ -89,7 +94,7 @@ def run(steps: int = 30, out_dir: str = ".", with_compile: bool | None = None) -
             return None
         tracker = _cpu_peak_tracker()
         reset_peak, peak = tracker or ((lambda: None), (lambda: None))
-        note = ("CPU target, float32" + (" (TILEFUSE_TARGET=emulate: fused kernels run in the "
+        note = (f"CPU target, float32, {torch.get_num_threads()} thread(s)" + (" (TILEFUSE_TARGET=emulate: fused kernels run in the "
                                          "PTX emulator)" if emulated else ""))
 
     counts = {}
