@@ -33,6 +33,11 @@ def _normalized(loss, num_items_in_batch):
 
 # at::Reduction's values, as the kernel-level ops take them.
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+_cross_entropy_fwd = torch.ops.tilefuse.cross_entropy_fwd.default
+# Whether the kernel op takes the cross-entropy options (class weights,
+# z-loss, softcap: the ce branch's schema) or only ignore_index and label
+# smoothing (main's until it lands). Read here: torch.compile cannot.
+_WEIGHTED_SCHEMA = _cross_entropy_fwd._schema.arguments[2].name == "weight"
 
 
 def _float32_cross_entropy(logits, target, ignore_index: int, reduction: str):
@@ -40,9 +45,10 @@ def _float32_cross_entropy(logits, target, ignore_index: int, reduction: str):
     gives it. tilefuse.functional.cross_entropy rounds it to the logits' dtype
     (torch's rule: a bf16 loss is off by up to 0.016 at 5), so this calls the
     differentiable kernel-level op below it, which computes in float32."""
-    loss, _ = torch.ops.tilefuse.cross_entropy_fwd(logits, target, ignore_index, 0.0,
-                                                   _REDUCTIONS[reduction])
-    return loss
+    if _WEIGHTED_SCHEMA:
+        return _cross_entropy_fwd(logits, target, None, ignore_index, 0.0, 0.0, None,
+                                  _REDUCTIONS[reduction])[0]
+    return _cross_entropy_fwd(logits, target, ignore_index, 0.0, _REDUCTIONS[reduction])[0]
 
 
 def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,
@@ -70,10 +76,15 @@ def _head_and_loss(self, hidden_states, labels, num_items_in_batch=None,
         hidden_states, weight = hidden_states.to(dtype), weight.to(dtype)
         bias = None if bias is None else bias.to(dtype)
     target = _shifted_labels(labels, ignore_index, shift_labels).to(hidden_states.device)
-    loss = TF.linear_cross_entropy(
-        hidden_states, weight, target, bias, ignore_index=ignore_index,
-        reduction="mean" if num_items_in_batch is None else "sum",
-        softcap=getattr(self.config, "final_logit_softcapping", None))
+    # The kernel-level op, for a float32 loss (see _float32_cross_entropy);
+    # chunks of tokens whose logits take at most 256 MiB, as the public op's.
+    vocab = weight.shape[0]
+    chunk_rows = max(1, (256 << 20) // (vocab * hidden_states.element_size()))
+    loss, _ = torch.ops.tilefuse.linear_cross_entropy_fwd(
+        hidden_states.reshape(-1, hidden_states.shape[-1]), weight, bias,
+        target.reshape(-1), None, ignore_index, 0.0, 0.0,
+        getattr(self.config, "final_logit_softcapping", None),
+        _REDUCTIONS["mean" if num_items_in_batch is None else "sum"], chunk_rows)
     return _normalized(loss, num_items_in_batch)
 
 
