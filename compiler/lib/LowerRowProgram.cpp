@@ -43,23 +43,41 @@ bool isChunked(ValueKind kind) {
   return kind == ValueKind::Full || kind == ValueKind::Col;
 }
 
-/// A row reduction: a fuse.reduce to a row, whose state is the partial
-/// result, or a fuse.arg_reduce, whose state is the best value so far and
-/// its column (i32).
+/// A row reduction and the state a thread carries for it:
+/// - a fuse.reduce to a row: the partial result;
+/// - a fuse.arg_reduce: the best value so far and its column (i32);
+/// - a fuse.max_sum_exp: the running max m and sum of exp(x - m);
+/// - a fuse.moments: Welford's count, mean and sum of squared deviations.
 struct RowReduction {
+  enum class Form { Plain, Arg, MaxSumExp, Moments };
   Operation *op;
+  Form form;
   ReduceKind kind;
   Value input;
 
   static std::optional<RowReduction> of(Operation *op) {
     if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
-      return RowReduction{op, reduce.getKind(), reduce.getInput()};
+      return RowReduction{op, Form::Plain, reduce.getKind(), reduce.getInput()};
     if (auto arg = dyn_cast<ArgReduceOp>(op))
-      return RowReduction{op, arg.getKind(), arg.getInput()};
+      return RowReduction{op, Form::Arg, arg.getKind(), arg.getInput()};
+    if (auto online = dyn_cast<MaxSumExpOp>(op))
+      return RowReduction{op, Form::MaxSumExp, ReduceKind::Sum,
+                          online.getInput()};
+    if (auto moments = dyn_cast<MomentsOp>(op))
+      return RowReduction{op, Form::Moments, moments.getKind(),
+                          moments.getInput()};
     return std::nullopt;
   }
-  bool isArg() const { return isa<ArgReduceOp>(op); }
-  size_t stateSize() const { return isArg() ? 2 : 1; }
+  bool isArg() const { return form == Form::Arg; }
+  size_t stateSize() const {
+    switch (form) {
+    case Form::Plain: return 1;
+    case Form::Arg:
+    case Form::MaxSumExp: return 2;
+    case Form::Moments: return 3;
+    }
+    llvm_unreachable("unknown form");
+  }
 };
 using ReductionState = SmallVector<Value, 2>;
 
@@ -169,12 +187,98 @@ ReductionState combineArgReduction(OpBuilder &b, Location loc, ReduceKind kind,
           arith::SelectOp::create(b, loc, takeRhs, rhs[1], lhs[1])};
 }
 
+/// `create` applied to `args`. On a GPU a transcendental runs per element
+/// (`perElement`): it lowers to scalar instructions or libdevice calls, not
+/// to vector forms. On the CPU it stays a vector, for
+/// fuse-approximate-math's vector polynomials.
+Value emitMath(OpBuilder &b, Location loc, ValueRange args, bool perElement,
+               function_ref<Value(ValueRange)> create) {
+  auto vector = dyn_cast<VectorType>(args.front().getType());
+  if (!vector || !perElement)
+    return create(args);
+  SmallVector<Value> elements;
+  for (int64_t i = 0, e = vector.getNumElements(); i < e; ++i) {
+    SmallVector<Value> scalars;
+    for (Value arg : args)
+      scalars.push_back(vector::ExtractOp::create(b, loc, arg, i));
+    elements.push_back(create(scalars));
+  }
+  return vector::FromElementsOp::create(b, loc, vector, elements);
+}
+
+/// A float constant of `like`'s type (splat for vectors).
+Value floatConstant(OpBuilder &b, Location loc, Value like, double value) {
+  Type type = like.getType();
+  auto attr = FloatAttr::get(getElementTypeOrSelf(type), value);
+  if (auto vector = dyn_cast<VectorType>(type))
+    return arith::ConstantOp::create(b, loc, SplatElementsAttr::get(vector, attr));
+  return arith::ConstantOp::create(b, loc, attr);
+}
+
+/// Merges two online-softmax states (m, s), s = sum of exp(x - m): the
+/// smaller max's sum is rescaled by exp(min - max), one exp per merge. A
+/// state whose max is -inf has s = 0 (the guard keeps -inf - -inf out), so
+/// -inf elements add nothing; a NaN max makes s NaN.
+ReductionState combineMaxSumExp(OpBuilder &b, Location loc,
+                                ArrayRef<Value> lhs, ArrayRef<Value> rhs,
+                                bool perElementMath) {
+  using arith::CmpFPredicate;
+  Value max = arith::MaximumFOp::create(b, loc, lhs[0], rhs[0]);
+  Value min = arith::MinimumFOp::create(b, loc, lhs[0], rhs[0]);
+  Value difference = arith::SubFOp::create(b, loc, min, max);
+  Value scale = emitMath(b, loc, difference, perElementMath,
+                         [&](ValueRange args) -> Value {
+                           return math::ExpOp::create(b, loc, args[0]);
+                         });
+  Value negInf = floatConstant(b, loc, max,
+                               -std::numeric_limits<double>::infinity());
+  Value empty = arith::CmpFOp::create(b, loc, CmpFPredicate::OEQ, max, negInf);
+  scale = arith::SelectOp::create(b, loc, empty,
+                                  floatConstant(b, loc, max, 0.0), scale);
+  Value lhsLarger =
+      arith::CmpFOp::create(b, loc, CmpFPredicate::OGE, lhs[0], rhs[0]);
+  Value larger = arith::SelectOp::create(b, loc, lhsLarger, lhs[1], rhs[1]);
+  Value smaller = arith::SelectOp::create(b, loc, lhsLarger, rhs[1], lhs[1]);
+  return {max, arith::AddFOp::create(
+                   b, loc, larger,
+                   arith::MulFOp::create(b, loc, smaller, scale))};
+}
+
+/// Chan's merge of two Welford states (count, mean, M2):
+/// mean = mean_a + d * n_b / n, M2 = M2_a + M2_b + d^2 * n_a * n_b / n with
+/// d = mean_b - mean_a (two empty states merge to an empty one).
+ReductionState combineMoments(OpBuilder &b, Location loc, ArrayRef<Value> lhs,
+                              ArrayRef<Value> rhs) {
+  Value count = arith::AddFOp::create(b, loc, lhs[0], rhs[0]);
+  Value delta = arith::SubFOp::create(b, loc, rhs[1], lhs[1]);
+  Value share = arith::DivFOp::create(
+      b, loc, rhs[0],
+      arith::MaximumFOp::create(b, loc, count, floatConstant(b, loc, count, 1.0)));
+  Value step = arith::MulFOp::create(b, loc, delta, share);
+  Value mean = arith::AddFOp::create(b, loc, lhs[1], step);
+  Value cross = arith::MulFOp::create(
+      b, loc, arith::MulFOp::create(b, loc, delta, step), lhs[0]);
+  Value m2 = arith::AddFOp::create(
+      b, loc, arith::AddFOp::create(b, loc, lhs[2], rhs[2]), cross);
+  return {count, mean, m2};
+}
+
+/// Combines two states of `reduction`, as scalars or vectors.
 ReductionState combineStates(OpBuilder &b, Location loc,
                              const RowReduction &reduction,
-                             ArrayRef<Value> lhs, ArrayRef<Value> rhs) {
-  if (reduction.isArg())
+                             ArrayRef<Value> lhs, ArrayRef<Value> rhs,
+                             bool perElementMath = false) {
+  switch (reduction.form) {
+  case RowReduction::Form::Plain:
+    return {combineReduction(b, loc, reduction.kind, lhs[0], rhs[0])};
+  case RowReduction::Form::Arg:
     return combineArgReduction(b, loc, reduction.kind, lhs, rhs);
-  return {combineReduction(b, loc, reduction.kind, lhs[0], rhs[0])};
+  case RowReduction::Form::MaxSumExp:
+    return combineMaxSumExp(b, loc, lhs, rhs, perElementMath);
+  case RowReduction::Form::Moments:
+    return combineMoments(b, loc, lhs, rhs);
+  }
+  llvm_unreachable("unknown form");
 }
 
 vector::CombiningKind vectorCombiningKind(ReduceKind kind, bool isFloat) {
@@ -288,6 +392,8 @@ private:
                      SmallVectorImpl<ReductionState> &accumulators);
   ReductionState identityState(const RowReduction &reduction);
   ReductionState chunkState(Chunk &chunk, const RowReduction &reduction);
+  ReductionState accumulateChunk(Chunk &chunk, const RowReduction &reduction,
+                                 ArrayRef<Value> accumulator);
   ReductionState reduceLanes(const RowReduction &reduction,
                              ArrayRef<Value> state);
   Chunk makeChunk(Value chunkIndex);
@@ -304,6 +410,7 @@ private:
   DenseMap<unsigned, Value> outputs;       // output index -> pointer
   DenseMap<Value, int> levels;
   DenseMap<Value, Value> rowValues;        // per-row and scalar values
+  DenseMap<Operation *, Value> momentShifts; // fuse.moments -> its row's shift
   SmallVector<Chunk> onChipChunks;         // reused by every pass
   Value row, rowValid, rowGroup;
   int maxLevel = 0;
@@ -452,21 +559,8 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
       return arith::ConstantOp::create(b, loc, SplatElementsAttr::get(vector, attr));
     return arith::ConstantOp::create(b, loc, attr);
   };
-  // On a GPU transcendentals run per element: they lower to scalar
-  // instructions or libdevice calls, not to vector forms. On the CPU they
-  // stay vectors, for fuse-approximate-math's vector polynomials.
   auto perElement = [&](ValueRange args, auto create) -> Value {
-    auto vector = dyn_cast<VectorType>(args.front().getType());
-    if (!vector || !config.isGPU())
-      return create(args);
-    SmallVector<Value> elements;
-    for (int64_t i = 0, e = vector.getNumElements(); i < e; ++i) {
-      SmallVector<Value> scalars;
-      for (Value arg : args)
-        scalars.push_back(vector::ExtractOp::create(b, loc, arg, i));
-      elements.push_back(create(scalars));
-    }
-    return vector::FromElementsOp::create(b, loc, vector, elements);
+    return emitMath(b, loc, args, config.isGPU(), create);
   };
   auto math = [&](auto op) {
     using MathOp = decltype(op);
@@ -698,6 +792,16 @@ Value RowProgramEmitter::emitInChunk(Chunk &chunk, Value value) {
 /// (and, for an arg reduction, a column past every real one).
 ReductionState RowProgramEmitter::identityState(const RowReduction &reduction) {
   Type elementType = valueType(reduction.input).getElementType();
+  auto splat = [&](double value) -> Value {
+    return arith::ConstantOp::create(
+        b, loc,
+        SplatElementsAttr::get(chunkType(elementType),
+                               FloatAttr::get(elementType, value)));
+  };
+  if (reduction.form == RowReduction::Form::MaxSumExp)
+    return {splat(-std::numeric_limits<double>::infinity()), splat(0.0)};
+  if (reduction.form == RowReduction::Form::Moments)
+    return {splat(0.0), splat(0.0), splat(0.0)};
   ReductionState state = {arith::ConstantOp::create(
       b, loc,
       SplatElementsAttr::get(chunkType(elementType),
@@ -711,10 +815,13 @@ ReductionState RowProgramEmitter::identityState(const RowReduction &reduction) {
   return state;
 }
 
-/// This chunk's contribution to `reduction`; masked lanes hold the identity.
+/// This chunk's contribution to `reduction` (not a fuse.moments, which
+/// accumulateChunk updates in place); masked lanes hold the identity.
 ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
                                              const RowReduction &reduction) {
   ReductionState state = {emitInChunk(chunk, reduction.input)};
+  if (reduction.form == RowReduction::Form::MaxSumExp)
+    state.push_back(floatConstant(b, loc, state[0], 1.0));
   if (reduction.isArg()) {
     // The columns of this chunk's lanes, base + [0, V).
     VectorType columns = chunkType(b.getI32Type());
@@ -736,12 +843,45 @@ ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
   return state;
 }
 
+/// `accumulator` with this chunk's elements folded in.
+ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
+                                                  const RowReduction &reduction,
+                                                  ArrayRef<Value> accumulator) {
+  if (reduction.form != RowReduction::Form::Moments)
+    return combineStates(b, loc, reduction, accumulator,
+                         chunkState(chunk, reduction), config.isGPU());
+  // Welford's update of the shifted values. Every lane of a thread's state
+  // has seen the same chunks, so one scalar reciprocal of the count serves
+  // the vector.
+  Value x = arith::SubFOp::create(b, loc, emitInChunk(chunk, reduction.input),
+                                  momentShifts.lookup(reduction.op));
+  Value count = arith::AddFOp::create(b, loc, accumulator[0],
+                                      floatConstant(b, loc, x, 1.0));
+  Value countScalar = vector::ExtractOp::create(b, loc, count, 0);
+  Value reciprocal = vector::BroadcastOp::create(
+      b, loc, x.getType(),
+      arith::DivFOp::create(b, loc, floatConstant(b, loc, countScalar, 1.0),
+                            countScalar));
+  Value delta = arith::SubFOp::create(b, loc, x, accumulator[1]);
+  Value mean = arith::AddFOp::create(
+      b, loc, accumulator[1],
+      arith::MulFOp::create(b, loc, delta, reciprocal));
+  Value m2 = arith::AddFOp::create(
+      b, loc, accumulator[2],
+      arith::MulFOp::create(b, loc, delta,
+                            arith::SubFOp::create(b, loc, x, mean)));
+  ReductionState state = {count, mean, m2};
+  if (chunk.valid)
+    for (auto [value, old] : llvm::zip(state, accumulator))
+      value = arith::SelectOp::create(b, loc, chunk.valid, value, old);
+  return state;
+}
+
 void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
                                       ArrayRef<RowReduction> reductions,
                                       SmallVectorImpl<ReductionState> &accumulators) {
   for (auto [reduction, accumulator] : llvm::zip(reductions, accumulators))
-    accumulator = combineStates(b, loc, reduction, accumulator,
-                                chunkState(chunk, reduction));
+    accumulator = accumulateChunk(chunk, reduction, accumulator);
   if (!isFinal)
     return;
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
@@ -771,7 +911,7 @@ void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
 /// The lanes of a thread's vector state combined into one scalar state.
 ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
                                               ArrayRef<Value> state) {
-  if (!reduction.isArg()) {
+  if (reduction.form == RowReduction::Form::Plain) {
     bool isFloat = valueType(reduction.input).isFloat();
     return {vector::ReductionOp::create(
         b, loc, vectorCombiningKind(reduction.kind, isFloat), state[0])};
@@ -779,18 +919,30 @@ ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
   // No vector form: lane by lane.
   ReductionState scalar;
   for (int64_t lane = 0; lane < config.vectorWidth; ++lane) {
-    ReductionState laneState = {
-        vector::ExtractOp::create(b, loc, state[0], lane),
-        vector::ExtractOp::create(b, loc, state[1], lane)};
-    scalar = lane == 0 ? laneState
-                       : combineArgReduction(b, loc, reduction.kind, scalar,
-                                             laneState);
+    ReductionState laneState;
+    for (Value value : state)
+      laneState.push_back(vector::ExtractOp::create(b, loc, value, lane));
+    scalar = lane == 0
+                 ? laneState
+                 : combineStates(b, loc, reduction, scalar, laneState);
   }
   return scalar;
 }
 
 LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
                                           ArrayRef<RowReduction> reductions) {
+  // Moments accumulate x - x[row, 0]: Welford's running mean then stays
+  // near zero and keeps its digits when the row's mean is large against
+  // its spread (a mean of 1e4 with unit spread lost 1e-4 of the variance).
+  for (const RowReduction &reduction : reductions) {
+    if (reduction.form != RowReduction::Form::Moments)
+      continue;
+    Chunk first;
+    first.base = indexConstant(b, loc, 0);
+    Value head = emitInChunk(first, reduction.input);
+    momentShifts[reduction.op] = vector::BroadcastOp::create(
+        b, loc, head.getType(), vector::ExtractOp::create(b, loc, head, 0));
+  }
   SmallVector<ReductionState> accumulators;
   for (const RowReduction &reduction : reductions)
     accumulators.push_back(identityState(reduction));
@@ -837,20 +989,48 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
     partials.push_back(reduceLanes(reduction, accumulator));
   SmallVector<ReductionState> results =
       mapping.combineAcrossRow(b, loc, reductions, partials);
+  auto divideByN = [&](Value value) -> Value {
+    return arith::DivFOp::create(b, loc, value,
+                                 floatConstant(b, loc, value, double(n)));
+  };
   for (auto [reduction, state] : llvm::zip(reductions, results)) {
-    Value result = reduction.op->getResult(0);
-    Type type = valueType(result).getElementType();
-    Value lowered = state[0];
-    if (reduction.isArg()) {
-      lowered = state[1];
-      if (type != lowered.getType())
-        lowered = arith::ExtSIOp::create(b, loc, type, lowered);
-    } else if (reduction.kind == ReduceKind::Mean) {
-      lowered = arith::DivFOp::create(
-          b, loc, lowered,
-          arith::ConstantOp::create(b, loc, FloatAttr::get(type, n)));
+    Operation *op = reduction.op;
+    switch (reduction.form) {
+    case RowReduction::Form::Plain:
+      rowValues[op->getResult(0)] =
+          reduction.kind == ReduceKind::Mean ? divideByN(state[0]) : state[0];
+      break;
+    case RowReduction::Form::Arg: {
+      Type type = valueType(op->getResult(0)).getElementType();
+      Value column = state[1];
+      if (type != column.getType())
+        column = arith::ExtSIOp::create(b, loc, type, column);
+      rowValues[op->getResult(0)] = column;
+      break;
     }
-    rowValues[result] = lowered;
+    case RowReduction::Form::MaxSumExp: {
+      // As two passes give: exp(x - max) is NaN somewhere when the max is
+      // +inf or -inf (a NaN max already made the sum NaN).
+      Value max = state[0];
+      Value infinite = arith::CmpFOp::create(
+          b, loc, arith::CmpFPredicate::OEQ, math::AbsFOp::create(b, loc, max),
+          floatConstant(b, loc, max, std::numeric_limits<double>::infinity()));
+      rowValues[op->getResult(0)] = max;
+      rowValues[op->getResult(1)] = arith::SelectOp::create(
+          b, loc, infinite,
+          floatConstant(b, loc, max, std::numeric_limits<double>::quiet_NaN()),
+          state[1]);
+      break;
+    }
+    case RowReduction::Form::Moments:
+      rowValues[op->getResult(0)] = arith::AddFOp::create(
+          b, loc,
+          vector::ExtractOp::create(b, loc, momentShifts.lookup(op), 0),
+          state[1]);
+      rowValues[op->getResult(1)] =
+          reduction.kind == ReduceKind::Mean ? divideByN(state[2]) : state[2];
+      break;
+    }
   }
   return success();
 }
