@@ -109,3 +109,13 @@ fuse.kernel @structure(%x: !fuse.full<bf16>, %t: !fuse.row<i32>) -> (col_sum: !f
   %idx = fuse.iota : !fuse.col<i64>
   fuse.yield %sum, %picked, %n, %idx, %neg_inf, %true : !fuse.col<f32>, !fuse.row<f32>, !fuse.scalar<f32>, !fuse.col<i64>, !fuse.row<f32>, !fuse.scalar<i1>
 }
+
+// The merged row reductions fuse-merge-reductions creates.
+// CHECK-LABEL: fuse.kernel @merged
+// CHECK: %max, %sum_exp = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f32>
+// CHECK: %mean, %deviations = fuse.moments sum %x : !fuse.full<f32> to !fuse.row<f32>
+fuse.kernel @merged(%x: !fuse.full<f32>) -> (s: !fuse.row<f32>, v: !fuse.row<f32>) {
+  %max, %sum_exp = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f32>
+  %mean, %deviations = fuse.moments sum %x : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %sum_exp, %deviations : !fuse.row<f32>, !fuse.row<f32>
+}
