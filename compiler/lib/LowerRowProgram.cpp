@@ -18,6 +18,7 @@
 #include "tilefuse/Compiler/Passes.h"
 #include "tilefuse/Compiler/TileConfig.h"
 
+#include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -317,6 +318,27 @@ Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
 
 Value indexConstant(OpBuilder &b, Location loc, int64_t value) {
   return arith::ConstantIndexOp::create(b, loc, value);
+}
+
+/// Marks the reduction loops over a streamed row's chunks until
+/// unrollStreamLoops.
+constexpr StringLiteral kStreamLoopAttr = "tilefuse.stream_loop";
+
+/// Chunks of a streamed row a GPU thread loads per iteration.
+constexpr uint64_t kStreamUnroll = 4;
+
+/// Unrolls the marked loops under `root` on a GPU, so that a thread has
+/// kStreamUnroll independent loads in flight rather than one (a streamed
+/// row is latency-bound otherwise); on the CPU only drops the marks.
+void unrollStreamLoops(Operation *root, bool unroll) {
+  SmallVector<scf::ForOp> loops;
+  root->walk([&](scf::ForOp loop) {
+    if (loop->removeAttr(kStreamLoopAttr))
+      loops.push_back(loop);
+  });
+  if (unroll)
+    for (scf::ForOp loop : loops)
+      (void)loopUnrollByFactor(loop, kStreamUnroll);
 }
 
 /// Where rows, lanes and row groups come from, and how a row reduction
@@ -957,6 +979,11 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
     auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
                                    indexConstant(b, loc, config.chunks),
                                    indexConstant(b, loc, 1), initial);
+    // Reduction passes only load: unrolling keeps more loads in flight. A
+    // pass that stores waits at its guarded stores anyway (and elementwise
+    // kernels like AdamW would spill).
+    if (!reductions.empty())
+      loop->setAttr(kStreamLoopAttr, b.getUnitAttr());
     OpBuilder::InsertionGuard insertion(b);
     b.setInsertionPointToStart(loop.getBody());
     Chunk chunk = makeChunk(loop.getInductionVar());
@@ -1404,6 +1431,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
     return failure();
   b.setInsertionPointToEnd(&entry);
   gpu::ReturnOp::create(b, loc);
+  unrollStreamLoops(function, /*unroll=*/true);
 
   if (columnReductions(kernel).empty())
     return success();
@@ -1518,6 +1546,7 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
     return failure();
   b.setInsertionPointToEnd(entry);
   func::ReturnOp::create(b, loc);
+  unrollStreamLoops(function, /*unroll=*/false);
 
   if (columnReductions(kernel).empty())
     return success();
