@@ -31,7 +31,8 @@ def device() -> tuple[str, int]:
 def last_launches() -> list[dict]:
     """The kernel launches since the previous call, oldest first (and
     forgets them). Each is a dict: ``kernel``, ``chip``, ``grid``,
-    ``block``; ``buffers`` (per buffer the launch was given: ``name``,
+    ``block``; ``buffers`` (per buffer the launch was given, then per
+    ``.global``/``.const`` variable of the kernel's module: ``name``,
     ``bytes``, ``loaded_bytes``, ``stored_bytes``, ``loads``, ``stores``);
     ``instructions`` (thread-instructions by class: memory, arithmetic, f64,
     transcendental, division, conversion, sync, control); ``barriers`` and

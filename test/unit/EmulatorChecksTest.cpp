@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -50,8 +51,9 @@ private:
 #endif
 };
 
-constexpr int kIllegalAddress = 700, kMisalignedAddress = 716,
-              kLaunchFailed = 719, kInvalidPtx = 218;
+constexpr int kInvalidValue = 1, kIllegalAddress = 700,
+              kMisalignedAddress = 716, kLaunchFailed = 719,
+              kInvalidPtx = 218;
 
 class EmulatorChecks : public ::testing::Test {
 protected:
@@ -413,6 +415,155 @@ TEST_F(EmulatorChecks, ModulesPastTheLimitsAreRefused) {
   cuModuleUnload(loaded);
 }
 
+/// Module-scope .global and .const variables (module_variables.ptx):
+/// initialized as declared, zero past their initializers, addressed by name,
+/// through registers and cvta; each loaded module has its own, and they keep
+/// their values between launches.
+TEST_F(EmulatorChecks, ModuleVariables) {
+  ASSERT_EQ(load("module_variables"), 0) << message(kInvalidPtx);
+  std::vector<uint64_t> out(10, 0);
+  void *pointer = out.data();
+  for (uint64_t count : {1u, 2u}) {
+    ASSERT_EQ(launch("read_variables", 1, {&pointer},
+                     {{"out", out.data(), out.size() * 8}}),
+              0)
+        << message(kLaunchFailed);
+    EXPECT_EQ(out[9], count) << "launches counted in a .global variable";
+  }
+  const uint64_t expected[] = {
+      0x80FF,             // bytes[2..3] = {255, 128}
+      0,                  // bytes[4..5]: past the initializer
+      0xFFFFFFFF,         // words[1], through a register
+      0xFFFFFFFE,         // words[2], through cvta.global
+      0,                  // words[3]: past the initializer
+      0xFED4,             // .s16 -300
+      0x3F800000,         // .f32 0f3F800000
+      0xBFE0000000000000, // ld.const [halves+8]
+      0x3FE0000000000000, // ld.const through a register
+  };
+  for (size_t i = 0; i < std::size(expected); ++i)
+    EXPECT_EQ(out[i], expected[i]) << "slot " << i;
+  // The variables' traffic is counted like a buffer's.
+  std::vector<tilefuse::emulator::LaunchRecord> launches =
+      tilefuse::emulator::takeLaunches();
+  ASSERT_FALSE(launches.empty());
+  bool counted = false;
+  for (const tilefuse::emulator::BufferTraffic &buffer :
+       launches.back().buffers)
+    if (buffer.name == "words") {
+      EXPECT_EQ(buffer.loadedBytes, 12u);
+      counted = true;
+    }
+  EXPECT_TRUE(counted);
+
+  // A second copy of the module starts from the initializers.
+  void *first = module;
+  ASSERT_EQ(load("module_variables"), 0);
+  ASSERT_EQ(launch("read_variables", 1, {&pointer},
+                   {{"out", out.data(), out.size() * 8}}),
+            0);
+  EXPECT_EQ(out[9], 1u);
+  cuModuleUnload(first);
+
+  // Accesses are checked against each variable like a buffer.
+  uint32_t index = 3;
+  EXPECT_EQ(launch("overrun", 1, {&index}), 0) << message(kIllegalAddress);
+  index = 4;
+  expectError(launch("overrun", 1, {&index}), kIllegalAddress,
+              {"out-of-bounds global load of 4 bytes",
+               "0 bytes past the end of buffer 'words' (16 bytes",
+               "kernel overrun, block (0, 0, 0), thread (0, 0, 0)",
+               "`ld.global.u32 \t%r2, [%rd3];`"});
+  expectError(launch("const_as_global", 1, {}), kIllegalAddress,
+              {"a global load of 8 bytes", "in .const variable 'halves'",
+               "kernel const_as_global"});
+  index = 3;
+  EXPECT_EQ(launch("local_overrun", 1, {&index}), 0) << message(kIllegalAddress);
+  index = 4;
+  expectError(launch("local_overrun", 1, {&index}), kIllegalAddress,
+              {"out-of-bounds local store of 4 bytes at local address 16: "
+               "the function's .local arrays take 16 bytes",
+               "kernel local_overrun", "`st.local.u32 \t[%rd3], %r1;`"});
+}
+
+/// Forms of variables and carry arithmetic the emulator does not implement
+/// are refused with the line; a carry read before any .cc is an
+/// uninitialized register.
+TEST_F(EmulatorChecks, UnsupportedVariablesAreRefused) {
+  auto ptx = [](const std::string &variables, const std::string &body) {
+    return ".version 8.0\n.target sm_90\n.address_size 64\n" + variables +
+           "\n.visible .entry k()\n{\n.reg .b32 %r<3>;\n.reg .b64 %rd<3>;\n" +
+           body + "\nret;\n}\n";
+  };
+  struct Case {
+    std::string ptx, error;
+  };
+  const Case cases[] = {
+      {ptx(".global .f32 x = 1.5;", ""),
+       "PTX line 4: x: unsupported initializer '1.5' for a .32-bit float"},
+      {ptx(".global .u8 x = 256;", ""), "unsupported initializer '256'"},
+      {ptx(".global .u8 x[2] = {1, 2, 3};", ""),
+       "PTX line 4: .global x: 3 bytes of initializer for 2 bytes"},
+      {ptx(".global .u64 y;\n.global .u64 x = {generic(y)};", ""),
+       "PTX line 5: x: unsupported initializer 'generic'"},
+      {ptx(".extern .global .u32 x;", ""),
+       "PTX line 4: .extern .global variables are not supported"},
+      {ptx(".global .u32 x[2][2];", ""),
+       "multidimensional arrays are not supported"},
+      {ptx(".global .u32 x;\n.const .u32 x;", ""), "x declared twice"},
+      {ptx(".const .b8 x[65537];", ""),
+       "a .const array of 65537 1-byte elements exceeds 65536 bytes"},
+      {ptx(".global .u32 x;", "mov.u32 %r1, x;"),
+       "PTX line 9: a .global address needs a 64-bit operand: "
+       "`mov.u32 %r1, x;` (in k)"},
+      {ptx(".global .u32 x;", "ld.shared.u32 %r1, [x];"),
+       "x is a .global variable, not .shared"},
+      {ptx(".const .u32 x;", "st.const.u32 [x], 1;"),
+       ".const variables are read-only"},
+      {ptx(".const .u32 x;", "cvta.global.u64 %rd1, x;"),
+       "x is a .const variable, not .global"},
+      {ptx("", ".local .u32 a = 1;"),
+       "initialized .local variables are not supported"},
+      {ptx("", "addc.cc.b32 %r1, %r1, 1;"),
+       "carry arithmetic is add, sub and mad.lo/.hi with .cc"},
+      {ptx("", "shf.l.b32 %r1, %r1, %r1, 1;"),
+       "only shf.{l,r}.{wrap,clamp}.b32 is implemented"},
+  };
+  for (const Case &c : cases) {
+    void *refused = nullptr;
+    expectError(cuModuleLoadData(&refused, c.ptx.c_str()), kInvalidPtx,
+                {c.error.c_str()});
+  }
+  std::string carry = ptx("", "addc.u32 %r1, 1, 2;");
+  ASSERT_EQ(cuModuleLoadData(&module, carry.c_str()), 0)
+      << message(kInvalidPtx);
+  expectError(launch("k", 1, {}), kLaunchFailed,
+              {"read of uninitialized register CC.CF (the carry flag)",
+               "`addc.u32 %r1, 1, 2;`"});
+}
+
+/// A TILEFUSE_EMULATE_THREADS that is not a thread count fails the launch
+/// with the variable named (0 host threads: read at each launch).
+TEST_F(EmulatorChecks, InvalidHostThreadsAreNamed) {
+  ASSERT_EQ(load("oob_store"), 0);
+  std::vector<uint32_t> out(32);
+  void *pointer = out.data();
+  std::vector<TilefuseEmulatorBuffer> buffers = {{"out", out.data(), 128}};
+  tilefuse::emulator::setHostThreads(0);
+  for (const char *value : {"two", "0", "-3", "100000", "2.5"}) {
+    ASSERT_EQ(setenv("TILEFUSE_EMULATE_THREADS", value, 1), 0);
+    expectError(launch("oob_store", 32, {&pointer}, buffers), kInvalidValue,
+                {(std::string("TILEFUSE_EMULATE_THREADS=") + value +
+                  ": expected the number of host threads")
+                     .c_str(),
+                 "an integer from 1 to 1024"});
+  }
+  ASSERT_EQ(setenv("TILEFUSE_EMULATE_THREADS", "2", 1), 0);
+  EXPECT_EQ(launch("oob_store", 32, {&pointer}, buffers), 0);
+  unsetenv("TILEFUSE_EMULATE_THREADS");
+  EXPECT_EQ(launch("oob_store", 32, {&pointer}, buffers), 0);
+}
+
 /// Counters of a kernel small enough to count by hand (counters.ptx): 2
 /// blocks of 2 warps, 16 instructions per thread.
 TEST_F(EmulatorChecks, CountersOfAHandCountedKernel) {
@@ -459,7 +610,7 @@ TEST_F(EmulatorChecks, CountersOfAHandCountedKernel) {
 
 TEST_F(EmulatorChecks, InstructionsComputeWhatThePtxIsaDefines) {
   ASSERT_EQ(load("semantics"), 0);
-  std::vector<uint64_t> out(36, 0);
+  std::vector<uint64_t> out(44, 0);
   void *pointer = out.data();
   ASSERT_EQ(launch("semantics", 1, {&pointer},
                    {{"out", out.data(), out.size() * 8}}),
@@ -502,6 +653,14 @@ TEST_F(EmulatorChecks, InstructionsComputeWhatThePtxIsaDefines) {
       42,         // twice(21), a device function
       0x1234,     // mov.b32 {lo, hi}: hi
       0x000000070000002A, // mov.b64 {42, 7}
+      0x0000000100000000, // add.cc, addc: the carry into the high word
+      0x00000004FFFFFFFF, // sub.cc, subc: the borrow out of it
+      0x0000000700000001, // mad.lo.cc, madc.hi
+      0xFFFFFFFF,         // madc.hi.s32 -2, 3, 0 after a carry-less add.cc
+      0xABCDEF01,         // shf.l.wrap by 36 = 4
+      0x9ABCDEF0,         // shf.r.clamp by 40 = 32: b
+      0xF0123456,         // shf.r.wrap by 8
+      99,                 // a .local array
   };
   for (size_t i = 0; i < std::size(expected); ++i)
     EXPECT_EQ(out[i], expected[i]) << "slot " << i << std::hex << ": got 0x"

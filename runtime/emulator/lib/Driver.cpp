@@ -87,13 +87,26 @@ const Chip *chipNamed(llvm::StringRef name) {
   return nullptr;
 }
 
+/// Host threads from TILEFUSE_EMULATE_THREADS (unset or empty: the
+/// hardware's concurrency); 0 after failWith for a value that is not an
+/// integer from 1 to kMaxHostThreads.
 unsigned defaultHostThreads() {
-  if (const char *text = std::getenv("TILEFUSE_EMULATE_THREADS")) {
-    unsigned threads = 0;
-    if (!llvm::StringRef(text).getAsInteger(10, threads) && threads > 0)
-      return threads;
+  constexpr unsigned kMaxHostThreads = 1024;
+  llvm::StringRef text = llvm::StringRef(std::getenv("TILEFUSE_EMULATE_THREADS"))
+                             .trim();
+  if (text.empty())
+    return std::max(1u, std::thread::hardware_concurrency());
+  unsigned threads = 0;
+  if (text.getAsInteger(10, threads) || threads == 0 ||
+      threads > kMaxHostThreads) {
+    failWith(kInvalidValue,
+             llvm::formatv("TILEFUSE_EMULATE_THREADS={0}: expected the number "
+                           "of host threads that run blocks, an integer from "
+                           "1 to {1}",
+                           text, kMaxHostThreads));
+    return 0;
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  return threads;
 }
 
 } // namespace
@@ -240,8 +253,8 @@ int cuInit(unsigned flags) {
     return kSuccess;
   const char *log = std::getenv("TILEFUSE_LOG");
   s.log = log && llvm::StringRef(log).contains("emulate");
-  if (!s.hostThreads)
-    s.hostThreads = defaultHostThreads();
+  if (!s.hostThreads && !(s.hostThreads = defaultHostThreads()))
+    return lastResult;
   // TILEFUSE_TARGET=emulate or emulate:sm_XX picks the chip.
   if (!s.device.configured)
     if (const char *target = std::getenv("TILEFUSE_TARGET")) {
@@ -479,6 +492,8 @@ int cuLaunchKernel(void *function, unsigned gridX, unsigned gridY,
       return failWith(kNotInitialized, "cuInit was not called");
     launch.chip = s.device.chip;
     launch.hostThreads = s.hostThreads ? s.hostThreads : defaultHostThreads();
+    if (!launch.hostThreads)
+      return lastResult;
     launch.trafficDetail = s.trafficDetail;
     if (s.blockInstructionBudget)
       launch.blockInstructionBudget = s.blockInstructionBudget;

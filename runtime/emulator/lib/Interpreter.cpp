@@ -188,6 +188,7 @@ struct Shadow {
 struct BufferRange {
   uint64_t begin, end;
   unsigned index;
+  bool constant; // a .const variable of the module
 };
 
 struct Traffic {
@@ -271,8 +272,10 @@ private:
             const llvm::Twine &what);
   std::string describe(const Thread &thread, const Function &fn,
                        uint32_t pc) const;
+  /// A global (or, `constSpace`, a .const) access.
   bool checkGlobal(const Thread &thread, const Function &fn, uint32_t pc,
-                   uint64_t address, unsigned bytes, bool store);
+                   uint64_t address, unsigned bytes, bool store,
+                   bool constSpace);
   bool checkShared(const Thread &thread, const Function &fn, uint32_t pc,
                    uint64_t address, unsigned bytes, bool store);
   bool arriveAtShuffle(Thread &thread);
@@ -378,11 +381,10 @@ void BlockRunner::makeFrame(Thread &thread, const Function &fn,
   for (size_t i = 0; i < fn.specials.size(); ++i)
     if (fn.specials[i] != kNoSlot)
       registers[fn.specials[i]] = values[i];
-  uint8_t *defined = reinterpret_cast<uint8_t *>(
-      registers + fn.slots + (fn.paramBytes + 7) / 8);
+  uint8_t *defined = reinterpret_cast<uint8_t *>(registers + fn.definedWord());
   std::fill_n(defined, fn.checkedRegisters, 0);
-  std::fill_n(reinterpret_cast<uint8_t *>(registers + fn.slots),
-              fn.paramBytes, 0);
+  // .param space and .local arrays start zeroed.
+  std::fill(registers + fn.slots, registers + fn.definedWord(), 0);
 }
 
 std::string BlockRunner::describe(const Thread &thread, const Function &fn,
@@ -415,7 +417,7 @@ inline bool within(uint64_t address, unsigned bytes, uint64_t begin,
 
 bool BlockRunner::checkGlobal(const Thread &thread, const Function &fn,
                               uint32_t pc, uint64_t address, unsigned bytes,
-                              bool store) {
+                              bool store, bool constSpace) {
   const char *access = store ? "store" : "load";
   if (address % bytes != 0)
     return fail(thread, fn, pc, kMisalignedAddress,
@@ -479,6 +481,13 @@ bool BlockRunner::checkGlobal(const Thread &thread, const Function &fn,
     }
     lastBuffer = range - ranges.data();
   }
+  if (range->constant != constSpace)
+    return fail(thread, fn, pc, kIllegalAddress,
+                llvm::formatv("{0} {1} of {2} bytes at {3:x}: in {4} '{5}'",
+                              constSpace ? "a .const" : "a global", access,
+                              bytes, address,
+                              range->constant ? ".const variable" : "buffer",
+                              context.bufferNames[range->index]));
   Traffic &counter = traffic[range->index];
   if (store) {
     counter.storedBytes += bytes;
@@ -684,7 +693,7 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
     case Op::LdGlobal: {
       uint64_t address = R[r[4]] + in.imm;
       if (!checkGlobal(thread, *fn, pc - 1, address, in.size * in.count,
-                       false))
+                       false, in.flags & kConstSpace))
         return Stop::Error;
       loadInto(R, in, reinterpret_cast<const uint8_t *>(address));
       if constexpr (Detail)
@@ -695,7 +704,8 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
     }
     case Op::StGlobal: {
       uint64_t address = R[r[4]] + in.imm;
-      if (!checkGlobal(thread, *fn, pc - 1, address, in.size * in.count, true))
+      if (!checkGlobal(thread, *fn, pc - 1, address, in.size * in.count, true,
+                       false))
         return Stop::Error;
       storeFrom(R, in, reinterpret_cast<uint8_t *>(address));
       break;
@@ -719,6 +729,87 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
       break;
     case Op::LdFrameParam: loadInto(R, in, paramSpace() + in.imm); break;
     case Op::StFrameParam: storeFrom(R, in, paramSpace() + in.imm); break;
+    case Op::LdLocal:
+    case Op::StLocal: {
+      // A local address is an offset in this frame's .local arrays.
+      uint64_t address = R[r[4]] + in.imm;
+      unsigned bytes = in.size * in.count;
+      bool store = in.op == Op::StLocal;
+      if (!within(address, bytes, 0, fn->localBytes))
+        return failAt(kIllegalAddress,
+                      llvm::formatv("out-of-bounds local {0} of {1} bytes at "
+                                    "local address {2}: the function's .local "
+                                    "arrays take {3} bytes",
+                                    store ? "store" : "load", bytes,
+                                    int64_t(address), fn->localBytes));
+      if (address % bytes != 0)
+        return failAt(kMisalignedAddress,
+                      llvm::formatv("misaligned local {0} of {1} bytes at "
+                                    "local address {2}",
+                                    store ? "store" : "load", bytes, address));
+      uint8_t *local = reinterpret_cast<uint8_t *>(R + fn->localWord());
+      if (store)
+        storeFrom(R, in, local + address);
+      else
+        loadInto(R, in, local + address);
+      break;
+    }
+
+    // Carry arithmetic and funnel shifts.
+    case Op::Carry: {
+      unsigned bits = in.size;
+      uint64_t mask = bits == 64 ? ~uint64_t(0) : 0xFFFFFFFFu;
+      bool isSigned = in.flags & kSigned;
+      auto operand = [&](unsigned i) -> unsigned __int128 {
+        return R[r[i]] & mask;
+      };
+      unsigned __int128 carryIn = in.flags & kCarryIn ? R[r[4]] & 1 : 0;
+      unsigned __int128 a = operand(1), b = operand(2), result = 0;
+      bool carryOut = false;
+      switch (static_cast<CarryKind>(in.compare)) {
+      case CarryKind::Add:
+        result = a + b + carryIn;
+        carryOut = (result >> bits) & 1;
+        break;
+      case CarryKind::Sub: // the flag is a borrow
+        result = a - b - carryIn;
+        carryOut = a < b + carryIn;
+        break;
+      case CarryKind::MadLo:
+      case CarryKind::MadHi: {
+        auto signedValue = [&](unsigned __int128 value) -> __int128 {
+          return bits == 64 ? __int128(int64_t(value))
+                            : __int128(int32_t(uint32_t(value)));
+        };
+        unsigned __int128 product =
+            isSigned ? static_cast<unsigned __int128>(signedValue(a) *
+                                                      signedValue(b))
+                     : a * b;
+        unsigned __int128 part =
+            (in.compare == uint8_t(CarryKind::MadLo) ? product
+                                                     : product >> bits) &
+            mask;
+        result = part + operand(3) + carryIn;
+        carryOut = (result >> bits) & 1;
+        break;
+      }
+      }
+      uint64_t value = uint64_t(result) & mask;
+      R[r[0]] = isSigned && bits == 32 ? extend(int32_t(uint32_t(value)))
+                                       : value;
+      if (in.flags & kCarryOut)
+        R[r[4]] = carryOut;
+      break;
+    }
+    case Op::Funnel: {
+      uint32_t amount = static_cast<uint32_t>(R[r[3]]);
+      amount = in.flags & kWrap ? amount & 31 : std::min(amount, 32u);
+      uint64_t pair = uint64_t(static_cast<uint32_t>(R[r[2]])) << 32 |
+                      static_cast<uint32_t>(R[r[1]]);
+      R[r[0]] = static_cast<uint32_t>(in.compare ? (pair << amount) >> 32
+                                                 : pair >> amount);
+      break;
+    }
 
     // Integer ops, one case per type.
 #define TILEFUSE_INT_CASE(OP, TYPE, CTYPE, ...)                                \
@@ -1006,7 +1097,8 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
 
     // Inserted checks.
     case Op::CheckDefined: {
-      const uint8_t *defined = paramSpace() + (fn->paramBytes + 7) / 8 * 8;
+      const uint8_t *defined =
+          reinterpret_cast<const uint8_t *>(R + fn->definedWord());
       if (!defined[in.imm])
         return failAt(kLaunchFailed,
                       llvm::formatv("read of uninitialized register {0}: this "
@@ -1015,7 +1107,7 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
       break;
     }
     case Op::MarkDefined: {
-      uint8_t *defined = paramSpace() + (fn->paramBytes + 7) / 8 * 8;
+      uint8_t *defined = reinterpret_cast<uint8_t *>(R + fn->definedWord());
       defined[in.imm] = 1;
       break;
     }
@@ -1270,10 +1362,21 @@ std::optional<LaunchError> tilefuse::emulator::execute(const Launch &launch,
       continue;
     }
     context.ranges.push_back({buffer.base, buffer.base + buffer.bytes,
-                              static_cast<unsigned>(context.ranges.size())});
+                              static_cast<unsigned>(context.ranges.size()),
+                              false});
     context.bufferNames.push_back(buffer.name);
     context.bufferBegins.push_back(buffer.base);
     context.bufferBytes.push_back(buffer.bytes);
+  }
+  // The module's .global and .const variables.
+  for (const GlobalVariable &variable : launch.module->globals) {
+    context.ranges.push_back({variable.address,
+                              variable.address + variable.bytes,
+                              static_cast<unsigned>(context.ranges.size()),
+                              variable.constant});
+    context.bufferNames.push_back(variable.name);
+    context.bufferBegins.push_back(variable.address);
+    context.bufferBytes.push_back(variable.bytes);
   }
   std::stable_sort(context.ranges.begin(), context.ranges.end(),
                    [](const BufferRange &a, const BufferRange &b) {

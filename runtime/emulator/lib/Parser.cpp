@@ -20,6 +20,7 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -234,11 +235,25 @@ struct SharedDecl {
   bool dynamic = false;
 };
 
+/// A variable declared as `.space [.align N] .type name[[N]] [= init]`.
+struct VariableDecl {
+  std::string name;
+  unsigned line = 0;
+  uint32_t align = 1;
+  uint64_t bytes = 0;
+  bool unsized = false;  // name[]: sized by its initializer or the launch
+  bool constant = false; // .const (module globals)
+  /// The initializer's bytes (the rest of the variable is zero).
+  std::vector<uint8_t> initializer;
+};
+
 struct RawFunction {
   std::unique_ptr<Function> function;
   std::vector<RawInstr> instructions;
   llvm::StringMap<unsigned> labels; // label -> raw instruction index
   std::vector<SharedDecl> shared;   // this function's own .shared arrays
+  llvm::StringMap<uint32_t> locals; // .local arrays: offsets in the frame
+  uint32_t carrySlot = kNoSlot;     // CC.CF, if an instruction uses it
   /// Register slots that are real registers (not specials or constants).
   llvm::BitVector registerSlots;
   std::map<uint64_t, uint32_t> constantSlots;
@@ -322,7 +337,16 @@ private:
   llvm::Error parseBody(RawFunction &raw);
   llvm::Error parseStatement(RawFunction &raw);
   llvm::Error parseRegisterDeclaration();
+  /// After a state space (`.shared`, `.local`, `.global`, `.const`):
+  /// `[.align N] .type name[[N]] [= initializer]`, refused past `limit`
+  /// bytes. Only .global and .const take an initializer.
+  llvm::Expected<VariableDecl> parseVariable(StringRef space, uint64_t limit);
+  llvm::Error parseInitializer(const Type &type, VariableDecl &decl);
   llvm::Expected<SharedDecl> parseSharedDeclaration(bool external);
+  llvm::Error parseLocalDeclaration(RawFunction &raw);
+  llvm::Error parseGlobalDeclaration(bool external);
+  /// Lays out and initializes the module's .global and .const variables.
+  llvm::Error allocateGlobals();
   llvm::Error parseInstruction(RawFunction &raw);
   llvm::Expected<Operand> parseOperand();
   llvm::Expected<Operand> parseAddress();
@@ -347,6 +371,7 @@ private:
   std::unique_ptr<Module> module = std::make_unique<Module>();
   std::vector<std::unique_ptr<RawFunction>> raws;
   std::vector<SharedDecl> moduleShared;
+  std::vector<VariableDecl> globals;
   RawFunction *current = nullptr;
   std::vector<Scope> scopes;
   unsigned version = 0;
@@ -410,6 +435,8 @@ llvm::Expected<std::unique_ptr<Module>> Parser::run() {
       return std::move(error);
   if (module->target.empty())
     return errorAt(1, "the module has no .target directive", "");
+  if (llvm::Error error = allocateGlobals())
+    return std::move(error);
   for (auto &raw : raws) {
     if (!raw->function->hasBody)
       continue;
@@ -477,10 +504,13 @@ llvm::Error Parser::parseDirective() {
     moduleShared.push_back(*shared);
     return expect(";");
   }
+  if (peek().text == ".global" || peek().text == ".const")
+    return parseGlobalDeclaration(external);
   return errorAt(token.line,
                  llvm::formatv("'{0}' is not supported at module scope "
                                "(only .version, .target, .address_size, "
-                               ".entry, .func and .shared are)",
+                               ".entry, .func, .shared, .global and .const "
+                               "are)",
                                token.text),
                  "");
 }
@@ -682,6 +712,8 @@ llvm::Error Parser::parseStatement(RawFunction &raw) {
     raw.shared.push_back(*shared);
     return expect(";");
   }
+  if (token.text == ".local")
+    return parseLocalDeclaration(raw);
   if (token.text == ".param") {
     // A call's argument or result variable, in this frame's .param space.
     next();
@@ -752,12 +784,11 @@ llvm::Error Parser::parseRegisterDeclaration() {
   return expect(";");
 }
 
-/// `.shared [.align N] .type name[N]` (module or kernel scope); `.extern
-/// .shared ... name[]` is the launch's dynamic shared memory.
-llvm::Expected<SharedDecl> Parser::parseSharedDeclaration(bool external) {
-  next();
-  SharedDecl decl;
-  decl.dynamic = external;
+llvm::Expected<VariableDecl> Parser::parseVariable(StringRef space,
+                                                   uint64_t limit) {
+  VariableDecl decl;
+  decl.line = next().line;
+  decl.constant = space == ".const";
   if (accept(".align")) {
     llvm::Expected<uint32_t> value = alignment();
     if (!value)
@@ -766,28 +797,193 @@ llvm::Expected<SharedDecl> Parser::parseSharedDeclaration(bool external) {
   }
   std::optional<Type> type = typeNamed(next().text.drop_front());
   if (!type || type->kind == Type::Pred)
-    return error("unsupported .shared element type");
+    return error(llvm::formatv("unsupported {0} element type", space));
   decl.align = std::max<uint32_t>(decl.align, type->bits / 8);
   const Token &name = next();
+  if (name.kind != Token::Word)
+    return error(llvm::formatv("expected a {0} variable name", space));
   decl.name = name.text.str();
   if (peek().text == "[" && peek(1).text == "]") {
     next();
     next();
-    if (!external)
-      return error("a .shared array without a size must be .extern");
-    decl.bytes = 0;
-    return decl;
+    decl.unsized = true;
+  } else {
+    llvm::Expected<uint64_t> bytes =
+        arrayBytes(type->bits / 8, limit, (space + " array").str());
+    if (!bytes)
+      return bytes.takeError();
+    decl.bytes = *bytes;
   }
-  llvm::Expected<uint64_t> bytes =
-      arrayBytes(type->bits / 8, kMaxSharedBytes, ".shared array");
-  if (!bytes)
-    return bytes.takeError();
-  decl.bytes = *bytes;
-  if (external)
-    return error(".extern .shared arrays must be unsized ([])");
-  if (accept("="))
-    return error("initialized .shared variables are not supported");
+  if (peek().text == "[")
+    return error("multidimensional arrays are not supported");
+  if (accept("=")) {
+    if (space != ".global" && space != ".const")
+      return error(
+          llvm::formatv("initialized {0} variables are not supported", space));
+    if (llvm::Error error = parseInitializer(*type, decl))
+      return std::move(error);
+    if (decl.unsized)
+      decl.bytes = decl.initializer.size();
+    if (decl.initializer.size() > decl.bytes || decl.bytes > limit)
+      return errorAt(decl.line,
+                     llvm::formatv("{0} {1}: {2} bytes of initializer for {3} "
+                                   "bytes (at most {4})",
+                                   space, decl.name, decl.initializer.size(),
+                                   decl.bytes, limit),
+                     "");
+    decl.unsized = false;
+  }
   return decl;
+}
+
+/// `= value` or `= {value, ...}`: integers for integer types, 0f/0d
+/// hexadecimal literals for .f32/.f64 (what LLVM emits). Addresses of
+/// variables and decimal floats are refused.
+llvm::Error Parser::parseInitializer(const Type &type, VariableDecl &decl) {
+  bool integerType = type.kind != Type::Float;
+  if (type.pair || (!integerType && type.format != FloatFormat::F32 &&
+                    type.format != FloatFormat::F64))
+    return error("initializers of this type are not supported (integer, .f32 "
+                 "and .f64 ones are)");
+  unsigned bytes = type.bits / 8;
+  bool list = accept("{");
+  do {
+    const Token &token = peek();
+    bool negative = integerType && accept("-");
+    const Token &literal = next();
+    uint64_t value = 0;
+    StringRef text = literal.text;
+    bool valid = literal.kind == Token::Number;
+    if (!integerType) {
+      char prefix = type.format == FloatFormat::F32 ? 'f' : 'd';
+      valid &= text.size() == 2 + bytes * 2 && text[0] == '0' &&
+               std::tolower(text[1]) == prefix &&
+               !text.drop_front(2).getAsInteger(16, value);
+    } else {
+      text.consume_back("U");
+      valid &= !text.getAsInteger(0, value) &&
+               (bytes == 8 ||
+                (negative ? value <= (uint64_t(1) << (type.bits - 1))
+                          : value < (uint64_t(1) << type.bits)));
+      if (negative)
+        value = 0 - value;
+    }
+    if (!valid)
+      return errorAt(token.line,
+                     llvm::formatv("{0}: unsupported initializer '{1}{2}' for "
+                                   "a .{3}-bit {4} (integers, or 0f/0d "
+                                   "hexadecimal floats, that fit)",
+                                   decl.name, negative ? "-" : "",
+                                   literal.text, type.bits,
+                                   integerType ? "integer" : "float"),
+                     "");
+    for (unsigned i = 0; i < bytes; ++i)
+      decl.initializer.push_back(static_cast<uint8_t>(value >> (8 * i)));
+  } while (list && accept(","));
+  return list ? expect("}") : llvm::Error::success();
+}
+
+/// `.shared [.align N] .type name[N]` (module or kernel scope); `.extern
+/// .shared ... name[]` is the launch's dynamic shared memory.
+llvm::Expected<SharedDecl> Parser::parseSharedDeclaration(bool external) {
+  llvm::Expected<VariableDecl> variable =
+      parseVariable(".shared", kMaxSharedBytes);
+  if (!variable)
+    return variable.takeError();
+  if (variable->unsized != external)
+    return error(external ? ".extern .shared arrays must be unsized ([])"
+                          : "a .shared array without a size must be .extern");
+  return SharedDecl{variable->name, variable->align,
+                    static_cast<uint32_t>(variable->bytes), external};
+}
+
+/// `.local` arrays (LLVM's stack, __local_depot): per thread, in the frame.
+llvm::Error Parser::parseLocalDeclaration(RawFunction &raw) {
+  llvm::Expected<VariableDecl> variable =
+      parseVariable(".local", kMaxStackBytes);
+  if (!variable)
+    return variable.takeError();
+  if (variable->unsized)
+    return error("a .local array needs a size");
+  Function &fn = *raw.function;
+  uint64_t offset = llvm::alignTo(fn.localBytes, variable->align);
+  if (offset + variable->bytes > kMaxStackBytes)
+    return error(llvm::formatv(".local arrays up to {0} take {1} bytes: past "
+                               "the {2} the emulator allows",
+                               variable->name, offset + variable->bytes,
+                               kMaxStackBytes));
+  if (!raw.locals.try_emplace(variable->name, offset).second)
+    return error(llvm::formatv(".local {0} declared twice", variable->name));
+  fn.localBytes = offset + variable->bytes;
+  return expect(";");
+}
+
+/// Module-scope `.global` and `.const` variables, defined here (an
+/// `.extern` one would live in another module: there is no linker).
+llvm::Error Parser::parseGlobalDeclaration(bool external) {
+  StringRef space = peek().text;
+  unsigned line = peek().line;
+  if (external)
+    return errorAt(line,
+                   llvm::formatv(".extern {0} variables are not supported "
+                                 "(each module is loaded alone)",
+                                 space),
+                   "");
+  llvm::Expected<VariableDecl> variable = parseVariable(
+      space, space == ".const" ? kMaxConstBytes : kMaxGlobalBytes);
+  if (!variable)
+    return variable.takeError();
+  if (variable->unsized || !variable->bytes)
+    return errorAt(line,
+                   llvm::formatv("{0} {1} has no size", space, variable->name),
+                   "");
+  bool taken = module->byName.count(variable->name) ||
+               llvm::any_of(globals, [&](const VariableDecl &other) {
+                 return other.name == variable->name;
+               });
+  if (taken)
+    return errorAt(line,
+                   llvm::formatv("{0} declared twice", variable->name), "");
+  globals.push_back(std::move(*variable));
+  return expect(";");
+}
+
+llvm::Error Parser::allocateGlobals() {
+  // Gaps between variables, so that an access past one is an error rather
+  // than a read of its neighbour.
+  constexpr uint64_t kGap = 64;
+  uint64_t end = 0, constEnd = 0, maxAlign = 1;
+  std::vector<uint64_t> offsets;
+  for (const VariableDecl &decl : globals) {
+    end = llvm::alignTo(offsets.empty() ? 0 : end + kGap, decl.align);
+    offsets.push_back(end);
+    end += decl.bytes;
+    maxAlign = std::max<uint64_t>(maxAlign, decl.align);
+    if (decl.constant)
+      constEnd += decl.bytes;
+    if (end > kMaxGlobalBytes || constEnd > kMaxConstBytes)
+      return errorAt(decl.line,
+                     llvm::formatv("the module's variables up to {0} take {1} "
+                                   "bytes: past the {2} the emulator allows",
+                                   decl.name, decl.constant ? constEnd : end,
+                                   decl.constant ? kMaxConstBytes
+                                                 : kMaxGlobalBytes),
+                     "");
+  }
+  if (globals.empty())
+    return llvm::Error::success();
+  // Zeroed, then each variable's initializer.
+  module->globalMemory.reset(new uint8_t[end + maxAlign]());
+  uint64_t base = llvm::alignTo(
+      reinterpret_cast<uint64_t>(module->globalMemory.get()), maxAlign);
+  for (size_t i = 0; i < globals.size(); ++i) {
+    const VariableDecl &decl = globals[i];
+    uint64_t address = base + offsets[i];
+    std::memcpy(reinterpret_cast<void *>(address), decl.initializer.data(),
+                decl.initializer.size());
+    module->globals.push_back({decl.name, decl.constant, address, decl.bytes});
+  }
+  return llvm::Error::success();
 }
 
 llvm::Expected<Register> Parser::lookupRegister(StringRef name,
@@ -1134,6 +1330,15 @@ private:
                                                 const Operand &op);
   uint32_t constant(uint64_t value);
   uint32_t special(unsigned which);
+  /// The carry flag's slot (a register the thread writes with .cc).
+  uint32_t carrySlot();
+  /// A variable's state space ("shared", "local", "global", "const") and
+  /// address, if `name` is one.
+  struct Symbol {
+    StringRef space;
+    uint64_t address;
+  };
+  std::optional<Symbol> symbol(StringRef name) const;
 
   // Families.
   llvm::Error memory(const RawInstr &instr, Modifiers &mods, bool load,
@@ -1144,6 +1349,12 @@ private:
                        const Type &type, Instr &out);
   llvm::Error integer(const RawInstr &instr, Modifiers &mods,
                       const Type &type, Instr &out);
+  llvm::Error carry(const RawInstr &instr, Modifiers &mods, const Type &type,
+                    Instr &out);
+  llvm::Error funnelShift(const RawInstr &instr, Modifiers &mods,
+                          const Type &type, Instr &out);
+  llvm::Error addressConversion(const RawInstr &instr, Modifiers &mods,
+                                Instr &out);
   llvm::Error setp(const RawInstr &instr, Modifiers &mods, Instr &out);
   llvm::Error control(const RawInstr &instr, Modifiers &mods, Instr &out);
   llvm::Error operands(const RawInstr &instr, size_t count) const {
@@ -1180,6 +1391,29 @@ uint32_t Decoder::constant(uint64_t value) {
     fn.constantSlots.push_back(it->second);
   }
   return it->second;
+}
+
+uint32_t Decoder::carrySlot() {
+  if (raw.carrySlot == kNoSlot) {
+    raw.carrySlot = fn.slots++;
+    raw.slotNames.resize(fn.slots);
+    raw.slotNames[raw.carrySlot] = "CC.CF (the carry flag)";
+    raw.registerSlots.resize(fn.slots);
+    raw.registerSlots.set(raw.carrySlot);
+  }
+  return raw.carrySlot;
+}
+
+std::optional<Decoder::Symbol> Decoder::symbol(StringRef name) const {
+  for (const SharedArray &array : fn.shared)
+    if (array.name == name)
+      return Symbol{"shared", array.offset};
+  if (auto local = raw.locals.find(name); local != raw.locals.end())
+    return Symbol{"local", local->second};
+  for (const GlobalVariable &variable : module.globals)
+    if (variable.name == name)
+      return Symbol{variable.constant ? "const" : "global", variable.address};
+  return std::nullopt;
 }
 
 uint32_t Decoder::special(unsigned which) {
@@ -1223,13 +1457,16 @@ llvm::Expected<uint32_t> Decoder::source(const RawInstr &instr,
       return fail(instr, "special registers are 32-bit integers");
     return special(op.special);
   case Operand::Name: {
-    for (const SharedArray &array : fn.shared)
-      if (array.name == op.name) {
-        if (type.bits < 32 || type.kind == Type::Float)
-          return fail(instr, "a .shared address needs a 32- or 64-bit operand");
-        return constant(array.offset);
-      }
-    return fail(instr, llvm::formatv("unknown symbol {0}", op.name));
+    std::optional<Symbol> found = symbol(op.name);
+    if (!found)
+      return fail(instr, llvm::formatv("unknown symbol {0}", op.name));
+    // .shared addresses are 32-bit offsets; the others 64-bit.
+    bool shared = found->space == "shared";
+    if (type.bits < (shared ? 32 : 64) || type.kind == Type::Float)
+      return fail(instr, llvm::formatv("a .{0} address needs a {1}-bit operand",
+                                       found->space,
+                                       shared ? "32- or 64" : "64"));
+    return constant(found->address);
   }
   default:
     return fail(instr, "unsupported operand");
@@ -1292,8 +1529,8 @@ llvm::Error Decoder::memory(const RawInstr &instr, Modifiers &mods, bool load,
   else if (mods.take("v4"))
     count = 4;
   std::optional<StringRef> space = mods.takeAny(
-      {"global", "shared", "shared::cta", "param", "param::entry",
-       "param::func"});
+      {"global", "shared", "shared::cta", "const", "local", "param",
+       "param::entry", "param::func"});
   if (!space)
     return fail(instr, "loads and stores without a state space (generic "
                        "addressing) are not supported");
@@ -1360,8 +1597,17 @@ llvm::Error Decoder::memory(const RawInstr &instr, Modifiers &mods, bool load,
     return llvm::Error::success();
   }
   bool shared = space->starts_with("shared");
-  out.op = load ? (shared ? Op::LdShared : Op::LdGlobal)
-                : (shared ? Op::StShared : Op::StGlobal);
+  StringRef spaceName = shared ? "shared" : *space;
+  if (spaceName == "const") {
+    if (!load)
+      return fail(instr, ".const variables are read-only");
+    out.flags |= kConstSpace; // checked against the .const variables
+  }
+  if (spaceName == "local")
+    out.op = load ? Op::LdLocal : Op::StLocal;
+  else
+    out.op = load ? (shared ? Op::LdShared : Op::LdGlobal)
+                  : (shared ? Op::StShared : Op::StGlobal);
   if (!base) {
     out.r[4] = constant(0);
     return llvm::Error::success();
@@ -1381,7 +1627,11 @@ llvm::Error Decoder::memory(const RawInstr &instr, Modifiers &mods, bool load,
       out.flags |= kAddress32;
     return llvm::Error::success();
   }
-  if (base->kind == Operand::Name && shared) {
+  if (base->kind == Operand::Name) {
+    std::optional<Symbol> found = symbol(base->name);
+    if (found && found->space != spaceName)
+      return fail(instr, llvm::formatv("{0} is a .{1} variable, not .{2}",
+                                       base->name, found->space, spaceName));
     TILEFUSE_SOURCE(out, 4, source(instr, *base, Type{Type::Bit, 64}));
     return llvm::Error::success();
   }
@@ -1729,6 +1979,10 @@ llvm::Error Decoder::integer(const RawInstr &instr, Modifiers &mods,
       TILEFUSE_SOURCE(out, 2, predicateSource(instr, instr.operands[2]));
     return llvm::Error::success();
   }
+  if (base == "addc" || base == "subc" || base == "madc" || mods.take("cc"))
+    return carry(instr, mods, type, out);
+  if (base == "shf")
+    return funnelShift(instr, mods, type, out);
   std::optional<IntType> intType = intTypeOf(type);
   if (!intType)
     return fail(instr, "unsupported integer type");
@@ -1814,6 +2068,96 @@ llvm::Error Decoder::integer(const RawInstr &instr, Modifiers &mods,
     TILEFUSE_SOURCE(out, i + 1,
                     source(instr, instr.operands[i + 1], operandType));
   }
+  return llvm::Error::success();
+}
+
+/// add.cc, addc(.cc), sub.cc, subc(.cc), mad.{lo,hi}.cc, madc.{lo,hi}(.cc):
+/// the carry flag in and out (`.cc` was taken by integer()).
+llvm::Error Decoder::carry(const RawInstr &instr, Modifiers &mods,
+                           const Type &type, Instr &out) {
+  StringRef base = mods.base;
+  bool carryIn = base.ends_with("c");
+  bool carryOut = !carryIn || mods.take("cc");
+  bool mad = base.starts_with("mad");
+  std::optional<StringRef> part =
+      mad ? mods.takeAny({"lo", "hi"}) : std::nullopt;
+  bool known = base == "add" || base == "sub" || base == "mad" ||
+               base == "addc" || base == "subc" || base == "madc";
+  if (!known || type.bits < 32 || type.kind == Type::Bit ||
+      type.kind == Type::Float || (mad && !part) || !mods.empty())
+    return fail(instr, "carry arithmetic is add, sub and mad.lo/.hi with .cc, "
+                       "or addc, subc and madc.lo/.hi, on .u32, .s32, .u64 "
+                       "or .s64");
+  if (llvm::Error error = operands(instr, mad ? 4 : 3))
+    return error;
+  out.op = Op::Carry;
+  out.size = type.bits;
+  out.compare = static_cast<uint8_t>(
+      !mad ? (base.starts_with("add") ? CarryKind::Add : CarryKind::Sub)
+           : (*part == "lo" ? CarryKind::MadLo : CarryKind::MadHi));
+  if (type.kind == Type::Signed)
+    out.flags |= kSigned;
+  TILEFUSE_SLOT(out, 0, destination(instr, instr.operands[0], type));
+  for (unsigned i = 1; i < (mad ? 4u : 3u); ++i)
+    TILEFUSE_SOURCE(out, i, source(instr, instr.operands[i], type));
+  out.r[4] = carrySlot();
+  if (carryIn) {
+    out.flags |= kCarryIn;
+    out.sources |= 1 << 4;
+    reads.back().push_back(out.r[4]);
+  }
+  if (carryOut) {
+    out.flags |= kCarryOut;
+    writes.back().push_back(out.r[4]);
+  }
+  return llvm::Error::success();
+}
+
+/// shf.{l,r}.{wrap,clamp}.b32 d, a, b, n: the high (l) or low (r) word of
+/// {b, a} shifted by n.
+llvm::Error Decoder::funnelShift(const RawInstr &instr, Modifiers &mods,
+                                 const Type &type, Instr &out) {
+  std::optional<StringRef> direction = mods.takeAny({"l", "r"});
+  std::optional<StringRef> mode = mods.takeAny({"wrap", "clamp"});
+  if (!direction || !mode || !mods.empty() || type.kind != Type::Bit ||
+      type.bits != 32)
+    return fail(instr, "only shf.{l,r}.{wrap,clamp}.b32 is implemented");
+  if (llvm::Error error = operands(instr, 4))
+    return error;
+  out.op = Op::Funnel;
+  out.compare = *direction == "l";
+  if (*mode == "wrap")
+    out.flags |= kWrap;
+  TILEFUSE_SLOT(out, 0, destination(instr, instr.operands[0], type));
+  TILEFUSE_SOURCE(out, 1, source(instr, instr.operands[1], type));
+  TILEFUSE_SOURCE(out, 2, source(instr, instr.operands[2], type));
+  TILEFUSE_SOURCE(out, 3, source(instr, instr.operands[3],
+                                 Type{Type::Unsigned, 32}));
+  return llvm::Error::success();
+}
+
+/// cvta(.to).{global,const}.u64: global and constant addresses are host
+/// addresses here, as generic ones are, so the conversion is a move.
+llvm::Error Decoder::addressConversion(const RawInstr &instr, Modifiers &mods,
+                                       Instr &out) {
+  std::optional<Type> type = mods.takeType();
+  mods.take("to");
+  std::optional<StringRef> space = mods.takeAny({"global", "const"});
+  if (!space || !type || type->bits != 64 || type->kind == Type::Float ||
+      !mods.empty())
+    return fail(instr, "only cvta(.to).global.u64 and cvta(.to).const.u64 "
+                       "are implemented");
+  if (llvm::Error error = operands(instr, 2))
+    return error;
+  const Operand &from = instr.operands[1];
+  if (from.kind == Operand::Name)
+    if (std::optional<Symbol> found = symbol(from.name);
+        found && found->space != *space)
+      return fail(instr, llvm::formatv("{0} is a .{1} variable, not .{2}",
+                                       from.name, found->space, *space));
+  out.op = Op::Mov;
+  TILEFUSE_SLOT(out, 0, destination(instr, instr.operands[0], *type));
+  TILEFUSE_SOURCE(out, 1, source(instr, from, *type));
   return llvm::Error::success();
 }
 
@@ -1988,6 +2332,8 @@ llvm::Error Decoder::decodeOne(const RawInstr &instr, Instr &out) {
     return memory(instr, mods, base == "ld", out);
   if (base == "mov")
     return move(instr, mods, out);
+  if (base == "cvta")
+    return addressConversion(instr, mods, out);
   if (base == "cvt")
     return conversion(instr, mods, out);
   if (base == "setp")

@@ -40,7 +40,9 @@ namespace tilefuse::emulator {
   X(Mov) X(Pack) X(Unpack) X(Selp) X(NotPred)                                  \
   /* memory */                                                                 \
   X(LdGlobal) X(StGlobal) X(LdShared) X(StShared) X(LdKernelParam)            \
-  X(LdFrameParam) X(StFrameParam)                                              \
+  X(LdFrameParam) X(StFrameParam) X(LdLocal) X(StLocal)                        \
+  /* integer ops on the carry flag (CarryKind), funnel shifts */               \
+  X(Carry) X(Funnel)                                                           \
   /* f32, hot forms: .rn, no .ftz or .sat */                                   \
   X(AddF32) X(SubF32) X(MulF32) X(FmaF32) X(NegF32) X(AbsF32) X(MinF32)        \
   X(MaxF32) X(MinNaNF32) X(MaxNaNF32) X(DivF32) X(CopysignF32) X(SetpF32)     \
@@ -87,6 +89,9 @@ enum class Compare : uint8_t {
   Num, Nan
 };
 
+/// What Op::Carry computes (add.cc, addc, sub.cc, subc, mad.cc, madc).
+enum class CarryKind : uint8_t { Add, Sub, MadLo, MadHi };
+
 /// Floating-point rounding of an operation.
 enum class Rounding : uint8_t { Nearest, Zero, Down, Up };
 
@@ -126,6 +131,10 @@ struct ConversionForm {
 /// holds (CUDA's local memory per thread).
 constexpr uint64_t kMaxKernelParamBytes = 32764;
 constexpr uint64_t kMaxSharedBytes = 48 * 1024;
+/// A module's .const variables (the 64 KiB constant bank) and all of its
+/// .global and .const variables (host memory allocated when it loads).
+constexpr uint64_t kMaxConstBytes = 64 * 1024;
+constexpr uint64_t kMaxGlobalBytes = uint64_t(1) << 28;
 constexpr uint64_t kMaxStackBytes = 512 * 1024;
 /// Thread-instructions one block may run before it is stopped as a runaway
 /// (about two minutes here; the largest block of this project's tests runs
@@ -160,6 +169,11 @@ struct Instr {
 constexpr uint8_t kSignExtend = 1;     // loads of signed types
 constexpr uint8_t kSubnormalFlush = 2; // setp.ftz
 constexpr uint8_t kAddress32 = 4;      // a .shared address in a 32-bit register
+constexpr uint8_t kConstSpace = 8;     // ld.const (Op::LdGlobal)
+constexpr uint8_t kCarryIn = 16;       // Op::Carry: addc, subc, madc
+constexpr uint8_t kCarryOut = 32;      // Op::Carry: .cc
+constexpr uint8_t kSigned = 64;        // Op::Carry: mad.hi of signed types
+constexpr uint8_t kWrap = 128;         // Op::Funnel: shf.wrap (else .clamp)
 
 /// A device function's call site: what `call` copies.
 struct CallSite {
@@ -202,11 +216,14 @@ struct Function {
   /// Frame: `slots` 64-bit registers (registers as first used, special
   /// registers and constants), then `paramBytes` of .param space (a device
   /// function's parameters and every call's argument and result
-  /// variables), then one byte per register whose reads are checked
+  /// variables), then `localBytes` of .local arrays (a local address is an
+  /// offset in them), then one byte per register whose reads are checked
   /// (CheckDefined).
-  uint32_t slots = 0, paramBytes = 0, checkedRegisters = 0;
+  uint32_t slots = 0, paramBytes = 0, localBytes = 0, checkedRegisters = 0;
+  uint64_t localWord() const { return uint64_t(slots) + (paramBytes + 7) / 8; }
+  uint64_t definedWord() const { return localWord() + (localBytes + 7) / 8; }
   uint64_t frameWords() const {
-    return uint64_t(slots) + (paramBytes + 7) / 8 + (checkedRegisters + 7) / 8;
+    return definedWord() + (checkedRegisters + 7) / 8;
   }
   /// The names of the checked registers, by CheckDefined index.
   std::vector<std::string> checkedNames;
@@ -241,11 +258,22 @@ enum Special : unsigned {
   NctaidY, NctaidZ, LaneId, WarpId
 };
 
+/// A module-scope .global or .const variable: [address, address + bytes)
+/// of the module's own host memory (Module::globalMemory), initialized when
+/// the module is loaded.
+struct GlobalVariable {
+  std::string name;
+  bool constant = false; // .const: read-only, ld.const only
+  uint64_t address = 0, bytes = 0;
+};
+
 struct Module {
   std::string target; // sm_80, sm_90, ...
   unsigned smVersion = 0;
   std::vector<std::unique_ptr<Function>> functions;
   llvm::StringMap<unsigned> byName;
+  std::vector<GlobalVariable> globals;
+  std::unique_ptr<uint8_t[]> globalMemory;
   const Function *find(llvm::StringRef name) const {
     auto it = byName.find(name);
     return it == byName.end() ? nullptr : functions[it->second].get();
