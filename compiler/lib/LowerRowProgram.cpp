@@ -22,6 +22,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <limits>
 #include <numeric>
@@ -207,6 +208,21 @@ Value emitMath(OpBuilder &b, Location loc, ValueRange args, bool perElement,
   return vector::FromElementsOp::create(b, loc, vector, elements);
 }
 
+/// How exp is emitted. On a GPU it runs per element; where the kernel stores
+/// 16-bit floats, an f32 exp is ex2.approx(x * log2(e)) (as Triton emits it:
+/// two instructions instead of libdevice's ~10; relative error about
+/// 2^-22 + |x| * 2^-24, against bf16's 2^-9 and f16's 2^-12 rounding).
+/// Elsewhere math.exp (libdevice's expf on a GPU, a polynomial on the CPU).
+struct ExpLowering {
+  bool perElement = false;
+  bool approximate = false;
+
+  static ExpLowering of(const TileConfig &config, const KernelShape &shape) {
+    return {config.isGPU(), config.isGPU() && shape.storageBytes == 2};
+  }
+  Value emit(OpBuilder &b, Location loc, Value x) const;
+};
+
 /// A float constant of `like`'s type (splat for vectors).
 Value floatConstant(OpBuilder &b, Location loc, Value like, double value) {
   Type type = like.getType();
@@ -216,21 +232,29 @@ Value floatConstant(OpBuilder &b, Location loc, Value like, double value) {
   return arith::ConstantOp::create(b, loc, attr);
 }
 
+Value ExpLowering::emit(OpBuilder &b, Location loc, Value x) const {
+  bool useExp2 = approximate && getElementTypeOrSelf(x.getType()).isF32();
+  return emitMath(b, loc, x, perElement, [&](ValueRange args) -> Value {
+    if (!useExp2)
+      return math::ExpOp::create(b, loc, args[0]);
+    Value scaled = arith::MulFOp::create(
+        b, loc, args[0], floatConstant(b, loc, args[0], llvm::numbers::log2e));
+    return math::Exp2Op::create(b, loc, scaled);
+  });
+}
+
 /// Merges two online-softmax states (m, s), s = sum of exp(x - m): the
 /// smaller max's sum is rescaled by exp(min - max), one exp per merge. A
 /// state whose max is -inf has s = 0 (the guard keeps -inf - -inf out), so
 /// -inf elements add nothing; a NaN max makes s NaN.
 ReductionState combineMaxSumExp(OpBuilder &b, Location loc,
                                 ArrayRef<Value> lhs, ArrayRef<Value> rhs,
-                                bool perElementMath) {
+                                const ExpLowering &exp) {
   using arith::CmpFPredicate;
   Value max = arith::MaximumFOp::create(b, loc, lhs[0], rhs[0]);
   Value min = arith::MinimumFOp::create(b, loc, lhs[0], rhs[0]);
   Value difference = arith::SubFOp::create(b, loc, min, max);
-  Value scale = emitMath(b, loc, difference, perElementMath,
-                         [&](ValueRange args) -> Value {
-                           return math::ExpOp::create(b, loc, args[0]);
-                         });
+  Value scale = exp.emit(b, loc, difference);
   Value negInf = floatConstant(b, loc, max,
                                -std::numeric_limits<double>::infinity());
   Value empty = arith::CmpFOp::create(b, loc, CmpFPredicate::OEQ, max, negInf);
@@ -268,14 +292,14 @@ ReductionState combineMoments(OpBuilder &b, Location loc, ArrayRef<Value> lhs,
 ReductionState combineStates(OpBuilder &b, Location loc,
                              const RowReduction &reduction,
                              ArrayRef<Value> lhs, ArrayRef<Value> rhs,
-                             bool perElementMath = false) {
+                             const ExpLowering &exp) {
   switch (reduction.form) {
   case RowReduction::Form::Plain:
     return {combineReduction(b, loc, reduction.kind, lhs[0], rhs[0])};
   case RowReduction::Form::Arg:
     return combineArgReduction(b, loc, reduction.kind, lhs, rhs);
   case RowReduction::Form::MaxSumExp:
-    return combineMaxSumExp(b, loc, lhs, rhs, perElementMath);
+    return combineMaxSumExp(b, loc, lhs, rhs, exp);
   case RowReduction::Form::Moments:
     return combineMoments(b, loc, lhs, rhs);
   }
@@ -324,12 +348,14 @@ Value indexConstant(OpBuilder &b, Location loc, int64_t value) {
 /// unrollStreamLoops.
 constexpr StringLiteral kStreamLoopAttr = "tilefuse.stream_loop";
 
-/// Chunks of a streamed row a GPU thread loads per iteration.
-constexpr uint64_t kStreamUnroll = 4;
+/// Chunks of a streamed row a GPU thread loads per iteration. 4 kept more
+/// in flight but made ptxas spill 8-12 bytes in the streamed cross-entropy
+/// (sm_90, n = 32000-262144).
+constexpr uint64_t kStreamUnroll = 2;
 
 /// Unrolls the marked loops under `root` on a GPU, so that a thread has
 /// kStreamUnroll independent loads in flight rather than one (a streamed
-/// row is latency-bound otherwise); on the CPU only drops the marks.
+/// row was latency-bound); on the CPU only drops the marks.
 void unrollStreamLoops(Operation *root, bool unroll) {
   SmallVector<scf::ForOp> loops;
   root->walk([&](scf::ForOp loop) {
@@ -366,7 +392,8 @@ public:
                     const KernelShape &shape, RowMapping &mapping,
                     OpBuilder &builder)
       : kernel(kernel), config(config), n(shape.n), aligned(shape.aligned),
-        mapping(mapping), b(builder), loc(kernel.getLoc()) {}
+        mapping(mapping), b(builder), loc(kernel.getLoc()),
+        expLowering(ExpLowering::of(config, shape)) {}
 
   /// Binds input `index` of the kernel to a lowered argument (a pointer for
   /// tensors, the value for scalars).
@@ -427,6 +454,7 @@ private:
   RowMapping &mapping;
   OpBuilder &b;
   Location loc;
+  ExpLowering expLowering;
 
   DenseMap<Value, Value> inputs;           // fuse input -> lowered argument
   DenseMap<unsigned, Value> outputs;       // output index -> pointer
@@ -620,7 +648,7 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
           return math::AbsFOp::create(b, loc, operands[0]);
         return math::AbsIOp::create(b, loc, operands[0]);
       })
-      .Case([&](ExpOp) { return math(math::ExpOp()); })
+      .Case([&](ExpOp) { return expLowering.emit(b, loc, operands[0]); })
       .Case([&](LogOp) { return math(math::LogOp()); })
       .Case([&](SqrtOp) { return math(math::SqrtOp()); })
       .Case([&](RsqrtOp) { return math(math::RsqrtOp()); })
@@ -636,9 +664,7 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
         // 1 / (1 + exp(-x)): saturates to 0 and 1 without NaN.
         Value one = splat(FloatAttr::get(elementType, 1.0));
         Value negated = arith::NegFOp::create(b, loc, operands[0]);
-        Value exp = perElement(negated, [&](ValueRange args) -> Value {
-          return math::ExpOp::create(b, loc, args);
-        });
+        Value exp = expLowering.emit(b, loc, negated);
         return arith::DivFOp::create(
             b, loc, one, arith::AddFOp::create(b, loc, one, exp));
       })
@@ -871,7 +897,7 @@ ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
                                                   ArrayRef<Value> accumulator) {
   if (reduction.form != RowReduction::Form::Moments)
     return combineStates(b, loc, reduction, accumulator,
-                         chunkState(chunk, reduction), config.isGPU());
+                         chunkState(chunk, reduction), expLowering);
   // Welford's update of the shifted values. Every lane of a thread's state
   // has seen the same chunks, so one scalar reciprocal of the count serves
   // the vector.
@@ -946,7 +972,8 @@ ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
       laneState.push_back(vector::ExtractOp::create(b, loc, value, lane));
     scalar = lane == 0
                  ? laneState
-                 : combineStates(b, loc, reduction, scalar, laneState);
+                 : combineStates(b, loc, reduction, scalar, laneState,
+                                 expLowering);
   }
   return scalar;
 }
@@ -1217,10 +1244,11 @@ SmallVector<Type> finalizeParameters(KernelOp kernel, Type pointer) {
 
 class GPURowMapping : public RowMapping {
 public:
-  GPURowMapping(const TileConfig &config, Value laneIndex, Value groupInBlock,
-                Value workgroup, int64_t maxReductions)
-      : config(config), laneIndex(laneIndex), groupInBlock(groupInBlock),
-        workgroup(workgroup), maxReductions(maxReductions) {}
+  GPURowMapping(const TileConfig &config, ExpLowering exp, Value laneIndex,
+                Value groupInBlock, Value workgroup, int64_t maxReductions)
+      : config(config), exp(exp), laneIndex(laneIndex),
+        groupInBlock(groupInBlock), workgroup(workgroup),
+        maxReductions(maxReductions) {}
 
   Value lane() override { return laneIndex; }
 
@@ -1243,7 +1271,7 @@ public:
           shuffled.push_back(gpu::ShuffleOp::create(b, loc, value, offset, 32,
                                                     gpu::ShuffleMode::XOR)
                                  .getShuffleResult());
-        state = combineStates(b, loc, reduction, state, shuffled);
+        state = combineStates(b, loc, reduction, state, shuffled, exp);
       }
     }
     if (config.threadsPerRow <= 32)
@@ -1291,7 +1319,8 @@ public:
                   slot(indexConstant(b, loc, warp), first + index)),
               value.getType()));
         total = warp == 0 ? part
-                          : combineStates(b, loc, reduction, total, part);
+                          : combineStates(b, loc, reduction, total, part,
+                                          exp);
       }
       first += state.size();
       state = total;
@@ -1328,6 +1357,7 @@ private:
   }
 
   const TileConfig &config;
+  ExpLowering exp;
   Value laneIndex, groupInBlock, workgroup;
   int64_t maxReductions;
 };
@@ -1397,7 +1427,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   Value rows = arith::IndexCastOp::create(b, loc, b.getIndexType(),
                                           entry.getArgument(parameters.size() - 1));
 
-  GPURowMapping mapping(*config, lane, group,
+  GPURowMapping mapping(*config, ExpLowering::of(*config, *shape), lane, group,
                         function.getWorkgroupAttributions().front(),
                         maxReductions);
   RowProgramEmitter emitter(kernel, *config, *shape, mapping, b);
