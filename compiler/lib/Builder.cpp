@@ -187,6 +187,25 @@ dsl::Value FusionBuilder::select(dsl::Value condition, dsl::Value a,
                                        x.getType(), c, x, y)};
 }
 
+dsl::Value FusionBuilder::fma(dsl::Value a, dsl::Value b, dsl::Value c) {
+  Type element = promote(promote(typeOf(a).getElementType(),
+                                 typeOf(b).getElementType()),
+                         typeOf(c).getElementType());
+  Kind kind = fuse::joinKinds(fuse::joinKinds(a.kind(), b.kind()), c.kind());
+  auto operand = [&](dsl::Value v) {
+    return broadcastTo(castTo(v, element), kind).get();
+  };
+  mlir::Value x = operand(a), y = operand(b), z = operand(c);
+  return {this, fuse::FmaOp::create(builder, builder.getUnknownLoc(),
+                                    x.getType(), x, y, z)};
+}
+
+dsl::Value FusionBuilder::roundToStorageOf(dsl::Value x, dsl::Value input) {
+  return {this, fuse::RoundToStorageOp::create(builder, builder.getUnknownLoc(),
+                                               x.get().getType(), x.get(),
+                                               input.get())};
+}
+
 dsl::Value FusionBuilder::reduce(fuse::ReduceKind kind, dsl::Value x,
                                  Kind resultKind) {
   auto type = typeOf(x).withKind(resultKind);
@@ -284,6 +303,10 @@ Value gelu(Value x, llvm::StringRef approximate) {
 }
 Value pow(Value b, Value e) { return ownerOf(b).binary("pow", b, e); }
 Value pow(Value b, double e) { return pow(b, ownerOf(b).scalar(e, b)); }
+Value fma(Value a, Value b, Value c) { return ownerOf(a).fma(a, b, c); }
+Value roundToStorageOf(Value x, Value input) {
+  return ownerOf(x).roundToStorageOf(x, input);
+}
 Value maximum(Value l, Value r) { return ownerOf(l).binary("maximum", l, r); }
 Value minimum(Value l, Value r) { return ownerOf(l).binary("minimum", l, r); }
 Value where(Value c, Value a, Value b) { return ownerOf(c).select(c, a, b); }

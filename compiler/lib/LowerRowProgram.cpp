@@ -637,6 +637,7 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
         return binary(arith::MinimumFOp(), arith::MinSIOp());
       })
       .Case([&](PowOp) { return math(math::PowFOp()); })
+      .Case([&](FmaOp) { return math(math::FmaOp()); })
       .Case([&](NegOp) -> Value {
         if (isFloat)
           return arith::NegFOp::create(b, loc, operands[0]);

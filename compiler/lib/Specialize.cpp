@@ -3,6 +3,7 @@
 #include "tilefuse/Compiler/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace tilefuse {
 #define GEN_PASS_DEF_FUSESPECIALIZE
@@ -35,6 +36,64 @@ Type parseDtype(MLIRContext *context, StringRef dtype) {
   return {};
 }
 
+/// The storage dtype of each stored port, from a spec "bf16" or
+/// "bf16,exp_avg=f32,exp_avg_sq=f32": the default, then overrides by port
+/// name (inputs and outputs). The default "declared" keeps each port's
+/// declared type (the DSL declares each tensor's own dtype).
+struct StorageSpec {
+  Type defaultType; // null for "declared"
+  llvm::StringMap<Type> overrides;
+
+  /// The storage element type of the port `name` declared as `declared`.
+  Type of(StringRef port, Type declared) const {
+    auto it = overrides.find(port);
+    if (it != overrides.end())
+      return it->second;
+    return defaultType ? defaultType
+                       : cast<ValueType>(declared).getElementType();
+  }
+};
+
+FailureOr<StorageSpec> parseStorageSpec(KernelOp kernel, StringRef spec) {
+  SmallVector<StringRef> fields;
+  spec.split(fields, ',');
+  StorageSpec result;
+  StringRef defaultDtype = fields.front().trim();
+  if (defaultDtype != "declared") {
+    result.defaultType = parseDtype(kernel.getContext(), defaultDtype);
+    if (!result.defaultType)
+      return kernel.emitError("fuse-specialize: unsupported dtype '")
+             << defaultDtype << "': expected f32, f16, bf16, f64 or declared";
+  }
+  // The ports an override may name: stored (full or per-column float).
+  llvm::StringSet<> stored;
+  auto collect = [&](ArrayAttr names, ArrayRef<Type> types) {
+    for (auto [name, type] : llvm::zip(names.getAsValueRange<StringAttr>(), types))
+      if (isStoredInDtype(type))
+        stored.insert(name);
+  };
+  collect(kernel.getInputNames(), kernel.getInputTypes());
+  collect(kernel.getOutputNames(), kernel.getOutputTypes());
+  for (StringRef field : llvm::drop_begin(fields)) {
+    auto [name, dtype] = field.split('=');
+    name = name.trim();
+    Type type = parseDtype(kernel.getContext(), dtype.trim());
+    if (!type)
+      return kernel.emitError("fuse-specialize: '")
+             << field << "': expected port=dtype with dtype f32, f16, bf16 "
+             << "or f64";
+    if (!stored.contains(name))
+      return kernel.emitError("fuse-specialize: '")
+             << field << "': kernel @" << kernel.getSymName()
+             << " has no full or per-column float input or output named '"
+             << name << "'";
+    if (!result.overrides.try_emplace(name, type).second)
+      return kernel.emitError("fuse-specialize: port '")
+             << name << "' is given two storage dtypes";
+  }
+  return result;
+}
+
 /// The narrowest storage type of a full or per-column float port (it sets
 /// the vector width), f32 if there is none.
 Type narrowestStorage(KernelOp kernel) {
@@ -55,16 +114,9 @@ struct FuseSpecializePass
 
   void runOnOperation() override {
     KernelOp kernel = getOperation();
-    // "declared": every port keeps the type the fusion declares (the DSL
-    // declares each tensor's own dtype).
-    bool declared = dtype == "declared";
-    Type storage =
-        declared ? narrowestStorage(kernel) : parseDtype(&getContext(), dtype);
-    if (!storage) {
-      kernel.emitError("fuse-specialize: unsupported dtype '")
-          << dtype << "': expected f32, f16, bf16, f64 or declared";
+    FailureOr<StorageSpec> storage = parseStorageSpec(kernel, dtype);
+    if (failed(storage))
       return signalPassFailure();
-    }
     if (n <= 0) {
       kernel.emitError("fuse-specialize: n must be positive, got ")
           << static_cast<int64_t>(n);
@@ -78,13 +130,36 @@ struct FuseSpecializePass
 
     OpBuilder builder(&getContext());
     Block &entry = kernel.getEntryBlock();
+    SmallVector<StringRef> inputNames(
+        kernel.getInputNames().getAsValueRange<StringAttr>());
+    auto storageOf = [&](BlockArgument arg) {
+      return storage->of(inputNames[arg.getArgNumber()], arg.getType());
+    };
+
+    // Roundings to an input's storage, while the inputs are still the
+    // block arguments they name.
+    kernel.walk([&](RoundToStorageOp op) {
+      Value value = op.getValue();
+      auto type = cast<ValueType>(value.getType());
+      Type stored = storageOf(cast<BlockArgument>(op.getInput()));
+      if (type.getElementType() != stored) {
+        builder.setInsertionPoint(op);
+        value = CastOp::create(builder, op.getLoc(), type.withElementType(stored),
+                               value);
+        value = CastOp::create(builder, op.getLoc(), type, value);
+      }
+      op.replaceAllUsesWith(value);
+      op.erase();
+    });
+
     builder.setInsertionPointToStart(&entry);
     SmallVector<Type> inputTypes;
     for (BlockArgument arg : entry.getArguments()) {
       auto computeType = cast<ValueType>(arg.getType());
-      if (!declared && isStoredInDtype(computeType) &&
-          computeType.getElementType() != storage) {
-        arg.setType(computeType.withElementType(storage));
+      Type stored = storageOf(arg);
+      if (isStoredInDtype(computeType) &&
+          computeType.getElementType() != stored) {
+        arg.setType(computeType.withElementType(stored));
         auto widened = CastOp::create(builder, arg.getLoc(), computeType, arg);
         arg.replaceAllUsesExcept(widened, widened);
       }
@@ -94,12 +169,15 @@ struct FuseSpecializePass
     auto yield = cast<YieldOp>(entry.getTerminator());
     builder.setInsertionPoint(yield);
     SmallVector<Type> outputTypes;
-    for (OpOperand &operand : yield->getOpOperands()) {
+    for (auto [operand, name] :
+         llvm::zip(yield->getOpOperands(),
+                   kernel.getOutputNames().getAsValueRange<StringAttr>())) {
       auto computeType = cast<ValueType>(operand.get().getType());
-      if (!declared && isStoredInDtype(computeType) &&
-          computeType.getElementType() != storage)
+      Type stored = storage->of(name, computeType);
+      if (isStoredInDtype(computeType) &&
+          computeType.getElementType() != stored)
         operand.set(CastOp::create(builder, yield.getLoc(),
-                                   computeType.withElementType(storage),
+                                   computeType.withElementType(stored),
                                    operand.get()));
       outputTypes.push_back(operand.get().getType());
     }
@@ -113,13 +191,23 @@ struct FuseSpecializePass
       op.erase();
     });
 
-    kernel->setAttr(
-        "fuse.specialization",
-        builder.getDictionaryAttr({
-            builder.getNamedAttr("dtype", TypeAttr::get(storage)),
-            builder.getNamedAttr("n", builder.getI64IntegerAttr(n)),
-            builder.getNamedAttr("aligned", builder.getBoolAttr(aligned)),
-        }));
+    SmallVector<NamedAttribute> fields = {
+        builder.getNamedAttr("dtype",
+                             TypeAttr::get(storage->defaultType
+                                               ? storage->defaultType
+                                               : narrowestStorage(kernel))),
+        builder.getNamedAttr("n", builder.getI64IntegerAttr(n)),
+        builder.getNamedAttr("aligned", builder.getBoolAttr(aligned)),
+    };
+    if (!storage->overrides.empty()) {
+      SmallVector<NamedAttribute> ports;
+      for (const auto &entry : storage->overrides)
+        ports.push_back(
+            builder.getNamedAttr(entry.getKey(), TypeAttr::get(entry.getValue())));
+      fields.push_back(
+          builder.getNamedAttr("ports", builder.getDictionaryAttr(ports)));
+    }
+    kernel->setAttr("fuse.specialization", builder.getDictionaryAttr(fields));
   }
 };
 

@@ -1,20 +1,23 @@
 //===- TorchOps.cpp - the tilefuse:: ops in PyTorch's dispatcher ----------===//
 //
 // The built-ins as LibTorch ops, so a call costs one dispatch and no Python:
-//   - public ops with the signatures of torch.nn.functional (rms_norm,
-//     layer_norm, swiglu, cross_entropy), CompositeImplicitAutograd: they
-//     check their arguments, fill in defaults and call
+//   - public ops with the signatures of torch.nn.functional,
+//     CompositeImplicitAutograd: they check their arguments, fill in
+//     defaults and call
 //   - *_fwd / *_bwd ops: CPU and CUDA kernels (TorchRunner), Meta kernels
 //     (torch.compile traces with them), and for *_fwd an Autograd kernel
 //     whose backward is the fused *_bwd kernel;
-//   - adamw_step_, in place;
 //   - launch_fusion, which runs a fusion the Python DSL traced or
 //     register_fusion parsed from fuse IR text;
 //   - compile_count: compilations so far (not counting cache hits).
+// This file holds cross_entropy, the fusion ops and the library's
+// TORCH_LIBRARY; NormOps.cpp (rms_norm, layer_norm), GluOps.cpp (swiglu,
+// geglu) and AdamWOps.cpp (adamw_step_) add theirs as fragments.
 // Errors are TypeError / ValueError / IndexError naming the op and argument.
 //
 //===----------------------------------------------------------------------===//
 
+#include "TorchOpSupport.h"
 #include "TorchRunner.h"
 
 #include "tilefuse/Runtime/Fusion.h"
@@ -22,9 +25,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/ones.h>
 #include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -37,6 +38,14 @@
 #include <variant>
 
 using at::Tensor;
+using tilefuse::torch_ops::TensorPair;
+using tilefuse::torch_ops::checkFloat;
+using tilefuse::torch_ops::checkSameDevice;
+using tilefuse::torch_ops::rowDtype;
+using tilefuse::torch_ops::emptyRows;
+using tilefuse::torch_ops::emptyLike;
+using tilefuse::torch_ops::needsGraph;
+using tilefuse::torch_ops::findOp;
 using tilefuse::torch_ops::BuiltinFusion;
 using tilefuse::torch_ops::runFusion;
 using torch::autograd::AutogradContext;
@@ -44,334 +53,17 @@ using torch::autograd::variable_list;
 
 namespace {
 
-using TensorPair = std::tuple<Tensor, Tensor>;
-using TensorTriple = std::tuple<Tensor, Tensor, Tensor>;
-
-//===----------------------------------------------------------------------===//
-// Argument checks of the public ops
-//===----------------------------------------------------------------------===//
-
-bool isFloatStorage(at::ScalarType type) {
-  return type == at::kFloat || type == at::kHalf || type == at::kBFloat16 ||
-         type == at::kDouble;
-}
-
-void checkFloat(const char *op, const char *name, const Tensor &tensor) {
-  TORCH_CHECK_TYPE(isFloatStorage(tensor.scalar_type()), "tilefuse.", op,
-                   ": argument '", name,
-                   "' must be a float32, float16, bfloat16 or float64 "
-                   "tensor, got ",
-                   tensor.scalar_type());
-}
-
-void checkSameDevice(const char *op, const char *name, const Tensor &tensor,
-                     const char *referenceName, const Tensor &reference) {
-  TORCH_CHECK_VALUE(tensor.device() == reference.device(), "tilefuse.", op,
-                    ": argument '", name, "' is on ", tensor.device(),
-                    ", but '", referenceName, "' is on ", reference.device());
-}
-
-/// A per-column parameter (weight, bias) of an op normalizing `input`.
-Tensor checkColumn(const char *op, const char *name, const Tensor &tensor,
-                   const Tensor &input, const c10::SymInt &n) {
-  checkFloat(op, name, tensor);
-  TORCH_CHECK_VALUE(tensor.dim() == 1 && tensor.sym_size(0) == n, "tilefuse.",
-                    op, ": argument '", name, "' must have shape [", n,
-                    "] ([n]), got ", tensor.sym_sizes());
-  checkSameDevice(op, name, tensor, "input", input);
-  return tensor.to(input.scalar_type());
-}
-
-/// n, after checking that `normalizedShape` is the last dimension.
-c10::SymInt normalizedN(const char *op, const Tensor &input,
-                        at::IntArrayRef normalizedShape) {
-  checkFloat(op, "input", input);
-  c10::SymInt n = input.dim() ? input.sym_size(-1) : c10::SymInt(0);
-  TORCH_CHECK_VALUE(
-      normalizedShape.size() == 1 && n == normalizedShape[0] && n != 0,
-      "tilefuse.", op, ": normalized_shape must be the last dimension [", n,
-      "] of 'input', got ", normalizedShape);
-  return n;
-}
-
-c10::SymIntArrayRef leadingSymDims(const Tensor &x) {
-  return x.sym_sizes().slice(0, x.dim() - 1);
-}
-
-/// The dtype of per-row statistics (rstd, mean, lse, loss): the compute
-/// type, f64 for float64 inputs, else f32.
-at::ScalarType rowDtype(const Tensor &x) {
-  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
-
-Tensor emptyRows(const Tensor &x) {
-  return at::empty_symint(leadingSymDims(x), x.options().dtype(rowDtype(x)));
-}
-
-Tensor emptyLike(const Tensor &x) {
-  return at::empty_symint(x.sym_sizes(), x.options());
-}
-
-/// Whether a call must record an autograd graph; forward-mode AD (dual
-/// tensors) is refused rather than silently dropped.
-template <typename... Tensors>
-bool needsGraph(const char *op, const Tensors &...tensors) {
-  bool dual = (false || ... || tensors._fw_grad(/*level=*/0).defined());
-  TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.", op,
-                              ": forward-mode AD is not supported");
-  return torch::autograd::compute_requires_grad(tensors...);
-}
-
-template <typename Signature>
-c10::TypedOperatorHandle<Signature> findOp(const char *name) {
-  return c10::Dispatcher::singleton()
-      .findSchemaOrThrow(name, "")
-      .typed<Signature>();
-}
-
 /// The built-in fusions the kernels run.
-BuiltinFusion rmsNormFwdFusion("rms_norm_fwd");
-BuiltinFusion rmsNormBwdFusion("rms_norm_bwd");
-BuiltinFusion layerNormFwdFusion("layer_norm_fwd");
-BuiltinFusion layerNormBwdFusion("layer_norm_bwd");
-BuiltinFusion swigluFwdFusion("swiglu_fwd");
-BuiltinFusion swigluBwdFusion("swiglu_bwd");
 BuiltinFusion crossEntropyFwdFusion("cross_entropy_fwd");
 BuiltinFusion crossEntropyBwdFusion("cross_entropy_bwd");
-BuiltinFusion adamwStepFusion("adamw_step");
 
 /// The typed handles the public ops and autograd kernels call through.
-using RmsNormFwdOp = TensorPair(const Tensor &, const Tensor &, double);
-using LayerNormFwdOp = TensorTriple(const Tensor &, const Tensor &,
-                                    const Tensor &, double);
-using SwigluFwdOp = Tensor(const Tensor &, const Tensor &);
 using CrossEntropyFwdOp = TensorPair(const Tensor &, const Tensor &, int64_t,
                                      double, int64_t);
 
-const c10::TypedOperatorHandle<RmsNormFwdOp> &rmsNormFwdOp() {
-  static auto op = findOp<RmsNormFwdOp>("tilefuse::rms_norm_fwd");
-  return op;
-}
-const c10::TypedOperatorHandle<LayerNormFwdOp> &layerNormFwdOp() {
-  static auto op = findOp<LayerNormFwdOp>("tilefuse::layer_norm_fwd");
-  return op;
-}
-const c10::TypedOperatorHandle<SwigluFwdOp> &swigluFwdOp() {
-  static auto op = findOp<SwigluFwdOp>("tilefuse::swiglu_fwd");
-  return op;
-}
 const c10::TypedOperatorHandle<CrossEntropyFwdOp> &crossEntropyFwdOp() {
   static auto op = findOp<CrossEntropyFwdOp>("tilefuse::cross_entropy_fwd");
   return op;
-}
-
-//===----------------------------------------------------------------------===//
-// RMSNorm
-//===----------------------------------------------------------------------===//
-
-TensorPair rmsNormFwd(const Tensor &x, const Tensor &weight, double eps) {
-  auto out = runFusion("rms_norm", rmsNormFwdFusion(x.scalar_type()),
-                       {x.contiguous(), weight.contiguous()}, {eps},
-                       x.scalar_type(), x.sizes());
-  return {out[0], out[1]};
-}
-
-TensorPair rmsNormFwdMeta(const Tensor &x, const Tensor &, double) {
-  return {emptyLike(x), emptyRows(x)};
-}
-
-TensorPair rmsNormBwd(const Tensor &dy, const Tensor &x, const Tensor &weight,
-                      const Tensor &rstd) {
-  auto out = runFusion(
-      "rms_norm", rmsNormBwdFusion(x.scalar_type()),
-      {dy.contiguous(), x.contiguous(), weight.contiguous(), rstd.contiguous()},
-      {}, x.scalar_type(), x.sizes());
-  return {out[0], out[1]};
-}
-
-TensorPair rmsNormBwdMeta(const Tensor &, const Tensor &x, const Tensor &weight,
-                          const Tensor &) {
-  return {emptyLike(x), emptyLike(weight)};
-}
-
-struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
-  static variable_list forward(AutogradContext *ctx, const Tensor &x,
-                               const Tensor &weight, double eps) {
-    const auto &op = rmsNormFwdOp();
-    at::AutoDispatchBelowADInplaceOrView below;
-    auto [y, rstd] = op.call(x, weight, eps);
-    ctx->save_for_backward({x, weight, rstd});
-    ctx->mark_non_differentiable({rstd});
-    return {y, rstd};
-  }
-  static variable_list backward(AutogradContext *ctx, variable_list grads) {
-    static auto op =
-        findOp<TensorPair(const Tensor &, const Tensor &, const Tensor &,
-                          const Tensor &)>("tilefuse::rms_norm_bwd");
-    variable_list saved = ctx->get_saved_variables();
-    if (!grads[0].defined())
-      return {Tensor(), Tensor(), Tensor()};
-    auto [dx, dweight] = op.call(grads[0].to(saved[0].scalar_type()), saved[0],
-                                 saved[1], saved[2]);
-    return {dx, dweight, Tensor()};
-  }
-};
-
-Tensor rmsNorm(const Tensor &input, at::IntArrayRef normalizedShape,
-               const std::optional<Tensor> &weight, std::optional<double> eps) {
-  const auto &op = rmsNormFwdOp();
-  c10::SymInt n = normalizedN("rms_norm", input, normalizedShape);
-  Tensor w = weight ? checkColumn("rms_norm", "weight", *weight, input, n)
-                    : at::ones_symint({n}, input.options());
-  // torch.nn.functional.rms_norm's default: torch.finfo(input.dtype).eps.
-  double epsilon = std::numeric_limits<double>::epsilon();
-  switch (input.scalar_type()) {
-  case at::kHalf:
-    epsilon = std::numeric_limits<c10::Half>::epsilon();
-    break;
-  case at::kBFloat16:
-    epsilon = std::numeric_limits<c10::BFloat16>::epsilon();
-    break;
-  case at::kFloat:
-    epsilon = std::numeric_limits<float>::epsilon();
-    break;
-  default:
-    break;
-  }
-  if (eps)
-    epsilon = *eps;
-  return std::get<0>(op.call(input, w, epsilon));
-}
-
-//===----------------------------------------------------------------------===//
-// LayerNorm
-//===----------------------------------------------------------------------===//
-
-TensorTriple layerNormFwd(const Tensor &x, const Tensor &weight,
-                          const Tensor &bias, double eps) {
-  auto out = runFusion("layer_norm", layerNormFwdFusion(x.scalar_type()),
-                       {x.contiguous(), weight.contiguous(), bias.contiguous()},
-                       {eps}, x.scalar_type(), x.sizes());
-  return {out[0], out[1], out[2]};
-}
-
-TensorTriple layerNormFwdMeta(const Tensor &x, const Tensor &, const Tensor &,
-                              double) {
-  return {emptyLike(x), emptyRows(x), emptyRows(x)};
-}
-
-TensorTriple layerNormBwd(const Tensor &dy, const Tensor &x,
-                          const Tensor &weight, const Tensor &mean,
-                          const Tensor &rstd) {
-  auto out = runFusion("layer_norm", layerNormBwdFusion(x.scalar_type()),
-                       {dy.contiguous(), x.contiguous(), weight.contiguous(),
-                        mean.contiguous(), rstd.contiguous()},
-                       {}, x.scalar_type(), x.sizes());
-  return {out[0], out[1], out[2]};
-}
-
-TensorTriple layerNormBwdMeta(const Tensor &, const Tensor &x,
-                              const Tensor &weight, const Tensor &,
-                              const Tensor &) {
-  return {emptyLike(x), emptyLike(weight), emptyLike(weight)};
-}
-
-struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
-  static variable_list forward(AutogradContext *ctx, const Tensor &x,
-                               const Tensor &weight, const Tensor &bias,
-                               double eps) {
-    const auto &op = layerNormFwdOp();
-    at::AutoDispatchBelowADInplaceOrView below;
-    auto [y, mean, rstd] = op.call(x, weight, bias, eps);
-    ctx->save_for_backward({x, weight, mean, rstd});
-    ctx->mark_non_differentiable({mean, rstd});
-    return {y, mean, rstd};
-  }
-  static variable_list backward(AutogradContext *ctx, variable_list grads) {
-    static auto op =
-        findOp<TensorTriple(const Tensor &, const Tensor &, const Tensor &,
-                            const Tensor &, const Tensor &)>(
-            "tilefuse::layer_norm_bwd");
-    variable_list saved = ctx->get_saved_variables();
-    if (!grads[0].defined())
-      return {Tensor(), Tensor(), Tensor(), Tensor()};
-    auto [dx, dweight, dbias] = op.call(grads[0].to(saved[0].scalar_type()),
-                                        saved[0], saved[1], saved[2], saved[3]);
-    return {dx, dweight, dbias, Tensor()};
-  }
-};
-
-Tensor layerNorm(const Tensor &input, at::IntArrayRef normalizedShape,
-                 const std::optional<Tensor> &weight,
-                 const std::optional<Tensor> &bias, double eps) {
-  const auto &op = layerNormFwdOp();
-  c10::SymInt n = normalizedN("layer_norm", input, normalizedShape);
-  Tensor w = weight ? checkColumn("layer_norm", "weight", *weight, input, n)
-                    : at::ones_symint({n}, input.options());
-  Tensor b = bias ? checkColumn("layer_norm", "bias", *bias, input, n)
-                  : at::zeros_symint({n}, input.options());
-  return std::get<0>(op.call(input, w, b, eps));
-}
-
-//===----------------------------------------------------------------------===//
-// SwiGLU
-//===----------------------------------------------------------------------===//
-
-Tensor swigluFwd(const Tensor &a, const Tensor &b) {
-  return runFusion("swiglu", swigluFwdFusion(a.scalar_type()),
-                   {a.contiguous(), b.contiguous()}, {}, a.scalar_type(),
-                   a.sizes())[0];
-}
-
-Tensor swigluFwdMeta(const Tensor &a, const Tensor &) { return emptyLike(a); }
-
-TensorPair swigluBwd(const Tensor &dc, const Tensor &a, const Tensor &b) {
-  auto out = runFusion("swiglu", swigluBwdFusion(a.scalar_type()),
-                       {dc.contiguous(), a.contiguous(), b.contiguous()}, {},
-                       a.scalar_type(), a.sizes());
-  return {out[0], out[1]};
-}
-
-TensorPair swigluBwdMeta(const Tensor &, const Tensor &a, const Tensor &b) {
-  return {emptyLike(a), emptyLike(b)};
-}
-
-struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
-  static Tensor forward(AutogradContext *ctx, const Tensor &a,
-                        const Tensor &b) {
-    const auto &op = swigluFwdOp();
-    at::AutoDispatchBelowADInplaceOrView below;
-    ctx->save_for_backward({a, b});
-    return op.call(a, b);
-  }
-  static variable_list backward(AutogradContext *ctx, variable_list grads) {
-    static auto op =
-        findOp<TensorPair(const Tensor &, const Tensor &, const Tensor &)>(
-            "tilefuse::swiglu_bwd");
-    variable_list saved = ctx->get_saved_variables();
-    if (!grads[0].defined())
-      return {Tensor(), Tensor()};
-    auto [da, db] =
-        op.call(grads[0].to(saved[0].scalar_type()), saved[0], saved[1]);
-    return {da, db};
-  }
-};
-
-Tensor swiglu(const Tensor &a, const Tensor &b) {
-  const auto &op = swigluFwdOp();
-  checkFloat("swiglu", "a", a);
-  checkFloat("swiglu", "b", b);
-  TORCH_CHECK_VALUE(a.sym_sizes() == b.sym_sizes(),
-                    "tilefuse.swiglu: 'a' and 'b' must have the same shape, "
-                    "got ",
-                    a.sym_sizes(), " and ", b.sym_sizes());
-  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(),
-                   "tilefuse.swiglu: 'a' is ", a.scalar_type(), " but 'b' is ",
-                   b.scalar_type());
-  TORCH_CHECK_VALUE(a.dim() > 0,
-                    "tilefuse.swiglu: 'a' must have at least one dimension");
-  checkSameDevice("swiglu", "b", b, "a", a);
-  return op.call(a, b);
 }
 
 //===----------------------------------------------------------------------===//
@@ -552,95 +244,6 @@ Tensor crossEntropy(const Tensor &input, const Tensor &target,
   Reduction mode = reduction == "none" ? None : reduction == "sum" ? Sum : Mean;
   return std::get<0>(op.call(input, target, ignoreIndex, labelSmoothing, mode))
       .to(input.scalar_type());
-}
-
-//===----------------------------------------------------------------------===//
-// AdamW
-//===----------------------------------------------------------------------===//
-
-void checkAdamW(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
-                const Tensor &expAvgSq, const c10::SymInt &step) {
-  const char *op = "adamw_step_";
-  std::pair<const char *, const Tensor *> tensors[] = {
-      {"param", &param},
-      {"grad", &grad},
-      {"exp_avg", &expAvg},
-      {"exp_avg_sq", &expAvgSq}};
-  for (auto [name, tensor] : tensors) {
-    checkFloat(op, name, *tensor);
-    TORCH_CHECK_VALUE(tensor->sym_sizes() == param.sym_sizes(), "tilefuse.", op,
-                      ": '", name, "' has shape ", tensor->sym_sizes(),
-                      ", 'param' has ", param.sym_sizes());
-    TORCH_CHECK_TYPE(tensor->scalar_type() == param.scalar_type(), "tilefuse.",
-                     op, ": '", name, "' is ", tensor->scalar_type(),
-                     ", 'param' is ", param.scalar_type());
-    checkSameDevice(op, name, *tensor, "param", param);
-  }
-  for (auto [name, tensor] : {tensors[0], tensors[2], tensors[3]})
-    TORCH_CHECK_VALUE(tensor->is_contiguous(), "tilefuse.", op, ": '", name,
-                      "' is updated in place and must be contiguous (a copy "
-                      "would not be updated)");
-  TORCH_CHECK_VALUE(step >= 1, "tilefuse.", op, ": step must be >= 1, got ",
-                    step);
-}
-
-void adamwStep(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
-               const Tensor &expAvgSq, double lr, double beta1, double beta2,
-               double eps, double weightDecay, c10::SymInt step) {
-  checkAdamW(param, grad, expAvg, expAvgSq, step);
-  if (param.numel() == 0)
-    return;
-  // Rows of the last dimension (one row for a 0-d parameter).
-  auto rows = [](const Tensor &t) {
-    return t.dim() ? t.view({-1, t.size(-1)}) : t.view({1, 1});
-  };
-  Tensor flatParam = rows(param);
-  runFusion("adamw_step_", adamwStepFusion(param.scalar_type()),
-            {flatParam, rows(grad.contiguous()), rows(expAvg), rows(expAvgSq)},
-            {lr, beta1, beta2, eps, weightDecay,
-             static_cast<double>(step.expect_int())},
-            param.scalar_type(), flatParam.sizes(),
-            {flatParam, rows(expAvg), rows(expAvgSq)});
-}
-
-void adamwStepMeta(const Tensor &param, const Tensor &grad,
-                   const Tensor &expAvg, const Tensor &expAvgSq, double, double,
-                   double, double, double, c10::SymInt step) {
-  checkAdamW(param, grad, expAvg, expAvgSq, step);
-}
-
-using AdamWStepOp = void(const Tensor &, const Tensor &, const Tensor &,
-                         const Tensor &, double, double, double, double, double,
-                         c10::SymInt);
-
-const c10::TypedOperatorHandle<AdamWStepOp> &adamwStepOp() {
-  static auto op = findOp<AdamWStepOp>("tilefuse::adamw_step_");
-  return op;
-}
-
-/// The step updates tensors autograd may have saved: it bumps their
-/// versions, as in-place ops do (inference mode included).
-void adamwStepInPlace(const Tensor &param, const Tensor &grad,
-                      const Tensor &expAvg, const Tensor &expAvgSq, double lr,
-                      double beta1, double beta2, double eps,
-                      double weightDecay, c10::SymInt step) {
-  {
-    at::AutoDispatchBelowADInplaceOrView below;
-    adamwStepOp().call(param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps,
-                       weightDecay, step);
-  }
-  for (const Tensor *tensor : {&param, &expAvg, &expAvgSq})
-    torch::autograd::increment_version(*tensor);
-}
-
-/// Not differentiable: like torch.optim's, the step runs in no_grad.
-void adamwStepAutograd(const Tensor &param, const Tensor &grad,
-                       const Tensor &expAvg, const Tensor &expAvgSq, double lr,
-                       double beta1, double beta2, double eps,
-                       double weightDecay, c10::SymInt step) {
-  at::AutoDispatchBelowAutograd below;
-  adamwStepOp().call(param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps,
-                     weightDecay, step);
 }
 
 //===----------------------------------------------------------------------===//
@@ -950,34 +553,6 @@ int64_t registerFusion(c10::string_view ir, c10::string_view storage) {
 // The C++ API (Ops.h): the public ops, through the dispatcher
 //===----------------------------------------------------------------------===//
 
-at::Tensor tilefuse::ops::rms_norm(const at::Tensor &input,
-                                   at::IntArrayRef normalizedShape,
-                                   const std::optional<at::Tensor> &weight,
-                                   std::optional<double> eps) {
-  static auto op =
-      findOp<Tensor(const Tensor &, at::IntArrayRef,
-                    const std::optional<Tensor> &, std::optional<double>)>(
-          "tilefuse::rms_norm");
-  return op.call(input, normalizedShape, weight, eps);
-}
-
-at::Tensor tilefuse::ops::layer_norm(const at::Tensor &input,
-                                     at::IntArrayRef normalizedShape,
-                                     const std::optional<at::Tensor> &weight,
-                                     const std::optional<at::Tensor> &bias,
-                                     double eps) {
-  static auto op = findOp<Tensor(
-      const Tensor &, at::IntArrayRef, const std::optional<Tensor> &,
-      const std::optional<Tensor> &, double)>("tilefuse::layer_norm");
-  return op.call(input, normalizedShape, weight, bias, eps);
-}
-
-at::Tensor tilefuse::ops::swiglu(const at::Tensor &a, const at::Tensor &b) {
-  static auto op =
-      findOp<Tensor(const Tensor &, const Tensor &)>("tilefuse::swiglu");
-  return op.call(a, b);
-}
-
 at::Tensor tilefuse::ops::cross_entropy(const at::Tensor &input,
                                         const at::Tensor &target,
                                         int64_t ignoreIndex,
@@ -990,31 +565,7 @@ at::Tensor tilefuse::ops::cross_entropy(const at::Tensor &input,
                  labelSmoothing);
 }
 
-void tilefuse::ops::adamw_step_(const at::Tensor &param, const at::Tensor &grad,
-                                const at::Tensor &expAvg,
-                                const at::Tensor &expAvgSq, double lr,
-                                double beta1, double beta2, double eps,
-                                double weightDecay, int64_t step) {
-  adamwStepOp().call(param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps,
-                     weightDecay, step);
-}
-
 TORCH_LIBRARY(tilefuse, m) {
-  m.def("rms_norm(Tensor input, int[1] normalized_shape, Tensor? weight=None, "
-        "float? eps=None) -> Tensor");
-  m.def("rms_norm_fwd(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");
-  m.def("rms_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor rstd) -> "
-        "(Tensor, Tensor)");
-  m.def(
-      "layer_norm(Tensor input, int[1] normalized_shape, Tensor? weight=None, "
-      "Tensor? bias=None, float eps=1e-05) -> Tensor");
-  m.def("layer_norm_fwd(Tensor x, Tensor weight, Tensor bias, float eps) -> "
-        "(Tensor, Tensor, Tensor)");
-  m.def("layer_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor mean, "
-        "Tensor rstd) -> (Tensor, Tensor, Tensor)");
-  m.def("swiglu(Tensor a, Tensor b) -> Tensor");
-  m.def("swiglu_fwd(Tensor a, Tensor b) -> Tensor");
-  m.def("swiglu_bwd(Tensor dc, Tensor a, Tensor b) -> (Tensor, Tensor)");
   m.def("cross_entropy(Tensor input, Tensor target, Tensor? weight=None, "
         "int ignore_index=-100, str reduction='mean', "
         "float label_smoothing=0.0) -> Tensor");
@@ -1023,10 +574,6 @@ TORCH_LIBRARY(tilefuse, m) {
         "float label_smoothing, int reduction) -> (Tensor, Tensor)");
   m.def("cross_entropy_bwd(Tensor logits, Tensor target, Tensor lse, "
         "Tensor dloss, int ignore_index, float label_smoothing) -> Tensor");
-  m.def("adamw_step_(Tensor(a!) param, Tensor grad, Tensor(b!) exp_avg, "
-        "Tensor(c!) exp_avg_sq, *, float lr, float beta1=0.9, "
-        "float beta2=0.999, float eps=1e-08, float weight_decay=0.01, "
-        "SymInt step) -> ()");
   m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars) -> "
         "Tensor[]");
   m.def("launch_fusion_forward(int fusion, Tensor[] tensors, Scalar[] scalars) "
@@ -1040,24 +587,14 @@ TORCH_LIBRARY(tilefuse, m) {
 }
 
 TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {
-  m.impl("rms_norm", rmsNorm);
-  m.impl("layer_norm", layerNorm);
-  m.impl("swiglu", swiglu);
   m.impl("cross_entropy", crossEntropy);
 }
 
 // One implementation serves both devices: TorchRunner picks the target.
 #define TILEFUSE_DEVICE_KERNELS(key)                                           \
   TORCH_LIBRARY_IMPL(tilefuse, key, m) {                                       \
-    m.impl("rms_norm_fwd", rmsNormFwd);                                        \
-    m.impl("rms_norm_bwd", rmsNormBwd);                                        \
-    m.impl("layer_norm_fwd", layerNormFwd);                                    \
-    m.impl("layer_norm_bwd", layerNormBwd);                                    \
-    m.impl("swiglu_fwd", swigluFwd);                                           \
-    m.impl("swiglu_bwd", swigluBwd);                                           \
     m.impl("cross_entropy_fwd", crossEntropyFwd);                              \
     m.impl("cross_entropy_bwd", crossEntropyBwd);                              \
-    m.impl("adamw_step_", adamwStep);                                          \
     m.impl("launch_fusion", launchFusion);                                     \
     m.impl("launch_fusion_forward", launchFusionForward);                      \
     m.impl("launch_fusion_backward", launchFusionBackward);                    \
@@ -1066,15 +603,8 @@ TILEFUSE_DEVICE_KERNELS(CPU)
 TILEFUSE_DEVICE_KERNELS(CUDA)
 
 TORCH_LIBRARY_IMPL(tilefuse, Meta, m) {
-  m.impl("rms_norm_fwd", rmsNormFwdMeta);
-  m.impl("rms_norm_bwd", rmsNormBwdMeta);
-  m.impl("layer_norm_fwd", layerNormFwdMeta);
-  m.impl("layer_norm_bwd", layerNormBwdMeta);
-  m.impl("swiglu_fwd", swigluFwdMeta);
-  m.impl("swiglu_bwd", swigluBwdMeta);
   m.impl("cross_entropy_fwd", crossEntropyFwdMeta);
   m.impl("cross_entropy_bwd", crossEntropyBwdMeta);
-  m.impl("adamw_step_", adamwStepMeta);
   m.impl("launch_fusion_forward", launchFusionForwardMeta);
   m.impl("launch_fusion_backward", launchFusionBackwardMeta);
 }
@@ -1082,30 +612,6 @@ TORCH_LIBRARY_IMPL(tilefuse, Meta, m) {
 TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
   // Function::apply only when a gradient is needed: the rest go straight
   // below autograd.
-  m.impl("rms_norm_fwd", [](const Tensor &x, const Tensor &weight, double eps) {
-    if (!needsGraph("rms_norm", x, weight)) {
-      at::AutoDispatchBelowADInplaceOrView below;
-      return rmsNormFwdOp().call(x, weight, eps);
-    }
-    variable_list out = RmsNormFunction::apply(x, weight, eps);
-    return TensorPair(out[0], out[1]);
-  });
-  m.impl("layer_norm_fwd", [](const Tensor &x, const Tensor &weight,
-                              const Tensor &bias, double eps) {
-    if (!needsGraph("layer_norm", x, weight, bias)) {
-      at::AutoDispatchBelowADInplaceOrView below;
-      return layerNormFwdOp().call(x, weight, bias, eps);
-    }
-    variable_list out = LayerNormFunction::apply(x, weight, bias, eps);
-    return TensorTriple(out[0], out[1], out[2]);
-  });
-  m.impl("swiglu_fwd", [](const Tensor &a, const Tensor &b) {
-    if (!needsGraph("swiglu", a, b)) {
-      at::AutoDispatchBelowADInplaceOrView below;
-      return swigluFwdOp().call(a, b);
-    }
-    return SwigluFunction::apply(a, b);
-  });
   m.impl("cross_entropy_fwd", [](const Tensor &logits, const Tensor &target,
                                  int64_t ignoreIndex, double labelSmoothing,
                                  int64_t reduction) {
@@ -1118,15 +624,9 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
                                                     labelSmoothing, reduction);
     return TensorPair(out[0], out[1]);
   });
-  m.impl("adamw_step_", adamwStepAutograd);
   m.impl("launch_fusion", launchFusionAutograd);
   // Backward kernels have no backward: differentiating them raises.
   for (const char *op :
-       {"rms_norm_bwd", "layer_norm_bwd", "swiglu_bwd", "cross_entropy_bwd",
-        "launch_fusion_forward", "launch_fusion_backward"})
+       {"cross_entropy_bwd", "launch_fusion_forward", "launch_fusion_backward"})
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
-}
-
-TORCH_LIBRARY_IMPL(tilefuse, ADInplaceOrView, m) {
-  m.impl("adamw_step_", adamwStepInPlace);
 }

@@ -12,6 +12,8 @@
 #include <c10/util/SmallVector.h>
 #include <c10/util/irange.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -53,6 +55,33 @@ const TargetSelection &target(std::string_view op) {
   const TargetSelection &selection = selectedTarget();
   TORCH_CHECK(selection.error.empty(), "tilefuse.", op, ": ", selection.error);
   return selection;
+}
+
+bool isStoredPort(const PortInfo &port) {
+  return (port.kind == PortInfo::Kind::Full ||
+          port.kind == PortInfo::Kind::Col) &&
+         at::isFloatingType(scalarType(port.dtype));
+}
+
+/// The storage spec of a call (KernelABI: "bf16" or "bf16,exp_avg=f32"):
+/// `storage`, then each stored port whose float tensor has another dtype.
+std::string storageSpec(const Fusion &fusion, at::ScalarType storage,
+                        at::TensorList tensors, at::TensorList out) {
+  std::string spec = dtypeName(storage);
+  auto add = [&](const PortInfo &port, const at::Tensor &tensor) {
+    at::ScalarType type = tensor.scalar_type();
+    if (isStoredPort(port) && type != storage && at::isFloatingType(type) &&
+        dtypeName(type))
+      spec += "," + port.name + "=" + dtypeName(type);
+  };
+  const at::Tensor *tensor = tensors.begin();
+  for (const PortInfo &port : fusion.inputs())
+    if (port.kind != PortInfo::Kind::Scalar && tensor != tensors.end())
+      add(port, *tensor++);
+  for (auto [port, tensor] : llvm::zip(fusion.outputs(), out))
+    if (tensor.defined())
+      add(port, tensor);
+  return spec;
 }
 
 /// The driver (the PTX emulator's under TILEFUSE_TARGET=emulate) and the
@@ -103,9 +132,7 @@ at::ScalarType narrowestStorage(const Fusion &fusion) {
   for (const auto *ports : {&fusion.inputs(), &fusion.outputs()})
     for (const PortInfo &port : *ports) {
       at::ScalarType type = scalarType(port.dtype);
-      if ((port.kind == PortInfo::Kind::Full ||
-           port.kind == PortInfo::Kind::Col) &&
-          at::isFloatingType(type) &&
+      if (isStoredPort(port) &&
           c10::elementSize(type) < c10::elementSize(narrowest))
         narrowest = type;
     }
@@ -123,8 +150,13 @@ template <typename T> int64_t slotOf(T value) {
 /// `scalar` in an 8-byte slot, typed as `port` declares it.
 int64_t scalarSlot(std::string_view op, const PortInfo &port,
                    const c10::Scalar &scalar) {
-  if (port.dtype == "f32")
-    return slotOf(scalar.to<float>());
+  if (port.dtype == "f32") {
+    double value = scalar.toDouble();
+    TORCH_CHECK_VALUE(!std::isfinite(value) || std::abs(value) <= FLT_MAX,
+                      "tilefuse.", op, ": scalar '", port.name, "' = ", value,
+                      " is out of range for float32");
+    return slotOf(static_cast<float>(value));
+  }
   if (port.dtype == "f64")
     return slotOf(scalar.to<double>());
   if (port.dtype == "i32")
@@ -148,7 +180,8 @@ std::vector<at::Tensor>
 torch_ops::runFusion(std::string_view op, Fusion &fusion,
                      at::TensorList tensors, c10::ArrayRef<c10::Scalar> scalars,
                      std::optional<at::ScalarType> storage,
-                     at::IntArrayRef shape, at::TensorList out) {
+                     at::IntArrayRef shape, at::TensorList out,
+                     bool storagePerTensor) {
   TORCH_CHECK_VALUE(!shape.empty() && shape.back() > 0, "tilefuse.", op,
                     ": the input must have a last dimension of at least 1, "
                     "got shape ",
@@ -171,6 +204,11 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   TORCH_CHECK_TYPE(storageName && (!storage || at::isFloatingType(*storage)),
                    "tilefuse.", op, ": unsupported storage dtype ", *storage);
   at::Device device = tensors.front().device();
+  TORCH_INTERNAL_ASSERT(storage || !storagePerTensor,
+                        "per-tensor storage needs a default dtype");
+  std::string spec = storagePerTensor
+                         ? storageSpec(fusion, *storage, tensors, out)
+                         : std::string(storageName);
 
   // The specialization: 16-byte vectors need n and every pointer aligned;
   // the narrowest stored float sets the vector width.
@@ -193,7 +231,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   // CudaDriver, the PTX emulator (host pointers are its device pointers).
   bool emulate = target(op).kind == TargetSelection::Kind::Emulate;
   if (device.is_cpu() && !emulate) {
-    auto kernel = fusion.cpuKernel(storageName, n, aligned);
+    auto kernel = fusion.cpuKernel(spec, n, aligned);
     TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
                 llvm::toString(kernel.takeError()));
     cpuKernel = *kernel;
@@ -210,7 +248,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
     }
     auto [gpu, chip] = gpuTarget(op, device);
     driver = gpu;
-    auto kernel = fusion.gpuKernel(storageName, n, aligned, chip);
+    auto kernel = fusion.gpuKernel(spec, n, aligned, chip);
     TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
                 llvm::toString(kernel.takeError()));
     gpuKernel = *kernel;

@@ -33,13 +33,17 @@ at::ScalarType scalarType(const std::string &dtype);
 /// declaration order; `storage` is the dtype of its full and per-column
 /// float tensors, or nullopt when every port keeps the type the fusion
 /// declares (DSL fusions). `out` may give outputs to write in place (by
-/// output index; an undefined tensor is allocated). Errors name `op`.
+/// output index; an undefined tensor is allocated). With `storagePerTensor`,
+/// each float tensor given (inputs and `out`) is stored in its own dtype
+/// instead, `storage` being the default: the kernel is specialized for that
+/// mix (bf16 parameters with f32 state). Errors name `op`.
 std::vector<at::Tensor> runFusion(std::string_view op, Fusion &fusion,
                                   at::TensorList tensors,
                                   c10::ArrayRef<c10::Scalar> scalars,
                                   std::optional<at::ScalarType> storage,
                                   at::IntArrayRef shape,
-                                  at::TensorList out = {});
+                                  at::TensorList out = {},
+                                  bool storagePerTensor = false);
 
 /// A built-in fusion (kernels_dsl), built once per compute type: f64 for
 /// float64 tensors, else f32. Later calls cost one atomic load.

@@ -31,9 +31,36 @@ def dtype(request):
     return request.param
 
 
-def assert_close(actual, expected, dtype):
+def assert_close(actual, expected, dtype, equal_nan=False):
     atol, rtol = TOLERANCES[dtype]
-    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)
+    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol,
+                               equal_nan=equal_nan)
+
+
+def float64_grads(fn, *tensors, upstream=None):
+    """fn's output and input gradients computed in float64 from `tensors`
+    (as stored: a bf16 input is its exact value), for an `upstream`
+    gradient of fn's output. The reference when PyTorch's own low-precision
+    result is the less accurate side."""
+    leaves = [t.detach().double().requires_grad_(True) for t in tensors]
+    out = fn(*leaves)
+    if upstream is None:
+        return out.detach(), []
+    out.backward(upstream.double())
+    return out.detach(), [leaf.grad for leaf in leaves]
+
+
+def assert_compiled_matches_eager(model, make_inputs, rows=(2, 5)):
+    """torch.compile(model, fullgraph=True) (no graph break, dynamic row
+    count) gives eager's value and gradient of its first input, for inputs
+    make_inputs(rows)."""
+    compiled = torch.compile(model, fullgraph=True, dynamic=True, backend="aot_eager")
+    for count in rows:
+        inputs = make_inputs(count)
+        got, want = compiled(*inputs), model(*inputs)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(torch.autograd.grad(got, inputs[0]),
+                                   torch.autograd.grad(want, inputs[0]))
 
 
 def run_python(script: str, **env: str) -> subprocess.CompletedProcess:

@@ -1,4 +1,6 @@
-"""The built-in fused ops against torch.nn.functional, forward and backward."""
+"""The built-in fused ops against torch.nn.functional, forward and backward
+(the options and forms of the norms, GeGLU and AdamW: test_norms.py,
+test_geglu.py, test_adamw.py)."""
 
 import pytest
 import torch
@@ -72,24 +74,6 @@ def test_cross_entropy(reduction, label_smoothing):
     torch.testing.assert_close(dlogits, rdlogits, atol=1e-5, rtol=1e-5)
 
 
-def test_adamw_step_matches_torch_optim():
-    torch.manual_seed(1)
-    param = torch.randn(3, 50)
-    reference = param.clone().requires_grad_(True)
-    optimizer = torch.optim.AdamW([reference], lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
-    exp_avg, exp_avg_sq = torch.zeros_like(param), torch.zeros_like(param)
-    for step in range(1, 4):
-        grad = torch.randn(3, 50)
-        reference.grad = grad.clone()
-        optimizer.step()
-        TF.adamw_step_(param, grad, exp_avg, exp_avg_sq, lr=1e-2, beta1=0.9, beta2=0.99,
-                       eps=1e-8, weight_decay=0.1, step=step)
-    torch.testing.assert_close(param, reference.detach(), atol=1e-6, rtol=1e-5)
-    state = optimizer.state[reference]
-    torch.testing.assert_close(exp_avg, state["exp_avg"])
-    torch.testing.assert_close(exp_avg_sq, state["exp_avg_sq"])
-
-
 def test_float64_computes_in_float64_and_passes_gradcheck():
     from torch.autograd import gradcheck
     d = torch.float64
@@ -105,19 +89,6 @@ def test_float64_computes_in_float64_and_passes_gradcheck():
     for reduction in ("none", "mean", "sum"):
         assert gradcheck(lambda x: TF.cross_entropy(x, target, reduction=reduction,
                                                     label_smoothing=0.1), (x,))
-
-
-def test_adamw_step_float64():
-    param = torch.randn(4, 8, dtype=torch.float64)
-    reference = param.clone().requires_grad_(True)
-    optimizer = torch.optim.AdamW([reference], lr=1e-2)
-    exp_avg, exp_avg_sq = torch.zeros_like(param), torch.zeros_like(param)
-    for step in (1, 2):
-        grad = torch.randn_like(param)
-        reference.grad = grad.clone()
-        optimizer.step()
-        TF.adamw_step_(param, grad, exp_avg, exp_avg_sq, lr=1e-2, step=step)
-    torch.testing.assert_close(param, reference.detach(), atol=1e-14, rtol=1e-14)
 
 
 def test_streamed_rows_in_one_pass():

@@ -70,6 +70,25 @@ def test_adamw_step_on_gpu():
     torch.testing.assert_close(param, reference.detach(), atol=1e-6, rtol=1e-5)
 
 
+def test_rms_norm_modes_geglu_and_mixed_adamw_on_gpu():
+    x = torch.randn(8, 4096, device="cuda").bfloat16()
+    w = torch.randn(4096, device="cuda")  # an f32 weight with a bf16 input
+    y = TF.rms_norm(x, 4096, w, 1e-6, casting_mode="llama")
+    hidden = x.float() * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6)
+    assert y.dtype == torch.float32
+    assert_close(y, w * hidden.bfloat16(), torch.bfloat16)
+    b = torch.randn_like(x)
+    assert_close(TF.geglu(x, b, "tanh"), F.gelu(x.float(), approximate="tanh") * b.float(),
+                 torch.bfloat16)
+    # bf16 parameters with f32 state, amsgrad and maximize, a tensor lr.
+    param, grad = torch.randn(64, 4096, device="cuda").bfloat16(), torch.randn_like(x[:1])
+    state = [torch.zeros(64, 4096, device="cuda") for _ in range(3)]
+    TF.adamw_step_(param, grad.expand(64, 4096).contiguous(), *state,
+                   lr=torch.tensor(1e-3, device="cuda"), step=1, amsgrad=True, maximize=True)
+    torch.testing.assert_close(state[0], -0.1 * grad.float().expand(64, 4096))
+    torch.testing.assert_close(state[2], state[1])
+
+
 def test_launches_on_the_current_stream():
     x = torch.randn(4096, 4096, device="cuda")
     side = torch.cuda.Stream()

@@ -10,9 +10,10 @@ import torch.nn.functional as F
 import tilefuse
 import tilefuse.functional as TF
 
-PUBLIC = ["rms_norm", "layer_norm", "swiglu", "cross_entropy"]
+PUBLIC = ["rms_norm", "layer_norm", "swiglu", "geglu", "cross_entropy"]
 KERNELS = ["rms_norm_fwd", "rms_norm_bwd", "layer_norm_fwd", "layer_norm_bwd", "swiglu_fwd",
-           "swiglu_bwd", "cross_entropy_fwd", "cross_entropy_bwd", "adamw_step_"]
+           "swiglu_bwd", "geglu_fwd", "geglu_bwd", "cross_entropy_fwd", "cross_entropy_bwd",
+           "adamw_step_", "adamw_step_.Tensor"]
 
 
 def has_kernel(op: str, key: str) -> bool:

@@ -64,9 +64,15 @@ protected:
   /// Compiles the reference fusion `name` (test/lit/fusions) for the CPU.
   std::unique_ptr<CompiledFusion> compile(const std::string &name, Dtype dtype,
                                           int64_t n, bool aligned) {
+    return compile(name, dtypeName(dtype), n, aligned);
+  }
+  /// ... with a storage spec ("bf16,exp_avg=f32": per-port dtypes).
+  std::unique_ptr<CompiledFusion> compile(const std::string &name,
+                                          const std::string &storage, int64_t n,
+                                          bool aligned) {
     return compileModule(
         [&] { return parseSourceFile<ModuleOp>(fusionPath(name), context); },
-        dtype, n, aligned);
+        storage, n, aligned);
   }
 
   /// Compiles the built-in fusion `name` (kernels_dsl) for the CPU.
@@ -78,14 +84,14 @@ protected:
           auto module = tilefuse::kernels::buildBuiltin(*context, name);
           return succeeded(module) ? std::move(*module) : nullptr;
         },
-        dtype, n, aligned);
+        dtypeName(dtype), n, aligned);
   }
 
   /// Compiles what `load` returns for the CPU; fails the test with the
   /// diagnostics.
   std::unique_ptr<CompiledFusion>
-  compileModule(llvm::function_ref<OwningOpRef<ModuleOp>()> load, Dtype dtype,
-                int64_t n, bool aligned) {
+  compileModule(llvm::function_ref<OwningOpRef<ModuleOp>()> load,
+                const std::string &storage, int64_t n, bool aligned) {
     std::string diagnostics;
     ScopedDiagnosticHandler handler(context, [&](Diagnostic &diagnostic) {
       diagnostics += diagnostic.str() + "\n";
@@ -96,7 +102,7 @@ protected:
     if (!module)
       return nullptr;
     tilefuse::CompileOptions options;
-    options.dtype = dtypeName(dtype);
+    options.dtype = storage;
     options.n = n;
     options.aligned = aligned;
     options.target = "cpu";
@@ -155,12 +161,17 @@ class CpuNumericsSweep : public CpuNumerics {};
 
 TEST_F(CpuNumericsSweep, ReferenceFusionsMatchScalarReference) {
   const std::vector<int64_t> rowLengths = {1, 3, 64, 1000, 4096, 32000};
+  // Variants (ScalarReference.h), aligned, at the row lengths that pick
+  // each path on the CPU: scalar lanes, vectors on chip, streamed.
+  const std::vector<int64_t> variantRowLengths = {3, 64, 1000};
   const std::vector<int64_t> rowCounts = {1, 7, 256};
   int checked = 0;
   for (const auto &[name, reference] : references()) {
     for (Dtype dtype : {Dtype::F32, Dtype::F16, Dtype::BF16}) {
-      for (int64_t n : rowLengths) {
+      for (int64_t n : isVariant(name) ? variantRowLengths : rowLengths) {
         for (bool aligned : {true, false}) {
+          if (!aligned && isVariant(name))
+            continue;
           std::unique_ptr<CompiledFusion> fusion = compile(name, dtype, n, aligned);
           ASSERT_TRUE(fusion) << name;
           for (int64_t rows : rowCounts) {
@@ -196,6 +207,31 @@ TEST_F(CpuNumerics, BuiltinsMatchScalarReference) {
                                  /*aligned=*/true, /*seed=*/n + rows, *executor);
         }
       }
+    }
+  }
+}
+
+/// One kernel with tensors in two dtypes (per-port storage): bf16
+/// parameters with f32 optimizer state, a bf16 input with an f32 weight and
+/// output; each port is stored, and rounded to, its own dtype.
+TEST_F(CpuNumerics, MixedStorageMatchesScalarReference) {
+  const std::string state = "exp_avg=f32,exp_avg_sq=f32,exp_avg_out=f32,"
+                            "exp_avg_sq_out=f32";
+  const std::pair<std::string, std::string> cases[] = {
+      {"adamw_step", "bf16," + state},
+      {"adamw_amsgrad_step",
+       "f16," + state + ",max_exp_avg_sq=f32,max_exp_avg_sq_out=f32"},
+      {"rms_norm_llama_fwd", "bf16,weight=f32,y=f32"},
+      {"rms_norm_llama_bwd", "bf16,dy=f32,weight=f32,dweight=f32"},
+      {"rms_norm_fwd", "f16,weight=f32"},
+  };
+  for (const auto &[name, storage] : cases) {
+    for (int64_t n : {3, 1000}) {
+      SCOPED_TRACE(name + " " + storage + " n=" + std::to_string(n));
+      std::unique_ptr<CompiledFusion> fusion = compile(name, storage, n, true);
+      ASSERT_TRUE(fusion);
+      expectMatchesReference(*fusion, references().at(name), /*rows=*/7,
+                             /*aligned=*/true, /*seed=*/n, *executor);
     }
   }
 }
@@ -287,7 +323,7 @@ TEST_F(CpuNumerics, DerivedBackwardMatchesHandWritten) {
                 return derivedKernel(context, pair.forward, pair.output,
                                      backward);
               },
-              dtype, n, /*aligned=*/true);
+              dtypeName(dtype), n, /*aligned=*/true);
         };
         std::unique_ptr<CompiledFusion> forward = derived(false);
         std::unique_ptr<CompiledFusion> backward = derived(true);

@@ -80,12 +80,12 @@ TEST_F(CudaDriverTest, TargetFromComputeCapability) {
 TEST_F(CudaDriverTest, RowProgramParametersInABIOrder) {
   auto rmsNorm = kernel("rms_norm_fwd", "bf16", 4096);
   const TileConfig &tile = rmsNorm->info.tile;
-  fakeCudaState().paramsPerLaunch = {6};
-  float epsilon = 1e-6f;
-  uint64_t epsSlot = bits(epsilon);
+  fakeCudaState().paramsPerLaunch = {7};
+  float epsilon = 1e-6f, offset = 1.0f;
+  uint64_t epsSlot = bits(epsilon), offsetSlot = bits(offset);
   std::vector<void *> arguments = {
       reinterpret_cast<void *>(0x1000), reinterpret_cast<void *>(0x2000),
-      &epsSlot, reinterpret_cast<void *>(0x3000),
+      &epsSlot, &offsetSlot, reinterpret_cast<void *>(0x3000),
       reinterpret_cast<void *>(0x4000)};
   void *stream = reinterpret_cast<void *>(77);
   ASSERT_FALSE(static_cast<bool>(driver->launch(rmsNorm, arguments, {}, 5, 0, stream)));
@@ -96,8 +96,9 @@ TEST_F(CudaDriverTest, RowProgramParametersInABIOrder) {
   EXPECT_EQ(launch.stream, stream);
   EXPECT_EQ(launch.grid, (5 + tile.rowsPerBlock - 1) / tile.rowsPerBlock);
   EXPECT_EQ(launch.block, tile.threadsPerRow * tile.rowsPerBlock);
-  EXPECT_EQ(launch.params, (std::vector<uint64_t>{0x1000, 0x2000, bits(epsilon),
-                                                  0x3000, 0x4000, 5}));
+  EXPECT_EQ(launch.params,
+            (std::vector<uint64_t>{0x1000, 0x2000, bits(epsilon), bits(offset),
+                                   0x3000, 0x4000, 5}));
   EXPECT_STREQ(fakeCudaState().lastImage, rmsNorm->ptx.c_str());
 }
 
@@ -112,9 +113,14 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
                                      tile.blocksPerSM * 132);
   EXPECT_EQ(*groups, blocks * tile.rowsPerBlock);
 
-  fakeCudaState().paramsPerLaunch = {7, 4};
+  fakeCudaState().paramsPerLaunch = {8, 4};
+  // dy, x, weight, rstd, offset (a scalar), dx, dweight.
+  uint64_t offsetSlot = bits(0.0f);
   std::vector<void *> arguments;
-  for (uint64_t pointer : {0x10, 0x20, 0x30, 0x40, 0x50, 0x60})
+  for (uint64_t pointer : {0x10, 0x20, 0x30, 0x40})
+    arguments.push_back(reinterpret_cast<void *>(pointer));
+  arguments.push_back(&offsetSlot);
+  for (uint64_t pointer : {0x50, 0x60})
     arguments.push_back(reinterpret_cast<void *>(pointer));
   std::vector<void *> workspaces = {reinterpret_cast<void *>(0x70)};
   ASSERT_FALSE(static_cast<bool>(
@@ -125,8 +131,9 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
   EXPECT_EQ(main.function, "rms_norm_bwd");
   EXPECT_EQ(main.grid, blocks);
   // dweight's slot holds the partials workspace.
-  EXPECT_EQ(main.params, (std::vector<uint64_t>{0x10, 0x20, 0x30, 0x40, 0x50,
-                                                0x70, uint64_t(rows)}));
+  EXPECT_EQ(main.params, (std::vector<uint64_t>{0x10, 0x20, 0x30, 0x40,
+                                                offsetSlot, 0x50, 0x70,
+                                                uint64_t(rows)}));
   const FakeCudaState::Launch &finalize = fakeCudaState().launches[1];
   EXPECT_EQ(finalize.function, "rms_norm_bwd_finalize");
   EXPECT_EQ(finalize.grid, 8192u / 256u);

@@ -34,15 +34,16 @@ CompileOptions cpuOptions(int64_t n) {
 }
 
 /// Runs the rms_norm_fwd built-in on `rows` rows of 1, 2, 3, ... and checks
-/// it against the formula.
+/// it against the formula (Gemma's offset 0).
 void expectRmsNormWorks(const CpuKernel &kernel, Runtime &runtime, int64_t rows,
                         float eps) {
   int64_t n = kernel.info().n;
   std::vector<float> x(rows * n), weight(n, 2.0f), y(rows * n), rstd(rows);
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = static_cast<float>(i % 7) - 3.0f;
-  std::vector<void *> arguments = {x.data(), weight.data(), &eps, y.data(),
-                                   rstd.data()};
+  float offset = 0.0f;
+  std::vector<void *> arguments = {x.data(), weight.data(), &eps, &offset,
+                                   y.data(), rstd.data()};
   ASSERT_FALSE(static_cast<bool>(kernel.run(runtime.executor(), arguments, rows)));
   for (int64_t r = 0; r < rows; ++r) {
     double sum = 0;

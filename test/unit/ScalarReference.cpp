@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -70,6 +72,19 @@ float roundTo(float value, Dtype dtype) {
   return fromBits(toBits(value, dtype), dtype);
 }
 
+double storedAs(Dtype dtype, double value) {
+  return dtype == Dtype::F32 ? value
+                             : roundTo(static_cast<float>(value), dtype);
+}
+
+bool isVariant(const std::string &name) {
+  return llvm::is_contained({"rms_norm_llama_fwd", "rms_norm_none_fwd",
+                             "rms_norm_llama_bwd", "geglu_fwd", "geglu_bwd",
+                             "geglu_tanh_fwd", "geglu_tanh_bwd",
+                             "adamw_amsgrad_step"},
+                            name);
+}
+
 namespace {
 
 /// NaN-propagating max, as torch.amax.
@@ -83,39 +98,75 @@ double maxNaN(double a, double b) {
 // Scalar references, written from the formulas in PyTorch's terms.
 //===----------------------------------------------------------------------===//
 
-void rmsNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+/// RMSNorm forward in the three casting modes: "gemma" rounds nothing
+/// before the output, "llama" rounds x * rstd to x's dtype, "none" every
+/// step.
+enum class Casting { Gemma, Llama, None };
+
+void rmsNormForward(const Values &in, int64_t rows, int64_t n, Values &out,
+                    Casting casting) {
   auto &x = in.floats.at("x"), &w = in.floats.at("weight");
-  double eps = in.scalars.at("eps");
+  double eps = in.scalars.at("eps"), offset = in.scalars.at("offset");
   auto &y = out.floats["y"], &rstd = out.floats["rstd"];
+  Dtype storage = in.storage.at("x");
+  auto step = [&](double value) {
+    return casting == Casting::None ? storedAs(storage, value) : value;
+  };
   y.resize(rows * n);
   rstd.resize(rows);
   for (int64_t r = 0; r < rows; ++r) {
     double sum = 0;
     for (int64_t c = 0; c < n; ++c)
-      sum += x[r * n + c] * x[r * n + c];
-    rstd[r] = 1.0 / std::sqrt(sum / n + eps);
-    for (int64_t c = 0; c < n; ++c)
-      y[r * n + c] = x[r * n + c] * rstd[r] * w[c];
+      sum += step(x[r * n + c] * x[r * n + c]);
+    rstd[r] = step(1.0 / std::sqrt(step(step(sum / n) + eps)));
+    for (int64_t c = 0; c < n; ++c) {
+      double xhat = x[r * n + c] * rstd[r];
+      if (casting != Casting::Gemma)
+        xhat = storedAs(storage, xhat);
+      y[r * n + c] = xhat * step(offset + w[c]);
+    }
   }
 }
 
-void rmsNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+void rmsNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  rmsNormForward(in, rows, n, out, Casting::Gemma);
+}
+void rmsNormLlamaFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  rmsNormForward(in, rows, n, out, Casting::Llama);
+}
+void rmsNormNoneFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  rmsNormForward(in, rows, n, out, Casting::None);
+}
+
+/// RMSNorm backward; with `roundedXhat` (llama, none) dweight sums dy times
+/// xhat rounded to x's dtype, as the forward multiplied it.
+void rmsNormBackward(const Values &in, int64_t rows, int64_t n, Values &out,
+                     bool roundedXhat) {
   auto &dy = in.floats.at("dy"), &x = in.floats.at("x"),
        &w = in.floats.at("weight"), &rstd = in.floats.at("rstd");
+  double offset = in.scalars.at("offset");
   auto &dx = out.floats["dx"], &dw = out.floats["dweight"];
+  Dtype storage = in.storage.at("x");
   dx.assign(rows * n, 0);
   dw.assign(n, 0);
   for (int64_t r = 0; r < rows; ++r) {
     double dot = 0;
     for (int64_t c = 0; c < n; ++c)
-      dot += dy[r * n + c] * w[c] * x[r * n + c] * rstd[r];
+      dot += dy[r * n + c] * (offset + w[c]) * x[r * n + c] * rstd[r];
     double mean = dot / n;
     for (int64_t c = 0; c < n; ++c) {
       double xhat = x[r * n + c] * rstd[r];
-      dx[r * n + c] = rstd[r] * (dy[r * n + c] * w[c] - xhat * mean);
-      dw[c] += dy[r * n + c] * xhat;
+      dx[r * n + c] = rstd[r] * (dy[r * n + c] * (offset + w[c]) - xhat * mean);
+      dw[c] += dy[r * n + c] * (roundedXhat ? storedAs(storage, xhat) : xhat);
     }
   }
+}
+
+void rmsNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  rmsNormBackward(in, rows, n, out, /*roundedXhat=*/false);
+}
+void rmsNormLlamaBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  rmsNormBackward(in, rows, n, out, /*roundedXhat=*/true);
 }
 
 void layerNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
@@ -190,6 +241,53 @@ void swigluBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
   }
 }
 
+/// gelu and its derivative, exact (erf) or with approximate='tanh'.
+std::pair<double, double> gelu(double a, bool tanhForm) {
+  if (tanhForm) {
+    const double beta = std::sqrt(2.0 / M_PI), kappa = 0.044715;
+    double t = std::tanh(beta * (a + kappa * a * a * a));
+    return {0.5 * a * (1 + t),
+            0.5 * (1 + t) + 0.5 * a * (1 - t * t) * beta * (1 + 3 * kappa * a * a)};
+  }
+  double cdf = 0.5 * (1 + std::erf(a / std::sqrt(2.0)));
+  return {a * cdf, cdf + a * std::exp(-0.5 * a * a) / std::sqrt(2 * M_PI)};
+}
+
+void gegluForward(const Values &in, int64_t rows, int64_t n, Values &out,
+                  bool tanhForm) {
+  auto &a = in.floats.at("a"), &b = in.floats.at("b");
+  auto &c = out.floats["c"];
+  c.resize(rows * n);
+  for (int64_t i = 0; i < rows * n; ++i)
+    c[i] = gelu(a[i], tanhForm).first * b[i];
+}
+
+void gegluBackward(const Values &in, int64_t rows, int64_t n, Values &out,
+                   bool tanhForm) {
+  auto &dc = in.floats.at("dc"), &a = in.floats.at("a"), &b = in.floats.at("b");
+  auto &da = out.floats["da"], &db = out.floats["db"];
+  da.resize(rows * n);
+  db.resize(rows * n);
+  for (int64_t i = 0; i < rows * n; ++i) {
+    auto [value, slope] = gelu(a[i], tanhForm);
+    da[i] = dc[i] * b[i] * slope;
+    db[i] = dc[i] * value;
+  }
+}
+
+void gegluFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  gegluForward(in, rows, n, out, /*tanhForm=*/false);
+}
+void gegluBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  gegluBackward(in, rows, n, out, /*tanhForm=*/false);
+}
+void gegluTanhFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  gegluForward(in, rows, n, out, /*tanhForm=*/true);
+}
+void gegluTanhBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  gegluBackward(in, rows, n, out, /*tanhForm=*/true);
+}
+
 void crossEntropyFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
   auto &logits = in.floats.at("logits");
   auto &target = in.ints.at("target");
@@ -234,24 +332,58 @@ void crossEntropyBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
     }
 }
 
-void adamwStep(const Values &in, int64_t rows, int64_t n, Values &out) {
+/// torch.optim.AdamW's step as the fusion computes it from the host's
+/// scalars, each in-place update rounded to the storage of the tensor it
+/// writes.
+void adamwStepWith(const Values &in, int64_t rows, int64_t n, Values &out,
+                   bool amsgrad) {
   auto &param = in.floats.at("param"), &grad = in.floats.at("grad"),
        &m = in.floats.at("exp_avg"), &v = in.floats.at("exp_avg_sq");
-  double lr = in.scalars.at("lr"), beta1 = in.scalars.at("beta1"),
-         beta2 = in.scalars.at("beta2"), eps = in.scalars.at("eps"),
-         wd = in.scalars.at("weight_decay"), step = in.scalars.at("step");
+  auto scalar = [&](const char *name) { return in.scalars.at(name); };
+  const double gradSign = scalar("grad_sign"), decay = scalar("decay"),
+               lerpWeight = scalar("lerp_weight"), beta2 = scalar("beta2"),
+               oneMinusBeta2 = scalar("one_minus_beta2"),
+               biasCorrection2Sqrt = scalar("bias_correction2_sqrt"),
+               eps = scalar("eps"), negStepSize = scalar("neg_step_size");
+  const Dtype paramStorage = in.storage.at("param"),
+              expAvgStorage = in.storage.at("exp_avg"),
+              expAvgSqStorage = in.storage.at("exp_avg_sq");
+  const Dtype secondStorage =
+      amsgrad ? in.storage.at("max_exp_avg_sq") : expAvgSqStorage;
   auto &p1 = out.floats["param_out"], &m1 = out.floats["exp_avg_out"],
        &v1 = out.floats["exp_avg_sq_out"];
   p1.resize(rows * n);
   m1.resize(rows * n);
   v1.resize(rows * n);
-  double bc1 = 1 - std::pow(beta1, step), bc2 = 1 - std::pow(beta2, step);
+  std::vector<double> *vmax1 = amsgrad ? &out.floats["max_exp_avg_sq_out"] : nullptr;
+  const std::vector<double> *vmax = amsgrad ? &in.floats.at("max_exp_avg_sq") : nullptr;
+  if (vmax1)
+    vmax1->resize(rows * n);
   for (int64_t i = 0; i < rows * n; ++i) {
-    m1[i] = beta1 * m[i] + (1 - beta1) * grad[i];
-    v1[i] = beta2 * v[i] + (1 - beta2) * grad[i] * grad[i];
-    double denom = std::sqrt(v1[i]) / std::sqrt(bc2) + eps;
-    p1[i] = param[i] * (1 - lr * wd) - lr / bc1 * m1[i] / denom;
+    double g = grad[i] * gradSign;
+    double p = storedAs(paramStorage, param[i] * decay);
+    m1[i] = storedAs(expAvgStorage, std::abs(lerpWeight) < 0.5
+                                        ? m[i] + lerpWeight * (g - m[i])
+                                        : g + (lerpWeight - 1) * (g - m[i]));
+    v1[i] = storedAs(expAvgSqStorage, storedAs(expAvgSqStorage, v[i] * beta2) +
+                                          oneMinusBeta2 * g * g);
+    double s = v1[i];
+    if (vmax1)
+      s = (*vmax1)[i] = maxNaN((*vmax)[i], v1[i]);
+    double denom = storedAs(
+        secondStorage,
+        storedAs(secondStorage, storedAs(secondStorage, std::sqrt(s)) /
+                                    biasCorrection2Sqrt) +
+            eps);
+    p1[i] = p + negStepSize * m1[i] / denom;
   }
+}
+
+void adamwStep(const Values &in, int64_t rows, int64_t n, Values &out) {
+  adamwStepWith(in, rows, n, out, /*amsgrad=*/false);
+}
+void adamwAmsgradStep(const Values &in, int64_t rows, int64_t n, Values &out) {
+  adamwStepWith(in, rows, n, out, /*amsgrad=*/true);
 }
 
 } // namespace
@@ -259,11 +391,17 @@ void adamwStep(const Values &in, int64_t rows, int64_t n, Values &out) {
 const std::map<std::string, Reference> &references() {
   static const std::map<std::string, Reference> table = {
       {"rms_norm_fwd", rmsNormFwd},       {"rms_norm_bwd", rmsNormBwd},
+      {"rms_norm_llama_fwd", rmsNormLlamaFwd},
+      {"rms_norm_llama_bwd", rmsNormLlamaBwd},
+      {"rms_norm_none_fwd", rmsNormNoneFwd},
       {"layer_norm_fwd", layerNormFwd},   {"layer_norm_bwd", layerNormBwd},
       {"swiglu_fwd", swigluFwd},          {"swiglu_bwd", swigluBwd},
+      {"geglu_fwd", gegluFwd},            {"geglu_bwd", gegluBwd},
+      {"geglu_tanh_fwd", gegluTanhFwd},   {"geglu_tanh_bwd", gegluTanhBwd},
       {"cross_entropy_fwd", crossEntropyFwd},
       {"cross_entropy_bwd", crossEntropyBwd},
       {"adamw_step", adamwStep},
+      {"adamw_amsgrad_step", adamwAmsgradStep},
   };
   return table;
 }
@@ -416,7 +554,9 @@ Values makeInputs(const KernelInfo &info, int64_t rows, uint32_t seed) {
     auto &values = in.floats[port.name];
     values.reserve(count);
     Dtype dtype = dtypeOf(port.dtype);
-    bool positive = port.name == "exp_avg_sq" || port.name == "rstd";
+    in.storage[port.name] = dtype;
+    bool positive = port.name == "exp_avg_sq" ||
+                    port.name == "max_exp_avg_sq" || port.name == "rstd";
     bool weight = port.name == "weight";
     for (size_t i = 0; i < count; ++i) {
       double value = normal(rng);
@@ -427,10 +567,19 @@ Values makeInputs(const KernelInfo &info, int64_t rows, uint32_t seed) {
       values.push_back(roundTo(static_cast<float>(value), dtype));
     }
   }
-  in.scalars = {{"eps", 1e-5},         {"label_smoothing", 0.1},
-                {"lr", 1e-3},          {"beta1", 0.9},
-                {"beta2", 0.999},      {"weight_decay", 0.01},
-                {"step", 7}};
+  // AdamW's scalars as the host computes them for lr 1e-3, betas (0.9,
+  // 0.999), weight decay 0.01, step 7 and maximize.
+  const double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, step = 7;
+  in.scalars = {{"eps", 1e-5},
+                {"label_smoothing", 0.1},
+                {"offset", 0.5},
+                {"grad_sign", -1.0},
+                {"decay", 1 - lr * 0.01},
+                {"lerp_weight", 1 - beta1},
+                {"beta2", beta2},
+                {"one_minus_beta2", 1 - beta2},
+                {"bias_correction2_sqrt", std::sqrt(1 - std::pow(beta2, step))},
+                {"neg_step_size", -lr / (1 - std::pow(beta1, step))}};
   if (info.name.rfind("adamw", 0) == 0)
     in.scalars["eps"] = 1e-8;
   in.intScalars = {{"ignore_index", kIgnoreIndex}};

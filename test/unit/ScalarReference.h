@@ -37,6 +37,11 @@ uint32_t toBits(float value, Dtype dtype);
 float fromBits(uint32_t bits, Dtype dtype);
 float roundTo(float value, Dtype dtype);
 
+/// `value` as fuse.round_to_storage of an input stored in `dtype` leaves
+/// it: rounded to that dtype; unchanged for f32, the compute type (the
+/// references compute in double).
+double storedAs(Dtype dtype, double value);
+
 /// Host values of one kernel input or output, by name. Floats are kept as
 /// double (already rounded to their storage type), indices as int64.
 struct Values {
@@ -44,6 +49,8 @@ struct Values {
   std::map<std::string, std::vector<int64_t>> ints;
   std::map<std::string, double> scalars;
   std::map<std::string, int64_t> intScalars;
+  /// The storage dtype of each float input.
+  std::map<std::string, Dtype> storage;
 };
 
 constexpr int64_t kIgnoreIndex = -100;
@@ -52,6 +59,12 @@ using Reference = std::function<void(const Values &, int64_t rows, int64_t n,
                                      Values &out)>;
 /// The reference of each reference fusion, by name.
 const std::map<std::string, Reference> &references();
+
+/// Fusions that are variants of another one (the same kinds, reductions and
+/// lowering paths, other math: the RMSNorm castings, GeGLU, AdamW amsgrad):
+/// the sweeps run them at fewer shapes, leaving long rows and misaligned
+/// pointers to the fusion they vary.
+bool isVariant(const std::string &name);
 
 /// Random inputs for a kernel, rounded to their storage types; statistics
 /// inputs (rstd, mean, lse) are computed from the data, as the forward pass

@@ -8,6 +8,8 @@
 #include "tilefuse/Torch/Ops.h"
 
 #include <ATen/ops/allclose.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/ones.h>
@@ -62,6 +64,27 @@ TEST(TorchOps, AdamWStepInPlace) {
   // First step: m/sqrt(v) = 1, so param moves by lr.
   expectClose(param, at::ones({2, 8}).mul(0.9));
   expectClose(expAvg, at::ones({2, 8}).mul(0.1));
+}
+
+TEST(TorchOps, OptionsFromCpp) {
+  at::manual_seed(0);
+  at::Tensor x = at::randn({3, 2, 40}), w = at::randn({2, 40});
+  // Gemma's offset over a two-dimensional normalized_shape.
+  at::Tensor xf = x.view({3, 80}), wf = w.view({80}).add(1.0);
+  expectClose(tilefuse::ops::rms_norm(x, {2, 40}, w, 1e-6, /*offset=*/1.0),
+              at::rms_norm(xf, {80}, wf, 1e-6).view({3, 2, 40}));
+  at::Tensor a = at::randn({4, 33}), b = at::randn({4, 33});
+  expectClose(tilefuse::ops::geglu(a, b, "tanh"), at::gelu(a, "tanh").mul(b));
+  // amsgrad: the denominator keeps the running maximum of exp_avg_sq.
+  at::Tensor param = at::ones({2, 8}), grad = at::ones({2, 8});
+  at::Tensor expAvg = at::zeros({2, 8}), expAvgSq = at::zeros({2, 8});
+  at::Tensor maxExpAvgSq = at::full({2, 8}, 4.0);
+  tilefuse::ops::adamw_step_(param, grad, expAvg, expAvgSq, /*lr=*/0.1, 0.9,
+                             0.999, 1e-8, /*weightDecay=*/0.0, /*step=*/1,
+                             maxExpAvgSq);
+  expectClose(maxExpAvgSq, at::full({2, 8}, 4.0));
+  // m_hat = 1, sqrt(v_hat) = sqrt(4 / 0.001) ~ 63.2: a step of 0.1 / 63.2.
+  expectClose(param, at::ones({2, 8}).sub(0.1 / std::sqrt(4.0 / 0.001)));
 }
 
 TEST(TorchOps, BadInputIsACatchableError) {

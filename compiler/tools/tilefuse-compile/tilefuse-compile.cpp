@@ -26,7 +26,7 @@ static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<fusion.mlir>"),
                                       cl::init("-"));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"));
-static cl::opt<std::string> dtype("dtype", cl::desc("Storage dtype: f32, f16, bf16, f64, or declared (each port keeps its type)"),
+static cl::opt<std::string> dtype("dtype", cl::desc("Storage dtype: f32, f16, bf16 (f64 on cpu), or declared (each port keeps its type), then optional per-port overrides: bf16,exp_avg=f32"),
                                   cl::init("f32"));
 static cl::opt<int64_t> rowLength("n", cl::desc("Row length n"), cl::init(0));
 static cl::opt<bool> aligned("aligned", cl::desc("16-byte aligned pointers (default true)"),

@@ -10,7 +10,7 @@
 // the statistics the forward saves and reduce as often.
 
 // RMS: fuse.kernel @rms_norm_fwd({{.+}}) -> (y: !fuse.full<f32>, rstd: !fuse.row<f32>)
-// RMS: fuse.kernel @rms_norm_bwd(%dy: !fuse.full<f32>, %x: !fuse.full<f32>, %weight: !fuse.col<f32>, %rstd: !fuse.row<f32>) -> (dx: !fuse.full<f32>, dweight: !fuse.col<f32>)
+// RMS: fuse.kernel @rms_norm_bwd(%dy: !fuse.full<f32>, %x: !fuse.full<f32>, %weight: !fuse.col<f32>, %offset: !fuse.scalar<f32>, %rstd: !fuse.row<f32>) -> (dx: !fuse.full<f32>, dweight: !fuse.col<f32>)
 // RMS-COUNT-1: fuse.reduce sum %{{.+}} : !fuse.full<f32> to !fuse.row<f32>
 // RMS-NOT: fuse.reduce {{.+}} to !fuse.row
 // RMS: fuse.reduce sum %{{.+}} : !fuse.full<f32> to !fuse.col<f32>

@@ -93,6 +93,12 @@ Value silu(Value x);
 Value gelu(Value x, llvm::StringRef approximate = "none");
 Value pow(Value base, Value exponent);
 Value pow(Value base, double exponent);
+/// a * b + c, rounded once (math.fma).
+Value fma(Value a, Value b, Value c);
+/// `x` rounded to the dtype `input` (a full or per-column float input) is
+/// stored in, and back: `x.to(input.dtype)` in PyTorch terms. The identity
+/// where that dtype is the compute type.
+Value roundToStorageOf(Value x, Value input);
 Value maximum(Value lhs, Value rhs);
 Value minimum(Value lhs, Value rhs);
 /// torch.where(condition, a, b).
@@ -168,6 +174,8 @@ public:
   Value unary(llvm::StringRef op, Value x);
   Value compare(fuse::CmpPredicate predicate, Value lhs, Value rhs);
   Value select(Value condition, Value a, Value b);
+  Value fma(Value a, Value b, Value c);
+  Value roundToStorageOf(Value x, Value input);
   Value castTo(Value x, mlir::Type elementType);
   Value broadcastTo(Value x, Kind kind);
   Value scalar(double value, Value like);

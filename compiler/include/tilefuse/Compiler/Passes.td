@@ -15,12 +15,19 @@ def FuseSpecialize : Pass<"fuse-specialize", "::tilefuse::fuse::KernelOp"> {
     keeps them. `fuse.row_length` becomes the constant `n`. `rows` and every
     scalar stay runtime arguments: a new batch size or learning rate never
     recompiles. The choices are recorded in `fuse.specialization`.
-    `dtype=declared` keeps every port's declared type (mixed dtypes; the
+
+    A kernel may store ports in different dtypes (bf16 parameters with f32
+    optimizer state, a bf16 input with an f32 weight): `dtype` then lists
+    overrides after the default, `bf16,exp_avg=f32,exp_avg_out=f32`, by
+    input or output name. `fuse.round_to_storage` becomes the two casts to
+    the storage dtype of the input it names and back. The default
+    `declared` keeps every port's declared type (mixed dtypes; the
     narrowest full or per-column float sets the vector width).
   }];
   let options = [
     Option<"dtype", "dtype", "std::string", /*default=*/"\"f32\"",
-           "Storage dtype of full and per-column float tensors: f32, f16, bf16, f64, or declared">,
+           "Storage dtype of full and per-column float tensors: f32, f16, bf16, f64 "
+           "or declared, then optional per-port overrides: bf16,exp_avg=f32">,
     Option<"n", "n", "int64_t", /*default=*/"0", "The row length n (> 0)">,
     Option<"aligned", "aligned", "bool", /*default=*/"true",
            "Pointers are 16-byte aligned and n is a multiple of the vector width">,

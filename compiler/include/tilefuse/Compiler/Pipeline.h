@@ -33,6 +33,8 @@ enum class Stage { Fuse, Specialized, Tiled, Loops, LLVM, PTX };
 std::optional<Stage> parseStage(llvm::StringRef name);
 
 struct CompileOptions {
+  /// Storage dtype of full and per-column float tensors, optionally with
+  /// per-port overrides: "bf16,exp_avg=f32" (fuse-specialize's `dtype`).
   std::string dtype = "f32";
   int64_t n = 0;
   bool aligned = true;

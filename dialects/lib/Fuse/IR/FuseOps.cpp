@@ -585,6 +585,22 @@ void CastOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
   patterns.add<LosslessCastChain>(context);
 }
 
+LogicalResult RoundToStorageOp::verify() {
+  if (!valueType(getValue()).isFloat())
+    return emitOpError("rounds a float value, got ")
+           << valueType(getValue()).getElementType();
+  auto input = dyn_cast<BlockArgument>(getInput());
+  auto kernel = (*this)->getParentOfType<KernelOp>();
+  ValueType inputType = valueType(getInput());
+  if (!input || !kernel || input.getOwner() != &kernel.getEntryBlock() ||
+      !inputType.isFloat() ||
+      (inputType.getKind() != ValueKind::Full &&
+       inputType.getKind() != ValueKind::Col))
+    return emitOpError("'of' must name a full or per-column float input of "
+                       "the kernel (a stored tensor)");
+  return success();
+}
+
 LogicalResult BroadcastOp::verify() {
   ValueType from = valueType(getInput());
   ValueType to = getResult().getType();

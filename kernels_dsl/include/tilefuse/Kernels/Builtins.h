@@ -1,7 +1,7 @@
 //===- Builtins.h - the built-in fusions, written in the DSL ----*- C++ -*-===//
 //
-// RMSNorm, LayerNorm, SwiGLU and cross-entropy (forward and backward) and
-// the AdamW step, written with the C++ builder (Builder.h) so that LibTorch
+// RMSNorm (three casting modes), LayerNorm, SwiGLU, GeGLU and cross-entropy
+// (forward and backward) and the AdamW step (with and without amsgrad), written with the C++ builder (Builder.h) so that LibTorch
 // users get them without Python. Their inputs and outputs are those of the
 // reference fusions in test/lit/fusions, which document the math.
 //

@@ -38,8 +38,10 @@ public:
   std::string ir() const;
   const std::string &fingerprint() const { return hash; }
 
-  /// The kernel for storage `dtype`, row length `n`, 16-byte alignment
-  /// `aligned` and `target` ("cpu" for cpuKernel, sm_XX for gpuKernel).
+  /// The kernel for storage `dtype` ("bf16", or with per-port overrides
+  /// "bf16,exp_avg=f32": see fuse-specialize), row length `n`, 16-byte
+  /// alignment `aligned` and `target` ("cpu" for cpuKernel, sm_XX for
+  /// gpuKernel).
   llvm::Expected<std::shared_ptr<const CpuKernel>>
   cpuKernel(llvm::StringRef dtype, int64_t n, bool aligned);
   llvm::Expected<std::shared_ptr<const GpuKernel>>

@@ -274,10 +274,27 @@ fuse.kernel @bad_output_name(%x: !fuse.full<f32>) -> ("two words": !fuse.full<f3
 
 // -----
 
+fuse.kernel @round_of_a_scalar(%x: !fuse.full<f32>, %s: !fuse.scalar<f32>) -> (y: !fuse.full<f32>) {
+  // expected-error @+1 {{'fuse.round_to_storage' op 'of' must name a full or per-column float input of the kernel (a stored tensor)}}
+  %y = fuse.round_to_storage %x of %s : !fuse.full<f32>, !fuse.scalar<f32>
+  fuse.yield %y : !fuse.full<f32>
+}
+
+// -----
+
 fuse.kernel @arg_reduce_kind(%x: !fuse.full<f32>) -> (y: !fuse.row<i64>) {
   // expected-error @+1 {{'fuse.arg_reduce' op kind must be max or min, got sum}}
   %y = fuse.arg_reduce sum %x : !fuse.full<f32> to !fuse.row<i64>
   fuse.yield %y : !fuse.row<i64>
+}
+
+// -----
+
+fuse.kernel @round_of_a_computed_value(%x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
+  %0 = fuse.exp %x : !fuse.full<f32>
+  // expected-error @+1 {{'fuse.round_to_storage' op 'of' must name a full or per-column float input of the kernel (a stored tensor)}}
+  %y = fuse.round_to_storage %x of %0 : !fuse.full<f32>, !fuse.full<f32>
+  fuse.yield %y : !fuse.full<f32>
 }
 
 // -----
@@ -290,10 +307,26 @@ fuse.kernel @arg_reduce_input(%x: !fuse.full<i64>) -> (y: !fuse.row<i64>) {
 
 // -----
 
+fuse.kernel @round_an_index(%x: !fuse.full<f32>, %i: !fuse.full<i64>) -> (y: !fuse.full<i64>) {
+  // expected-error @+1 {{'fuse.round_to_storage' op rounds a float value, got 'i64'}}
+  %y = fuse.round_to_storage %i of %x : !fuse.full<i64>, !fuse.full<f32>
+  fuse.yield %y : !fuse.full<i64>
+}
+
+// -----
+
 fuse.kernel @arg_reduce_result(%x: !fuse.full<f32>) -> (y: !fuse.col<i64>) {
   // expected-error @+1 {{'fuse.arg_reduce' op result must be !fuse.row<i32> or !fuse.row<i64> (one column per row), got '!fuse.col<i64>'}}
   %y = fuse.arg_reduce max %x : !fuse.full<f32> to !fuse.col<i64>
   fuse.yield %y : !fuse.col<i64>
+}
+
+// -----
+
+fuse.kernel @fma_kinds(%x: !fuse.full<f32>, %r: !fuse.row<f32>) -> (y: !fuse.full<f32>) {
+  // expected-error @+1 {{'fuse.fma' op kind mismatch}}
+  %y = fuse.fma %x, %r, %x : (!fuse.full<f32>, !fuse.row<f32>, !fuse.full<f32>) -> !fuse.full<f32>
+  fuse.yield %y : !fuse.full<f32>
 }
 
 // -----

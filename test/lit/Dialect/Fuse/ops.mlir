@@ -110,6 +110,18 @@ fuse.kernel @structure(%x: !fuse.full<bf16>, %t: !fuse.row<i32>) -> (col_sum: !f
   fuse.yield %sum, %picked, %n, %idx, %neg_inf, %true : !fuse.col<f32>, !fuse.row<f32>, !fuse.scalar<f32>, !fuse.col<i64>, !fuse.row<f32>, !fuse.scalar<i1>
 }
 
+// CHECK-LABEL: fuse.kernel @fma_and_rounding
+fuse.kernel @fma_and_rounding(%x: !fuse.full<f32>, %w: !fuse.col<f32>) -> (y: !fuse.full<f32>, r: !fuse.row<f32>) {
+  // CHECK: %[[FMA:.+]] = fuse.fma %x, %x, %x : !fuse.full<f32>
+  // CHECK: %[[ROUND:.+]] = fuse.round_to_storage %[[FMA]] of %w : !fuse.full<f32>, !fuse.col<f32>
+  // CHECK: %[[ROW:.+]] = fuse.round_to_storage %{{.+}} of %x : !fuse.row<f32>, !fuse.full<f32>
+  %0 = fuse.fma %x, %x, %x : !fuse.full<f32>
+  %1 = fuse.round_to_storage %0 of %w : !fuse.full<f32>, !fuse.col<f32>
+  %2 = fuse.reduce sum %1 : !fuse.full<f32> to !fuse.row<f32>
+  %3 = fuse.round_to_storage %2 of %x : !fuse.row<f32>, !fuse.full<f32>
+  fuse.yield %1, %3 : !fuse.full<f32>, !fuse.row<f32>
+}
+
 // The merged row reductions fuse-merge-reductions creates.
 // CHECK-LABEL: fuse.kernel @merged
 // CHECK: %max, %sum_exp = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f32>

@@ -152,6 +152,16 @@ def Fuse_MaximumOp : Fuse_BinaryOp<"maximum", 0, "arith.maximumf / arith.maxsi",
 def Fuse_MinimumOp : Fuse_BinaryOp<"minimum", 0, "arith.minimumf / arith.minsi", [Commutative]>;
 def Fuse_PowOp : Fuse_BinaryOp<"pow", 1, "math.powf">;
 
+def Fuse_FmaOp : Fuse_ElementwiseOp<"fma", 1> {
+  let summary = "fused multiply-add: a * b + c, rounded once";
+  let description = [{
+    `%r = fuse.fma %a, %b, %c : !fuse.full<f32>` lowers to `math.fma`. It is
+    how a fusion reproduces the single rounding of an FMA in the code it must
+    match bit for bit (PyTorch's lerp and addcmul kernels use one).
+  }];
+  let arguments = (ins Fuse_Value:$a, Fuse_Value:$b, Fuse_Value:$c);
+}
+
 def Fuse_CmpOp : Fuse_Op<"cmp", [Pure, Elementwise]> {
   let summary = "elementwise comparison, yielding an i1 mask of the same kind";
   let description = [{
@@ -210,6 +220,26 @@ def Fuse_CastOp : Fuse_Op<"cast", [Pure]> {
   let hasVerifier = 1;
   let hasFolder = 1;
   let hasCanonicalizer = 1;
+}
+
+def Fuse_RoundToStorageOp : Fuse_Op<"round_to_storage", [
+    Pure, AllTypesMatch<["value", "result"]>]> {
+  let summary = "rounds a value to the storage dtype of a kernel input";
+  let description = [{
+    `%r = fuse.round_to_storage %v of %x : !fuse.full<f32>, !fuse.full<f32>`
+    is `%v` rounded to the dtype `%x` (a full or per-column float input of
+    the kernel) is stored in, and back: what `t.to(x.dtype)` or an op on
+    stored tensors does to an intermediate value in the PyTorch code a
+    fusion reproduces (`hidden.to(input_dtype)` in Llama's RMSNorm, the
+    rounding of each in-place step of `torch.optim.AdamW` on bf16 state).
+    `fuse-specialize` replaces it by the two casts, or by `%v` itself when
+    the storage dtype is the compute type.
+  }];
+  let arguments = (ins Fuse_Value:$value, Fuse_Value:$input);
+  let results = (outs Fuse_Value:$result);
+  let assemblyFormat =
+      "$value `of` $input attr-dict `:` type($value) `,` type($input)";
+  let hasVerifier = 1;
 }
 
 def Fuse_BroadcastOp : Fuse_Op<"broadcast", [Pure]> {

@@ -1,0 +1,193 @@
+"""RMSNorm as the model families use it (casting modes, Gemma's offset) and
+both norms over multi-dimensional normalized_shape: against PyTorch, the
+Hugging Face modules' computations and float64; bad input."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilefuse.functional as TF
+from conftest import assert_close, assert_compiled_matches_eager, float64_grads
+
+EPS = 1e-6
+MODES = ["gemma", "llama", "none"]
+LOW = [torch.float16, torch.bfloat16]
+
+
+def family_rms_norm(x, weight, casting_mode, offset=0.0, eps=EPS):
+    """What each family's module computes, in PyTorch ops: gemma: Hugging
+    Face GemmaRMSNorm (and F.rms_norm for offset 0); llama: LlamaRMSNorm
+    (`weight * hidden.to(input_dtype)`); none: x's dtype throughout, each op
+    rounded once (PyTorch's own f16/bf16 CPU rsqrt rounds the sqrt first, so
+    its float64 definition stands in)."""
+    if casting_mode == "none":
+        definition = rms_norm_definition(x.dtype, "none", offset)
+        return definition(x.double(), weight.to(x.dtype).double()).to(x.dtype)
+    hidden = x.float()
+    hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + eps)
+    if casting_mode == "gemma":
+        return (hidden * (offset + weight.float())).type_as(x)
+    return ((offset + weight.float()) * hidden.to(x.dtype)).to(torch.promote_types(x.dtype, weight.dtype))
+
+
+def rms_norm_definition(dtype, casting_mode, offset, dims=1):
+    """The fused op's definition on float64 tensors: rounded to the input's
+    `dtype` where the casting mode says (straight through for gradients)."""
+    def stored(t):
+        return t.to(dtype).to(t.dtype)
+
+    def fn(x, weight):
+        axes = tuple(range(-dims, 0))
+        if casting_mode == "none":
+            rstd = stored(torch.rsqrt(stored(stored(stored(x * x).mean(axes, keepdim=True)) + EPS)))
+            return stored(x * rstd) * stored(offset + weight)
+        xhat = x * torch.rsqrt((x * x).mean(axes, keepdim=True) + EPS)
+        return (stored(xhat) if casting_mode == "llama" else xhat) * (offset + weight)
+    return fn
+
+
+def fused_grads(fn, *tensors, upstream):
+    leaves = [t.detach().clone().requires_grad_(True) for t in tensors]
+    out = fn(*leaves)
+    out.backward(upstream.to(out.dtype))
+    return out.detach(), [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64],
+                         ids=["f32", "f16", "bf16", "f64"])
+def test_eps_none_is_the_epsilon_of_the_compute_type(dtype):
+    # Regression: bf16 used bfloat16's epsilon (7.8e-3): 0.00113 instead of 0.279.
+    value = 1e-9 if dtype == torch.float64 else 1e-4
+    x = torch.full((2, 4), value, dtype=dtype)
+    eps = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
+    expected = torch.full((2, 4), value / (value * value + eps) ** 0.5, dtype=torch.float64)
+    torch.testing.assert_close(TF.rms_norm(x, (4,)).double(), expected, rtol=1e-2, atol=0)
+    torch.testing.assert_close(TF.rms_norm(x, (4,)), F.rms_norm(x, (4,)))
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
+@pytest.mark.parametrize("casting_mode", MODES)
+@pytest.mark.parametrize("weight_dtype", ["input", torch.float32], ids=["w-same", "w-f32"])
+@pytest.mark.parametrize("dtype", LOW, ids=["f16", "bf16"])
+def test_casting_modes_compute_what_the_model_families_do(dtype, weight_dtype, casting_mode):
+    weight_dtype = dtype if weight_dtype == "input" else weight_dtype
+    x = torch.randn(7, 301).to(dtype)
+    weight = (1 + 0.1 * torch.randn(301)).to(weight_dtype)
+    out = TF.rms_norm(x, (301,), weight, EPS, casting_mode=casting_mode)
+    references = {mode: family_rms_norm(x, weight, mode) for mode in MODES}
+    expected = references[casting_mode]
+    if casting_mode == "gemma":  # torch.nn.functional.rms_norm's casting
+        references["torch"] = expected = F.rms_norm(x, (301,), weight, EPS)
+    assert out.dtype == expected.dtype  # llama: a bf16 input with an f32 weight gives f32
+    assert_close(out, expected, dtype)
+    # Bit for bit but for the rare element whose f32 statistics round the
+    # other way; the other modes' roundings differ in many elements.
+    assert (out == expected).float().mean() > 0.99
+    for mode, other in references.items():
+        if mode not in (casting_mode, "torch") and other.dtype == out.dtype:
+            assert (out == other).float().mean() < 0.95, mode
+
+
+@pytest.mark.parametrize("casting_mode", MODES)
+@pytest.mark.parametrize("shape,normalized", [((1, 67), (67,)), ((2, 3, 40), (3, 40))],
+                         ids=["one-row-odd-n", "2d-normalized"])
+def test_forward_and_gradients_against_float64(dtype, shape, normalized, casting_mode):
+    x = torch.randn(shape).to(dtype)
+    weight = (0.1 * torch.randn(normalized)).to(dtype)
+    upstream = torch.randn(shape).to(dtype)
+    offset = 1.0  # Gemma's zero-centered weights
+
+    def fused(x, weight):
+        return TF.rms_norm(x, normalized, weight, EPS, offset=offset, casting_mode=casting_mode)
+    out, (dx, dweight) = fused_grads(fused, x, weight, upstream=upstream)
+    ref, (rdx, rdweight) = float64_grads(rms_norm_definition(dtype, casting_mode, offset, len(normalized)),
+                                         x, weight, upstream=upstream)
+    assert out.shape == shape and out.dtype == dtype
+    assert_close(out, ref, dtype)
+    assert_close(dx, rdx, dtype)
+    assert_close(dweight, rdweight, dtype)
+
+
+@pytest.mark.parametrize("casting_mode", MODES)
+def test_gradcheck_float64(casting_mode):
+    x = torch.randn(3, 2, 5, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda x, w: TF.rms_norm(x, (2, 5), w, EPS, offset=0.5, casting_mode=casting_mode),
+        (x, weight))
+
+
+def test_zero_rows_and_nan_inf_rows():
+    x = torch.randn(0, 3, 8, requires_grad=True)
+    weight = torch.randn(3, 8, requires_grad=True)
+    y = TF.rms_norm(x, (3, 8), weight)
+    y.sum().backward()
+    assert y.shape == (0, 3, 8) and torch.equal(weight.grad, torch.zeros(3, 8))
+    # A NaN or an infinity poisons its row only, as in float64.
+    x = torch.randn(4, 9)
+    x[1, 3], x[2, 0], x[3, 5] = float("nan"), float("inf"), float("-inf")
+    weight = torch.randn(9)
+    for mode in MODES:
+        expected = rms_norm_definition(torch.float32, mode, 0.0)(x.double(), weight.double())
+        assert_close(TF.rms_norm(x, (9,), weight, EPS, casting_mode=mode), expected, torch.float32,
+                     equal_nan=True)
+
+
+def test_int_normalized_shape():
+    # nn.LayerNorm(n) and nn.RMSNorm(n) take an int; so do the functional forms here.
+    x = torch.randn(3, 40)
+    torch.testing.assert_close(TF.rms_norm(x, 40), F.rms_norm(x, (40,)))
+    torch.testing.assert_close(TF.layer_norm(x, 40), F.layer_norm(x, (40,)))
+
+
+def test_layer_norm_over_two_dimensions(dtype):
+    x = torch.randn(2, 3, 40).to(dtype)
+    weight, bias = (1 + 0.1 * torch.randn(3, 40)).to(dtype), (0.1 * torch.randn(3, 40)).to(dtype)
+    upstream = torch.randn(2, 3, 40).to(dtype)
+    out, grads = fused_grads(lambda x, w, b: TF.layer_norm(x, (3, 40), w, b), x, weight, bias,
+                             upstream=upstream)
+    ref, ref_grads = float64_grads(lambda x, w, b: F.layer_norm(x, (3, 40), w, b), x, weight, bias,
+                                   upstream=upstream)
+    assert_close(out, ref, dtype)
+    for got, want in zip(grads, ref_grads):
+        assert_close(got, want, dtype)
+    x64 = x.double().requires_grad_()
+    w64, b64 = weight.double().requires_grad_(), bias.double().requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, w, b: TF.layer_norm(x, (3, 40), w, b), (x64, w64, b64))
+
+
+def test_torch_compile_fullgraph_with_the_options():
+    weight = torch.randn(3, 16)
+    assert_compiled_matches_eager(
+        lambda weight, x: TF.rms_norm(x, (3, 16), weight, offset=1.0,
+                                      casting_mode="llama").square().sum(),
+        lambda rows: (weight.clone().requires_grad_(), torch.randn(rows, 3, 16).bfloat16()))
+
+
+def test_meta_output_dtype_follows_the_casting_mode():
+    x = torch.empty(2, 8, device="meta", dtype=torch.bfloat16)
+    weight = torch.empty(8, device="meta", dtype=torch.float32)
+    assert TF.rms_norm(x, 8, weight, casting_mode="llama").dtype == torch.float32
+    assert TF.rms_norm(x, 8, weight).dtype == torch.bfloat16
+
+
+def test_bad_input_names_the_argument():
+    x = torch.randn(2, 4)
+    with pytest.raises(ValueError, match=r"tilefuse.rms_norm: casting_mode must be 'gemma', 'llama' "
+                                         r"or 'none', got 'mistral'"):
+        TF.rms_norm(x, 4, casting_mode="mistral")
+    # Regression: "value cannot be converted to type float without overflow".
+    with pytest.raises(ValueError, match=r"tilefuse.rms_norm: eps = 1e\+300 is out of range for "
+                                         r"float32"):
+        TF.rms_norm(x, 4, eps=1e300)
+    with pytest.raises(ValueError, match=r"tilefuse.layer_norm: eps = 1e\+39 is out of range"):
+        TF.layer_norm(x.bfloat16(), 4, eps=1e39)
+    assert TF.rms_norm(x.double(), 4, eps=1e300).isfinite().all()  # float64 computes in f64
+    with pytest.raises(ValueError, match=r"tilefuse.rms_norm: argument 'weight' must have shape "
+                                         r"\[2, 4\] \(normalized_shape\), got \[8\]"):
+        TF.rms_norm(x, (2, 4), torch.ones(8))
+    with pytest.raises(TypeError, match=r"tilefuse.rms_norm: 'weight' is Double and 'input' is "
+                                        r"BFloat16: float64 mixes only with float64"):
+        TF.rms_norm(x.bfloat16(), 4, torch.ones(4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"tilefuse.rms_norm: casting_mode must be 0 \(gemma\)"):
+        torch.ops.tilefuse.rms_norm_fwd(x, torch.ones(4), 1e-6, 0.0, 5)
