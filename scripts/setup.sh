@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks for tilefuse: the LLVM/MLIR 22
-# toolchain and build tools from apt, and a .venv with the pinned Python
-# packages of requirements-dev.txt. Idempotent: a second run checks and exits.
+# toolchain, clang-22 with its sanitizer and libFuzzer runtimes and build
+# tools from apt, and a .venv with the pinned Python packages of
+# requirements-dev.txt. Idempotent: a second run checks and exits.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -9,6 +10,7 @@ apt_packages=(
   cmake ninja-build ccache g++ git libgtest-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libzstd-dev  # LLVM's static archives (scripts/build.sh --static)
+  clang-22 libclang-rt-22-dev  # the sanitizer and fuzzing stage (scripts/sanitize.sh)
 )
 missing=()
 for package in "${apt_packages[@]}"; do

@@ -24,6 +24,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -94,25 +95,6 @@ SmallVector<RowReduction> rowReductions(KernelOp kernel,
       if (level < 0 || levels.lookup(reduction->input) == level)
         reductions.push_back(*reduction);
   return reductions;
-}
-
-/// The pass after which each value is available: inputs at level 0, a row
-/// reduction's result one level above its input, anything else at the
-/// highest level of its operands.
-DenseMap<Value, int> rowLevels(KernelOp kernel) {
-  DenseMap<Value, int> levels;
-  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
-    levels[arg] = 0;
-  for (Operation &op : kernel.getEntryBlock().without_terminator()) {
-    int level = 0;
-    for (Value operand : op.getOperands())
-      level = std::max(level, levels.lookup(operand));
-    if (isRowReduction(&op))
-      ++level;
-    for (Value result : op.getResults())
-      levels[result] = level;
-  }
-  return levels;
 }
 
 /// The column reduction an output stores, looking through the cast to the
@@ -322,8 +304,9 @@ vector::CombiningKind vectorCombiningKind(ReduceKind kind, bool isFloat) {
 }
 
 /// `value` as the float type (or vector of floats) `type`: extended if that
-/// is wider, truncated if narrower; bf16 <-> f16 goes exactly through f32,
-/// then rounds once.
+/// is wider, truncated if narrower. bf16 <-> f16 goes exactly through f32,
+/// then rounds once; f64 -> f16/bf16 rounds to f32 first, as PyTorch's
+/// conversions do (and the CPU JIT has no __truncdfhf2/__truncdfbf2 to call).
 Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
   auto from = cast<FloatType>(getElementTypeOrSelf(value.getType()));
   auto to = cast<FloatType>(getElementTypeOrSelf(type));
@@ -331,17 +314,73 @@ Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
     return value;
   if (to.getWidth() > from.getWidth())
     return arith::ExtFOp::create(b, loc, type, value);
-  if (to.getWidth() == from.getWidth()) {
-    Type f32 = b.getF32Type();
-    if (auto vector = dyn_cast<VectorType>(type))
-      f32 = vector.clone(f32);
+  Type f32 = b.getF32Type();
+  if (auto vector = dyn_cast<VectorType>(type))
+    f32 = vector.clone(f32);
+  if (to.getWidth() == from.getWidth())
     value = arith::ExtFOp::create(b, loc, f32, value);
-  }
+  else if (to.getWidth() < 32 && from.getWidth() > 32)
+    value = arith::TruncFOp::create(b, loc, f32, value);
   return arith::TruncFOp::create(b, loc, type, value);
 }
 
 Value indexConstant(OpBuilder &b, Location loc, int64_t value) {
   return arith::ConstantIndexOp::create(b, loc, value);
+}
+
+/// Terms per block of a blocked accumulation (PyTorch's CPU sums use 16 too).
+constexpr int64_t kAccumulationBlock = 16;
+
+/// Folds terms [0, count) into accumulators that start at `identities`, in
+/// blocks: the terms of each block of kAccumulationBlock are folded in order
+/// (`accumulate(index, accumulators)` returns the new accumulators) into a
+/// partial that starts from the identities, kAccumulationBlock of those
+/// partials likewise (`combine(lhs, rhs)`), and so on through enough levels
+/// for `maxCount` terms (more terms still fold correctly: the top level
+/// takes them all). A sum's rounding error grows with the number of levels
+/// rather than with `count`, and up to kAccumulationBlock terms it is one
+/// plain loop. Any associative combination works: sums, max/min, and merged
+/// states such as (max, sum of exp) or (count, mean, M2).
+SmallVector<Value> emitBlockedAccumulation(
+    OpBuilder &b, Location loc, Value count, int64_t maxCount,
+    ValueRange identities,
+    function_ref<SmallVector<Value>(Value, ValueRange)> accumulate,
+    function_ref<SmallVector<Value>(ValueRange, ValueRange)> combine) {
+  int levels = 1;
+  for (int64_t span = kAccumulationBlock; span < maxCount && levels < 8;
+       span *= kAccumulationBlock)
+    ++levels;
+  // Level L folds terms [base, count) in steps of kAccumulationBlock^L,
+  // at most kAccumulationBlock of them unless it is the top level.
+  std::function<SmallVector<Value>(int, Value)> emitLevel =
+      [&](int level, Value base) -> SmallVector<Value> {
+    int64_t span = 1;
+    for (int l = 0; l < level; ++l)
+      span *= kAccumulationBlock;
+    Value trips = arith::CeilDivUIOp::create(
+        b, loc, arith::SubIOp::create(b, loc, count, base),
+        indexConstant(b, loc, span));
+    if (level != levels - 1)
+      trips = arith::MinUIOp::create(
+          b, loc, trips, indexConstant(b, loc, kAccumulationBlock));
+    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0), trips,
+                                   indexConstant(b, loc, 1), identities);
+    OpBuilder::InsertionGuard insertion(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value index = arith::AddIOp::create(
+        b, loc, base,
+        arith::MulIOp::create(b, loc, loop.getInductionVar(),
+                              indexConstant(b, loc, span)));
+    ValueRange carried = loop.getRegionIterArgs();
+    SmallVector<Value> next =
+        level == 0 ? accumulate(index, carried)
+                   : combine(carried, emitLevel(level - 1, index));
+    // Without loop-carried values the builder already added the yield.
+    if (!next.empty())
+      scf::YieldOp::create(b, loc, next);
+    return SmallVector<Value>(loop.getResults());
+  };
+  return emitLevel(levels - 1, indexConstant(b, loc, 0));
 }
 
 /// Marks the reduction loops over a streamed row's chunks until
@@ -1001,21 +1040,9 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
     for (Chunk &chunk : onChipChunks)
       emitChunkWork(chunk, isFinal, reductions, accumulators);
   } else {
-    SmallVector<Value> initial;
-    for (const ReductionState &state : accumulators)
-      initial.append(state.begin(), state.end());
-    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
-                                   indexConstant(b, loc, config.chunks),
-                                   indexConstant(b, loc, 1), initial);
-    // Reduction passes only load: unrolling keeps more loads in flight. A
-    // pass that stores waits at its guarded stores anyway (and elementwise
-    // kernels like AdamW would spill).
-    if (!reductions.empty())
-      loop->setAttr(kStreamLoopAttr, b.getUnitAttr());
-    OpBuilder::InsertionGuard insertion(b);
-    b.setInsertionPointToStart(loop.getBody());
-    Chunk chunk = makeChunk(loop.getInductionVar());
-    // The loop carries every state's values, flattened in order.
+    // Streamed: each thread folds its chunks in blocks (accuracy over long
+    // rows); a pass without reductions is one plain loop. The loops carry
+    // every state's values, flattened in order.
     auto unflatten = [&](ValueRange flat) {
       SmallVector<ReductionState> states;
       for (const RowReduction &reduction : reductions) {
@@ -1024,17 +1051,35 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
       }
       return states;
     };
-    SmallVector<ReductionState> carried = unflatten(loop.getRegionIterArgs());
-    emitChunkWork(chunk, isFinal, reductions, carried);
-    // Without loop-carried values the builder already added the yield.
-    if (!initial.empty()) {
-      SmallVector<Value> yielded;
-      for (const ReductionState &state : carried)
-        yielded.append(state.begin(), state.end());
-      scf::YieldOp::create(b, loc, yielded);
-    }
-    b.setInsertionPointAfter(loop);
-    accumulators = unflatten(loop.getResults());
+    auto flatten = [](ArrayRef<ReductionState> states) {
+      SmallVector<Value> flat;
+      for (const ReductionState &state : states)
+        flat.append(state.begin(), state.end());
+      return flat;
+    };
+    accumulators = unflatten(emitBlockedAccumulation(
+        b, loc, indexConstant(b, loc, config.chunks),
+        reductions.empty() ? 1 : config.chunks, flatten(accumulators),
+        [&](Value chunkIndex, ValueRange carried) {
+          // Reduction passes only load: unrolling the innermost loop keeps
+          // more loads in flight. A pass that stores waits at its guarded
+          // stores anyway (and elementwise kernels like AdamW would spill).
+          if (!reductions.empty())
+            b.getInsertionBlock()->getParentOp()->setAttr(kStreamLoopAttr,
+                                                          b.getUnitAttr());
+          Chunk chunk = makeChunk(chunkIndex);
+          SmallVector<ReductionState> states = unflatten(carried);
+          emitChunkWork(chunk, isFinal, reductions, states);
+          return flatten(states);
+        },
+        [&](ValueRange lhs, ValueRange rhs) {
+          SmallVector<ReductionState> combined;
+          for (auto [reduction, left, right] :
+               llvm::zip(reductions, unflatten(lhs), unflatten(rhs)))
+            combined.push_back(
+                combineStates(b, loc, reduction, left, right, expLowering));
+          return flatten(combined);
+        }));
   }
 
   if (reductions.empty())
@@ -1185,8 +1230,13 @@ SmallVector<std::pair<ReduceOp, Type>> columnReductions(KernelOp kernel) {
   return result;
 }
 
-/// out[column] = combine over row groups g of partials[g, column], in order;
-/// mean divides by rows. `arguments`: (partials, output) per column
+/// How many row groups a finalize's blocked accumulation is laid out for
+/// (more still add up right): a GPU has at most a few thousand, the CPU
+/// one per kCpuRowsPerPartial rows.
+constexpr int64_t kMaxFinalizedRowGroups = int64_t(1) << 24;
+
+/// out[column] = combine over row groups g of partials[g, column], in order
+/// and in blocks; mean divides by rows. `arguments`: (partials, output) per column
 /// reduction, then row_groups and rows (i64).
 void emitFinalizeColumn(OpBuilder &b, Location loc, KernelOp kernel,
                         ValueRange arguments, Value column, int64_t n) {
@@ -1201,26 +1251,25 @@ void emitFinalizeColumn(OpBuilder &b, Location loc, KernelOp kernel,
     Type compute = valueType(reduce.getInput()).getElementType();
     Value identity = arith::ConstantOp::create(
         b, loc, reductionIdentity(reduce.getKind(), compute));
-    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0), rowGroups,
-                                   indexConstant(b, loc, 1), identity);
-    {
-      OpBuilder::InsertionGuard insertion(b);
-      b.setInsertionPointToStart(loop.getBody());
-      Value offset = arith::AddIOp::create(
-          b, loc,
-          arith::MulIOp::create(b, loc, loop.getInductionVar(),
-                                indexConstant(b, loc, n)),
-          column);
-      Value offset64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), offset);
-      Value address = LLVM::GEPOp::create(b, loc, partials.getType(), compute,
-                                          partials, ValueRange{offset64});
-      Value partial = LLVM::LoadOp::create(b, loc, compute, address);
-      scf::YieldOp::create(
-          b, loc,
-          combineReduction(b, loc, reduce.getKind(), loop.getRegionIterArgs()[0],
-                           partial));
-    }
-    Value total = loop.getResult(0);
+    ReduceKind kind = reduce.getKind();
+    Value total = emitBlockedAccumulation(
+        b, loc, rowGroups, kMaxFinalizedRowGroups, identity,
+        [&](Value group, ValueRange carried) -> SmallVector<Value> {
+          Value offset = arith::AddIOp::create(
+              b, loc,
+              arith::MulIOp::create(b, loc, group, indexConstant(b, loc, n)),
+              column);
+          Value offset64 =
+              arith::IndexCastOp::create(b, loc, b.getI64Type(), offset);
+          Value address = LLVM::GEPOp::create(b, loc, partials.getType(),
+                                              compute, partials,
+                                              ValueRange{offset64});
+          Value partial = LLVM::LoadOp::create(b, loc, compute, address);
+          return {combineReduction(b, loc, kind, carried[0], partial)};
+        },
+        [&](ValueRange lhs, ValueRange rhs) -> SmallVector<Value> {
+          return {combineReduction(b, loc, kind, lhs[0], rhs[0])};
+        })[0];
     if (reduce.getKind() == ReduceKind::Mean)
       total = arith::DivFOp::create(
           b, loc, total, arith::SIToFPOp::create(b, loc, compute, rows));

@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <functional>
 #include <mutex>
 
 using namespace mlir;
@@ -468,9 +469,12 @@ static void initializeNativeTarget() {
 FailureOr<std::unique_ptr<ExecutionEngine>>
 tilefuse::jitCompile(ModuleOp module) {
   initializeNativeTarget();
+  // The options hold a function_ref: the transformer must outlive create().
+  std::function<llvm::Error(llvm::Module *)> optimize =
+      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
+                                /*targetMachine=*/nullptr);
   ExecutionEngineOptions engineOptions;
-  engineOptions.transformer = makeOptimizingTransformer(
-      /*optLevel=*/3, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
+  engineOptions.transformer = optimize;
   auto engine = ExecutionEngine::create(module, engineOptions);
   if (!engine) {
     std::string message = llvm::toString(engine.takeError());
@@ -493,10 +497,12 @@ tilefuse::jitCompileLLVMIR(ModuleOp anchor, StringRef ir) {
     }
     return module;
   };
+  std::function<llvm::Error(llvm::Module *)> optimize =
+      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
+                                /*targetMachine=*/nullptr);
   ExecutionEngineOptions engineOptions;
   engineOptions.llvmModuleBuilder = build;
-  engineOptions.transformer = makeOptimizingTransformer(
-      /*optLevel=*/3, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
+  engineOptions.transformer = optimize;
   auto engine = ExecutionEngine::create(anchor, engineOptions);
   if (!engine) {
     std::string message = llvm::toString(engine.takeError());

@@ -1,6 +1,7 @@
 //===- Specialize.cpp - bind storage dtypes, n and alignment --------------===//
 
 #include "tilefuse/Compiler/Passes.h"
+#include "tilefuse/Compiler/TileConfig.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringSet.h"
@@ -120,6 +121,11 @@ struct FuseSpecializePass
     if (n <= 0) {
       kernel.emitError("fuse-specialize: n must be positive, got ")
           << static_cast<int64_t>(n);
+      return signalPassFailure();
+    }
+    if (n > kMaxRowLength) {
+      kernel.emitError("fuse-specialize: n must be at most 2^40 = ")
+          << kMaxRowLength << ", got " << static_cast<int64_t>(n);
       return signalPassFailure();
     }
     if (kernel->hasAttr("fuse.specialization")) {

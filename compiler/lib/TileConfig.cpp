@@ -123,6 +123,22 @@ FailureOr<TileConfig> TileConfig::fromKernel(KernelOp kernel) {
   return config;
 }
 
+DenseMap<Value, int> tilefuse::rowLevels(KernelOp kernel) {
+  DenseMap<Value, int> levels;
+  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
+    levels[arg] = 0;
+  for (Operation &op : kernel.getEntryBlock().without_terminator()) {
+    int level = 0;
+    for (Value operand : op.getOperands())
+      level = std::max(level, levels.lookup(operand));
+    if (isRowReduction(&op))
+      ++level;
+    for (Value result : op.getResults())
+      levels[result] = level;
+  }
+  return levels;
+}
+
 FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
   auto spec = kernel->getAttrOfType<DictionaryAttr>("fuse.specialization");
   auto dtype = spec ? spec.getAs<TypeAttr>("dtype") : TypeAttr();
@@ -144,6 +160,9 @@ FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
     if (auto reduce = dyn_cast<ReduceOp>(op))
       shape.hasColumnReduction |= !reduce.isRowReduction();
   });
+  shape.ops = kernel.getEntryBlock().getOperations().size();
+  for (auto [value, level] : rowLevels(kernel))
+    shape.passes = std::max<int64_t>(shape.passes, level + 1);
   return shape;
 }
 
@@ -163,9 +182,27 @@ struct FuseSelectTilesPass
     if (failed(shape))
       return signalPassFailure();
     TileConfig config = chooseTileConfig(*shape, target);
-    if (failed(applyOverrides(kernel, *shape, config)))
+    if (failed(applyOverrides(kernel, *shape, config)) ||
+        failed(checkCompileWork(kernel, *shape, config)))
       return signalPassFailure();
     kernel->setAttr("fuse.tile", config.toAttr(&getContext()));
+  }
+
+  /// The limits of TileConfig.h on what the lowering will emit.
+  LogicalResult checkCompileWork(KernelOp kernel, const KernelShape &shape,
+                                 const TileConfig &config) {
+    int64_t unrolled = config.rowOnChip ? config.chunks : 1;
+    int64_t lanes = config.isGPU() ? config.vectorWidth : 1;
+    int64_t emitted = shape.ops * shape.passes * unrolled * lanes;
+    if (emitted <= kMaxEmittedOps)
+      return success();
+    return kernel.emitError("fuse-select-tiles: kernel @")
+           << kernel.getSymName() << " would emit about " << emitted
+           << " operations (" << shape.ops << " ops x " << shape.passes
+           << " passes x " << unrolled << " unrolled chunks x " << lanes
+           << " lanes); the limit is " << kMaxEmittedOps
+           << ": split the fusion"
+           << (config.rowOnChip ? " or use row-on-chip=false" : "");
   }
 
   LogicalResult applyOverrides(KernelOp kernel, const KernelShape &shape,
@@ -199,6 +236,8 @@ struct FuseSelectTilesPass
         config.rowsPerBlock = rowsPerBlock;
       if (!llvm::isPowerOf2_64(config.threadsPerRow) ||
           config.rowsPerBlock < 1 ||
+          config.threadsPerRow > kMaxThreadsPerBlock ||
+          config.rowsPerBlock > kMaxThreadsPerBlock ||
           config.threadsPerBlock() > kMaxThreadsPerBlock)
         return fail("threads-per-row must be a power of two and "
                     "threads-per-row * rows-per-block at most 1024, got " +
@@ -216,6 +255,12 @@ struct FuseSelectTilesPass
     else
       return fail("row-on-chip must be true, false or auto, got '" +
                   rowOnChip + "'");
+    if (config.rowOnChip && config.chunks > kMaxUnrolledChunks)
+      return fail("row-on-chip=true would unroll " + Twine(config.chunks) +
+                  " chunks per thread (n = " + Twine(shape.n) +
+                  "); at most " + Twine(kMaxUnrolledChunks) +
+                  " are unrolled: use row-on-chip=false or auto" +
+                  (config.isGPU() ? " or more threads-per-row" : ""));
     return success();
   }
 };

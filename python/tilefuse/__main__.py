@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import re
+import stat
 import statistics
 import sys
 import time
+
+# What the runtime writes (runtime/lib/KernelCache.cpp): a file named by the
+# SHA-256 of the key that its header holds after the magic line.
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.tfk")
+_MAGIC = b"TILEFUSE-KERNEL 1\n"
 
 
 def _cache_dir() -> str:
@@ -14,10 +22,52 @@ def _cache_dir() -> str:
     return _C.cache_directory() or "(memory only)"
 
 
-def _cache_entries(directory: str) -> list[str]:
-    if not os.path.isdir(directory):
-        return []
-    return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".tfk"))
+def _entry_header(path: str) -> dict[str, str] | None:
+    """The header fields of the cache entry at `path`, or None when it is not
+    one. Reads at most 4 KiB of a regular file, without following a symlink
+    or blocking on a FIFO."""
+    if not _ENTRY_NAME.fullmatch(os.path.basename(path)):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(fd)
+        head = os.read(fd, 4096) if stat.S_ISREG(status.st_mode) else b""
+    except OSError:
+        head = b""
+    finally:
+        os.close(fd)
+    if not head.startswith(_MAGIC) or b"\nsize=" not in head:
+        return None
+    key = head[len(_MAGIC):head.index(b"\nsize=") + 1]
+    if hashlib.sha256(key).hexdigest() != os.path.basename(path)[:64]:
+        return None
+    fields = dict(line.split("=", 1) for line in key.decode(errors="replace").splitlines()
+                  if "=" in line)
+    fields["bytes"] = str(status.st_size)
+    return fields
+
+
+def _cache_entries(directory: str) -> tuple[list[tuple[str, dict[str, str]]], int]:
+    """The kernels cached in `directory` (path, header fields), and how many
+    other files it holds, which are left alone."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return [], 0
+    entries, others = [], 0
+    for name in names:
+        if name.startswith("."):  # temporary files of writers at work
+            continue
+        path = os.path.join(directory, name)
+        header = _entry_header(path)
+        if header is None:
+            others += 1
+        else:
+            entries.append((path, header))
+    return entries, others
 
 
 def info() -> int:
@@ -25,8 +75,8 @@ def info() -> int:
 
     from . import _C, __version__
     directory = _cache_dir()
-    entries = _cache_entries(directory)
-    size = sum(os.path.getsize(e) for e in entries)
+    entries, _ = _cache_entries(directory)
+    size = sum(int(header["bytes"]) for _, header in entries)
     error = _C.cuda_driver_error()
     print(f"tilefuse {__version__} ({_C.compiler_version()})")
     print("targets: cpu (ORC JIT); sm_80, sm_86, sm_89, sm_90 (PTX through the CUDA driver)")
@@ -50,24 +100,29 @@ def info() -> int:
 
 
 def cache_list() -> int:
-    entries = _cache_entries(_cache_dir())
-    for entry in entries:
-        with open(entry, "rb") as f:
-            header = f.read(4096).split(b"\n\n", 1)[0].decode(errors="replace").splitlines()
-        fields = dict(line.split("=", 1) for line in header[1:] if "=" in line)
-        name = os.path.basename(entry)[:16]
-        print(f"{name}  n={fields.get('n', '?'):>7} dtype={fields.get('dtype', '?'):<5} "
-              f"target={fields.get('target', '?')} {os.path.getsize(entry)} bytes")
-    print(f"{len(entries)} kernels in {_cache_dir()}")
+    directory = _cache_dir()
+    entries, others = _cache_entries(directory)
+    for path, header in entries:
+        name = os.path.basename(path)[:16]
+        print(f"{name}  n={header.get('n', '?'):>7} dtype={header.get('dtype', '?'):<5} "
+              f"target={header.get('target', '?')} {header['bytes']} bytes")
+    print(f"{len(entries)} kernels in {directory}"
+          + (f" ({others} other files left alone)" if others else ""))
     return 0
 
 
 def cache_clear() -> int:
     directory = _cache_dir()
-    entries = _cache_entries(directory)
-    for entry in entries:
-        os.remove(entry)
-    print(f"removed {len(entries)} kernels from {directory}")
+    entries, others = _cache_entries(directory)
+    removed = 0
+    for path, _ in entries:
+        try:
+            os.remove(path)
+            removed += 1
+        except FileNotFoundError:  # another process removed or replaced it
+            pass
+    print(f"removed {removed} kernels from {directory}"
+          + (f" ({others} other files left alone)" if others else ""))
     return 0
 
 

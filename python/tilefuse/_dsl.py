@@ -26,6 +26,7 @@ import builtins
 import functools
 import inspect
 import os
+import re
 import threading
 
 import torch
@@ -62,12 +63,16 @@ def _unsupported(what: str) -> TypeError:
 
 
 class _Trace:
-    """One tracing of a fusion: the builder and the float type arithmetic
-    runs in ("f32", or "f64" when a float64 tensor is involved)."""
+    """One tracing of a fusion: the builder, the float type arithmetic runs
+    in ("f32", or "f64" when a float64 tensor is involved), and the index of
+    every gather (checked against [0, n) after each call)."""
 
     def __init__(self, name: str, compute: str):
-        self.builder = _C.Builder(name, compute)
+        # The kernel's name is an identifier (a PTX entry point): "<lambda>"
+        # becomes "_lambda_"; errors keep the function's own name.
+        self.builder = _C.Builder(re.sub(r"\W|^(?=\d)", "_", name), compute)
         self.compute = compute
+        self.gather_indices: list[Value] = []
 
 
 def _active_trace(function: str) -> _Trace:
@@ -112,12 +117,13 @@ class Value:
     """A value of the fusion being traced (a tensor, per row, per column, or
     a scalar). Supports + - * / ** comparisons, abs(), and & | ~ on masks."""
 
-    __slots__ = ("_trace", "_value", "_proto")
+    __slots__ = ("_trace", "_value", "_proto", "_argument")
 
-    def __init__(self, trace: _Trace, value, proto):
+    def __init__(self, trace: _Trace, value, proto, argument: str | None = None):
         self._trace = trace
         self._value = value
         self._proto = proto
+        self._argument = argument  # the fusion argument this value is, if any
 
     @property
     def kind(self) -> str:
@@ -526,12 +532,15 @@ argmin = _arg_reduction("min")
 
 
 def gather(source, index):
-    """source[row, index[row]] for each row (index: per-row integers)."""
+    """source[row, index[row]] for each row (index: per-row integers). An
+    index outside [0, n) raises IndexError after the call, as torch.gather
+    does (on a GPU the check waits for the kernel: one sync per call)."""
     source = _as_value(source, "gather")
     index = _as_value(index, "gather")
     if index.dtype.is_floating_point or index.dtype == torch.bool:
         raise TypeError(f"tilefuse.gather: index must be an integer value, got {index.dtype}")
     trace = source._trace
+    trace.gather_indices.append(index)
     return Value(trace, trace.builder.gather(_computed(source, source._proto), index._value),
                  source._proto)
 
@@ -607,12 +616,13 @@ class _Compiled:
     dtype), and how autograd runs it (C++ FusionDerivative, derived on first
     use)."""
 
-    __slots__ = ("fusion", "handle", "outputs", "_derivative")
+    __slots__ = ("fusion", "handle", "outputs", "index_checks", "_derivative")
 
-    def __init__(self, fusion):
+    def __init__(self, fusion, index_checks: tuple = ()):
         self.fusion = fusion
         self.handle = fusion.launch_handle()
         self.outputs = fusion.outputs
+        self.index_checks = index_checks  # see Fusion._index_checks
         self._derivative = None
 
     @property
@@ -690,7 +700,7 @@ class Fusion:
             proto = _tensor_proto(torch_dtype, zero_dim)
             if value.dtype != _computation(torch_dtype, trace):
                 value = builder.cast(value, _computation(torch_dtype, trace))
-            values.append(Value(trace, value, proto))
+            values.append(Value(trace, value, proto, parameter))
         positional, keywords = [], {}
         for parameter, value in zip(self._signature.parameters.values(), values):
             if parameter.kind == parameter.KEYWORD_ONLY:
@@ -726,6 +736,7 @@ class Fusion:
             if stored.dtype != DTYPE_NAMES[dtype]:
                 stored = builder.cast(stored, DTYPE_NAMES[dtype])
             builder.output(port, stored)
+        index_checks = self._index_checks(trace, len(names))
         try:
             fusion = builder.finish()
         except ValueError as error:
@@ -736,7 +747,26 @@ class Fusion:
                             f"{self._structure[0]} for earlier ones; a fusion's outputs "
                             "must not depend on its arguments' kinds")
         self._structure = (names, shape)
-        return _Compiled(fusion)
+        return _Compiled(fusion, index_checks)
+
+    def _index_checks(self, trace: _Trace, outputs: int) -> tuple:
+        """How each gather's index is checked against [0, n) after a call:
+        an index that is an argument is checked as given, ("argument",
+        position, name); a computed one becomes an extra per-row output
+        that the call checks and drops, ("output", position, None)."""
+        checks = []
+        for index in trace.gather_indices:
+            if index.kind != "row" or index._value.dtype not in ("i32", "i64"):
+                continue  # the verifier rejects this gather
+            if index._argument is not None:
+                position = self._parameters.index(index._argument)
+                checks.append(("argument", position, index._argument))
+            else:
+                builder = trace.builder
+                builder.output(f"gather_index{len(checks)}", builder.cast(index._value, "i64"))
+                checks.append(("output", outputs, None))
+                outputs += 1
+        return tuple(checks)
 
     def _compiled_for(self, args) -> tuple[_Compiled, list, tuple, int]:
         """The trace for `args` (traced on first use), their specs, the
@@ -764,13 +794,16 @@ class Fusion:
                    for kind, _, _ in specs]
         if len(self._plans) >= _MAX_PLANS:  # many distinct batch shapes
             self._plans.clear()
-        plan = self._plans[_plan_key(args)] = (compiled.handle, actions)
+        plan = self._plans[_plan_key(args)] = (self, compiled, actions, n)
         return _run(plan, args)
 
     def __call__(self, *args, **kwargs):
         compiling = torch.compiler.is_compiling()
         # Eager positional calls like an earlier one go straight to the kernel.
-        plan = None if compiling or kwargs else self._plans.get(_plan_key(args))
+        try:
+            plan = None if compiling or kwargs else self._plans.get(_plan_key(args))
+        except TypeError:  # an unhashable argument: _classify says which
+            plan = None
         if plan is not None:
             outputs = _run(plan, args)
         else:
@@ -780,7 +813,7 @@ class Fusion:
         if shape == "dict":
             return dict(zip(names, outputs))
         if shape == "tuple":
-            return tuple(outputs)
+            return tuple(outputs[:len(names)])  # less the gathers' index outputs
         return outputs[0]
 
     def _compiled_call(self, args) -> list[torch.Tensor]:
@@ -825,7 +858,7 @@ def _plan_key(args) -> tuple:
 
 
 def _run(plan: tuple, args) -> list[torch.Tensor]:
-    handle, actions = plan
+    fusion, compiled, actions, n = plan
     tensors, scalars = [], []
     for action, arg in zip(actions, args):
         if action == "tensor":
@@ -834,7 +867,42 @@ def _run(plan: tuple, args) -> list[torch.Tensor]:
             scalars.append(arg)
         elif action == "item":
             scalars.append(arg.item())
-    return _launch_fusion(handle, tensors, scalars)
+    try:
+        outputs = _launch_fusion(compiled.handle, tensors, scalars)
+    except (OverflowError, RuntimeError):
+        _check_scalar_ranges(fusion, args)
+        raise
+    _check_gather_indices(fusion._name, compiled, n, args, outputs)
+    return outputs
+
+
+def _check_scalar_ranges(fusion: Fusion, args) -> None:
+    """After a launch failed converting its scalars: raises OverflowError
+    naming the fusion and the int beyond int64 (a float beyond float32 the
+    runner reports itself)."""
+    for parameter, arg in zip(fusion._parameters, args):
+        if isinstance(arg, int) and _is_number(arg) and not -2**63 <= arg < 2**63:
+            raise OverflowError(f"tilefuse.{fusion._name}: argument '{parameter}' = {arg} "
+                                "does not fit in int64") from None
+
+
+def _check_gather_indices(name: str, compiled: _Compiled, n: int, args,
+                          outputs: list) -> None:
+    """Raises IndexError, as torch.gather does, if a gather of this call had
+    an index outside [0, n). On a GPU the test waits for the kernel (one
+    sync), like cross_entropy's target check."""
+    for source, position, argument in compiled.index_checks:
+        index = args[position] if source == "argument" else outputs[position]
+        if index.numel() == 0:
+            continue
+        low, high = torch.aminmax(index)
+        if bool((low < 0) | (high >= n)):
+            row = tuple(((index < 0) | (index >= n)).nonzero()[0].tolist())
+            value = index[row].item()
+            what = f"argument '{argument}'" if argument else "a computed index"
+            where = row[0] if len(row) == 1 else row
+            raise IndexError(f"tilefuse.{name}: gather index {value} is out of bounds for "
+                             f"size {n} (the last dimension) at row {where} ({what})")
 
 
 @functools.lru_cache(maxsize=256)
@@ -873,12 +941,14 @@ def _run_fusion(fusion_id: int, layout: str, statics: str, tensors: list[torch.T
                 floats: list[float], ints: list[int], differentiable: bool) -> list[torch.Tensor]:
     fusion = _REGISTRY[fusion_id]
     args = _arguments(layout, statics, tensors, floats, ints)
-    compiled, specs, _, _, _ = fusion._compiled_for(args)
+    compiled, specs, _, n, _ = fusion._compiled_for(args)
     if not (differentiable and compiled.differentiable):
         return fusion._execute(args)
     # The derived forward: the outputs, then the statistics autograd saves.
-    return torch.ops.tilefuse.launch_fusion_forward(compiled.handle,
-                                                    *_split(fusion._name, args, specs))
+    outputs = torch.ops.tilefuse.launch_fusion_forward(compiled.handle,
+                                                       *_split(fusion._name, args, specs))
+    _check_gather_indices(fusion._name, compiled, n, args, outputs)
+    return outputs
 
 
 @_run_fusion.register_fake

@@ -4,6 +4,7 @@
 #include "tilefuse/Compiler/KernelABI.h"
 
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace tilefuse;
 
@@ -31,11 +32,19 @@ llvm::Error CpuExecutor::run(const KernelInfo &info, PackedFunction kernel,
     return llvm::createStringError("%s: rows must be >= 0, got %lld",
                                    info.name.c_str(),
                                    static_cast<long long>(rows));
+  // Tasks of rowsPerTask rows; with column reductions each task runs its
+  // rows in row groups of at most kCpuRowsPerPartial, each accumulating
+  // into its own partials row (the finalize adds them up in blocks).
   int64_t rowsPerTask = std::max<int64_t>(1, info.tile.rowsPerTask);
-  int64_t tasks = std::max<int64_t>(1, (rows + rowsPerTask - 1) / rowsPerTask);
+  int64_t rowsPerGroup = info.hasColumnReduction()
+                             ? std::min(rowsPerTask, kCpuRowsPerPartial)
+                             : rowsPerTask;
+  int64_t groupsPerTask = std::max<int64_t>(1, rowsPerTask / rowsPerGroup);
+  int64_t groups = std::max<int64_t>(1, llvm::divideCeil(rows, rowsPerGroup));
+  int64_t tasks = llvm::divideCeil(groups, groupsPerTask);
 
   // The pointer arguments, by value: the packed call takes their addresses.
-  // Column-reduction outputs get a partials buffer, one row per task.
+  // Column-reduction outputs get a partials buffer, one row per row group.
   std::vector<void *> pointers(expected);
   std::vector<std::vector<char>> partials;
   for (size_t i = 0; i < info.inputs.size(); ++i)
@@ -45,14 +54,13 @@ llvm::Error CpuExecutor::run(const KernelInfo &info, PackedFunction kernel,
     size_t slot = info.inputs.size() + o;
     pointers[slot] = arguments[slot];
     if (output.kind == PortInfo::Kind::Col) {
-      partials.emplace_back(tasks * info.n * dtypeBytes(output.accumulatorDtype));
+      partials.emplace_back(groups * info.n * dtypeBytes(output.accumulatorDtype));
       pointers[slot] = partials.back().data();
     }
   }
 
   auto runTask = [&](int64_t task) {
-    int64_t rowsArg = rows, begin = task * rowsPerTask,
-            end = std::min(rows, begin + rowsPerTask), group = task;
+    int64_t rowsArg = rows, begin = 0, end = 0, group = 0;
     std::vector<void *> packed;
     packed.reserve(expected + 4);
     for (size_t i = 0; i < info.inputs.size(); ++i)
@@ -63,7 +71,12 @@ llvm::Error CpuExecutor::run(const KernelInfo &info, PackedFunction kernel,
       packed.push_back(&pointers[info.inputs.size() + o]);
     for (int64_t *value : {&rowsArg, &begin, &end, &group})
       packed.push_back(value);
-    kernel(packed.data());
+    for (group = task * groupsPerTask;
+         group < std::min(groups, (task + 1) * groupsPerTask); ++group) {
+      begin = group * rowsPerGroup;
+      end = std::min(rows, begin + rowsPerGroup);
+      kernel(packed.data());
+    }
   };
   // A task per row range; the calling thread waits for them. One task runs
   // right here: handing it to a worker costs more than small rows take.
@@ -84,7 +97,7 @@ llvm::Error CpuExecutor::run(const KernelInfo &info, PackedFunction kernel,
       pairs.push_back(pointers[info.inputs.size() + o]);
       pairs.push_back(arguments[info.inputs.size() + o]);
     }
-  int64_t rowGroups = tasks, rowsArg = rows;
+  int64_t rowGroups = groups, rowsArg = rows;
   std::vector<void *> packed;
   for (void *&pointer : pairs)
     packed.push_back(&pointer);

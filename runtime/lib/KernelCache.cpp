@@ -6,18 +6,67 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace tilefuse;
 
 namespace {
 constexpr llvm::StringLiteral kMagic = "TILEFUSE-KERNEL 1\n";
+
+/// No compiled kernel comes near this (PTX and LLVM IR of a fusion are
+/// kilobytes to a few megabytes): a larger file is not read.
+constexpr uint64_t kMaxEntryBytes = 64ull << 20;
+
+/// Temporary files of writers that died (or of a disk that filled) are
+/// removed once they are this old; a live writer renames its file within
+/// milliseconds.
+constexpr std::chrono::minutes kStaleTemporaryAge{10};
+
+/// The contents of the regular file `path`, or nothing: without following a
+/// symlink, without blocking (a FIFO), and without reading more than
+/// kMaxEntryBytes (a device, a huge file).
+std::optional<std::string> readRegularFile(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return std::nullopt;
+  std::optional<std::string> contents;
+  struct stat status;
+  if (::fstat(fd, &status) == 0 && S_ISREG(status.st_mode) &&
+      static_cast<uint64_t>(status.st_size) <= kMaxEntryBytes) {
+    std::string buffer(status.st_size, '\0');
+    size_t done = 0;
+    while (done < buffer.size()) {
+      ssize_t got = ::read(fd, buffer.data() + done, buffer.size() - done);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0)
+        break;
+      done += got;
+    }
+    buffer.resize(done); // shorter if the file shrank: the checksum fails
+    contents = std::move(buffer);
+  }
+  ::close(fd);
+  return contents;
+}
+
+/// Whether `path` exists and is anything but a regular file (a directory,
+/// a FIFO, a symlink): an entry cannot be written there, but the rest of
+/// the directory is fine.
+bool isNonRegular(const std::string &path) {
+  struct stat status;
+  return ::lstat(path.c_str(), &status) == 0 && !S_ISREG(status.st_mode);
+}
 
 std::string sha256Hex(llvm::StringRef data) {
   return llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(data)),
@@ -91,6 +140,22 @@ KernelCache::KernelCache(std::optional<std::string> directory, Warn warnFn)
   llvm::sys::Process::SafelyCloseFileDescriptor(fd);
   llvm::sys::fs::remove(probe);
   diskWritable = true;
+  removeStaleTemporaries();
+}
+
+void KernelCache::removeStaleTemporaries() {
+  auto now = std::chrono::system_clock::now();
+  std::error_code error;
+  for (llvm::sys::fs::directory_iterator it(*dir, error, /*follow=*/false), end;
+       it != end && !error; it.increment(error)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    if (!name.starts_with(".tmp-") && !name.starts_with(".probe-"))
+      continue;
+    llvm::ErrorOr<llvm::sys::fs::basic_file_status> status = it->status();
+    if (status && status->type() == llvm::sys::fs::file_type::regular_file &&
+        now - status->getLastModificationTime() > kStaleTemporaryAge)
+      llvm::sys::fs::remove(it->path());
+  }
 }
 
 void KernelCache::disableDiskWrites(const std::string &reason) {
@@ -107,16 +172,16 @@ std::string KernelCache::entryPath(const CacheKey &key) const {
 KernelCache::Artifact KernelCache::readEntry(const CacheKey &key) {
   if (!dir)
     return nullptr;
-  auto buffer = llvm::MemoryBuffer::getFile(entryPath(key), /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-  if (!buffer)
-    return nullptr; // no entry
-  llvm::StringRef contents = (*buffer)->getBuffer();
   auto reject = [&] {
     std::lock_guard<std::mutex> lock(mutex);
     ++counters.rejectedEntries;
     return nullptr;
   };
+  std::string path = entryPath(key);
+  std::optional<std::string> file = readRegularFile(path);
+  if (!file)
+    return llvm::sys::fs::exists(path) ? reject() : nullptr;
+  llvm::StringRef contents = *file;
   size_t end = contents.find("\n\n");
   if (!contents.starts_with(kMagic) || end == llvm::StringRef::npos)
     return reject();
@@ -153,9 +218,13 @@ void KernelCache::writeEntry(const CacheKey &key, const std::string &payload) {
     }
   }
   // Readers see the old entry or the whole new one, never a partial file.
-  if (std::error_code error =
-          llvm::sys::fs::rename(temporary, entryPath(key))) {
+  std::string path = entryPath(key);
+  if (std::error_code error = llvm::sys::fs::rename(temporary, path)) {
     llvm::sys::fs::remove(temporary);
+    // Something other than an entry where this one goes: this key stays
+    // in memory, the directory still serves every other key.
+    if (isNonRegular(path))
+      return;
     disableDiskWrites("cannot write to cache directory " + *dir + ": " +
                       error.message());
   }

@@ -13,6 +13,8 @@ config.test_exec_root = os.path.join(config.tilefuse_obj_root)
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs"]
 
 llvm_config.use_default_substitutions()
+# The sanitizer build's tools read their options from the environment.
+llvm_config.with_system_environment(["ASAN_OPTIONS", "UBSAN_OPTIONS"])
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(
     [ToolSubst("tilefuse-opt", unresolved="fatal"),

@@ -1,6 +1,8 @@
 """Compile once, serve from memory and disk; torch.compile sees no graph break."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -124,3 +126,31 @@ def test_torch_compile_training_step_with_fused_backward(backend):
     torch.testing.assert_close(loss, reference)
     torch.testing.assert_close(dx, rdx, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(dw, rdw, atol=1e-5, rtol=1e-4)
+
+
+def test_cache_list_and_clear_survive_odd_files_and_remove_only_entries(tmp_path):
+    made = run_python("import torch, tilefuse\n"
+                      "tilefuse.functional.swiglu(torch.ones(2, 8), torch.ones(2, 8))\n",
+                      TILEFUSE_CACHE_DIR=str(tmp_path))
+    assert made.returncode == 0, made.stderr
+    [entry] = [name for name in os.listdir(tmp_path) if name.endswith(".tfk")]
+    # Named like entries, but none is one.
+    os.makedirs(tmp_path / ("a" * 64 + ".tfk") / "inside")
+    os.mkfifo(tmp_path / ("b" * 64 + ".tfk"))
+    os.symlink("/dev/zero", tmp_path / ("c" * 64 + ".tfk"))
+    (tmp_path / "notes.tfk").write_text("the user's own file")
+    (tmp_path / ("d" * 64 + ".tfk")).write_bytes(b"TILEFUSE-KERNEL 1\nnot a key\nsize=0\n\n")
+    odd = sorted(set(os.listdir(tmp_path)) - {entry})
+
+    # A timeout: a FIFO named like an entry once hung `cache list` forever.
+    done = subprocess.run(
+        [sys.executable, "-c", "from tilefuse.__main__ import main\n"
+         "main(['cache', 'list'])\nprint('--')\nmain(['cache', 'clear'])\n"],
+        env=dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path)),
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    listed, cleared = done.stdout.split("--\n")
+    assert f"{entry[:16]}  n=      8 dtype=f32" in listed
+    assert "1 kernels in" in listed and "(5 other files left alone)" in listed
+    assert "removed 1 kernels" in cleared
+    assert sorted(os.listdir(tmp_path)) == odd

@@ -142,6 +142,15 @@ def test_float64_fusions_keep_rows_and_scalars_in_float64():
     torch.testing.assert_close(scaled_by_row(x, r, s), x * r[:, None] + s, atol=1e-15, rtol=0)
 
 
+@pytest.mark.parametrize("to", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_float64_cast_to_16_bits_rounds_like_torch(to):
+    # Through float32, as torch's conversion rounds (a direct f64 -> f16/bf16
+    # needed a compiler-rt call the CPU JIT could not find: found by fuzzing).
+    cast_to = tilefuse.fusion(lambda x: tilefuse.cast(x, to))
+    x = torch.randn(3, 40, dtype=torch.float64) * 1e3
+    x[0, :4] = torch.tensor([1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-30, 7e4, -1e-8], dtype=torch.float64)
+    assert torch.equal(cast_to(x), x.to(to))
+
 
 @tilefuse.fusion
 def unmerged_variance(x):

@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <fstream>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -193,6 +195,75 @@ TEST(KernelCache, UnwritableDirectoryDegradesToMemoryWithOneWarning) {
   EXPECT_EQ(cache.stats().memoryHits, 3);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("in memory only"), std::string::npos) << warnings[0];
+}
+
+/// Fails the test (SIGALRM ends the process) if it outlives `seconds`:
+/// an entry that blocks the reader must not hang the suite.
+class Watchdog {
+public:
+  explicit Watchdog(unsigned seconds) { alarm(seconds); }
+  ~Watchdog() { alarm(0); }
+};
+
+/// Gets `key` from a fresh cache on `dir` whose entry path holds something
+/// that is not an entry: it compiles, and the directory keeps serving.
+void expectMissThatCompiles(const std::string &dir) {
+  Watchdog watchdog(60);
+  CountingCompile compile;
+  KernelCache cache(dir);
+  auto artifact = cache.getOrCompile(sampleKey(), compile.function());
+  ASSERT_TRUE(static_cast<bool>(artifact));
+  EXPECT_EQ(**artifact, compile.payload);
+  EXPECT_EQ(compile.calls, 1);
+  EXPECT_TRUE(cache.writesToDisk());
+  // Every other key is still written to and read from disk.
+  CacheKey other = sampleKey();
+  other.n = 8192;
+  ASSERT_TRUE(static_cast<bool>(cache.getOrCompile(other, compile.function())));
+  KernelCache fresh(dir);
+  ASSERT_TRUE(static_cast<bool>(fresh.getOrCompile(other, compile.function())));
+  EXPECT_EQ(fresh.stats().diskHits, 1);
+}
+
+TEST(KernelCache, FifoNamedLikeAnEntryIsAMissThatDoesNotBlock) {
+  TempDir temp;
+  std::string path = KernelCache(temp.dir).entryPath(sampleKey());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  expectMissThatCompiles(temp.dir);
+}
+
+TEST(KernelCache, SymlinkToADeviceIsNotRead) {
+  // /dev/zero would be read without end; /dev/urandom likewise.
+  for (const char *device : {"/dev/zero", "/dev/urandom"}) {
+    TempDir temp;
+    std::string path = KernelCache(temp.dir).entryPath(sampleKey());
+    ASSERT_EQ(symlink(device, path.c_str()), 0) << device;
+    expectMissThatCompiles(temp.dir);
+  }
+}
+
+TEST(KernelCache, DirectoryNamedLikeAnEntryIsAMissNotMemoryOnly) {
+  TempDir temp;
+  std::string path = KernelCache(temp.dir).entryPath(sampleKey());
+  ASSERT_FALSE(llvm::sys::fs::create_directories(path + "/inside"));
+  expectMissThatCompiles(temp.dir);
+  EXPECT_TRUE(llvm::sys::fs::is_directory(path));
+}
+
+TEST(KernelCache, StaleTemporaryFilesAreRemoved) {
+  TempDir temp;
+  std::string stale = temp.dir + "/.tmp-" + sampleKey().digest() + "-0a1b2c3d";
+  std::string fresh = temp.dir + "/.tmp-" + sampleKey().digest() + "-4e5f6a7b";
+  writeFile(stale, "partial entry of a writer that died");
+  writeFile(fresh, "a writer at work");
+  int fd;
+  ASSERT_FALSE(llvm::sys::fs::openFileForWrite(stale, fd, llvm::sys::fs::CD_OpenExisting));
+  auto anHourAgo = std::chrono::system_clock::now() - std::chrono::hours(1);
+  ASSERT_FALSE(llvm::sys::fs::setLastAccessAndModificationTime(fd, anHourAgo));
+  close(fd);
+  KernelCache cache(temp.dir);
+  EXPECT_FALSE(llvm::sys::fs::exists(stale));
+  EXPECT_TRUE(llvm::sys::fs::exists(fresh));
 }
 
 TEST(KernelCache, FailedCompileIsReportedAndNotCached) {

@@ -14,13 +14,13 @@
 
 #include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
-#include <cstring>
 #include <map>
 #include <optional>
 
@@ -979,8 +979,8 @@ llvm::Error Parser::allocateGlobals() {
   for (size_t i = 0; i < globals.size(); ++i) {
     const VariableDecl &decl = globals[i];
     uint64_t address = base + offsets[i];
-    std::memcpy(reinterpret_cast<void *>(address), decl.initializer.data(),
-                decl.initializer.size());
+    // Not memcpy: an empty initializer's data() may be null (UBSan).
+    llvm::copy(decl.initializer, reinterpret_cast<uint8_t *>(address));
     module->globals.push_back({decl.name, decl.constant, address, decl.bytes});
   }
   return llvm::Error::success();

@@ -17,9 +17,23 @@
 // CHECK: return
 // CHECK: func.func @softmax_colsum_finalize(%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64)
 
+// Streamed (512 chunks of 8): each reduction folds its chunks in blocks of
+// 16 (loops three deep: 2 x 16 x 16), so a sum's rounding error grows with
+// the depth rather than with n; the last pass, with nothing to reduce, is
+// one loop. The finalize adds the row groups' partials in blocks too.
 // STREAMED: func.func @softmax_colsum(
 // STREAMED: scf.for
-// STREAMED: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %{{.+}} iter_args(%{{.+}} = %{{.+}}) -> (vector<8xf32>)
+// STREAMED: scf.for %{{.+}} = %c0 to %c2 step %c1 iter_args(%{{.+}} = %{{.+}}) -> (vector<8xf32>)
+// STREAMED: %[[TRIPS:.+]] = arith.minui %{{.+}}, %c16
+// STREAMED: scf.for %{{.+}} = %c0 to %[[TRIPS]] step %c1 iter_args(%{{.+}} = %{{.+}}) -> (vector<8xf32>)
+// STREAMED: %[[INNER:.+]] = arith.minui %{{.+}}, %c16
+// STREAMED: scf.for %{{.+}} = %c0 to %[[INNER]] step %c1 iter_args(%{{.+}} = %{{.+}}) -> (vector<8xf32>)
+// STREAMED: vector.reduction <maximumf>
+// STREAMED: vector.reduction <add>
+// STREAMED: scf.for %{{.+}} = %c0 to %c512 step %c1 {
+// STREAMED: func.func @softmax_colsum_finalize(
+// STREAMED: arith.ceildivui %{{.+}}, %c1048576
+// STREAMED: arith.minui %{{.+}}, %c16
 fuse.kernel @softmax_colsum(%x: !fuse.full<f32>, %t: !fuse.scalar<f32>) -> (y: !fuse.full<f32>, colsum: !fuse.col<f32>) {
   %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
   %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>

@@ -17,7 +17,9 @@
 //
 // CPU function `@<name>`: the same parameters (plain pointers), then
 //   row_begin, row_end, row_group (i64): it runs rows [row_begin, row_end)
-//   and accumulates column reductions into partials row `row_group`.
+//   and accumulates column reductions into partials row `row_group`; a
+//   kernel with column reductions is given at most kCpuRowsPerPartial rows
+//   per row group, so that no partial sums many rows in sequence.
 //   `@<name>_finalize` as on the GPU, run once for all columns.
 //
 //===----------------------------------------------------------------------===//
@@ -29,6 +31,7 @@
 
 namespace tilefuse {
 constexpr int64_t kFinalizeThreads = 256;
+constexpr int64_t kCpuRowsPerPartial = 64;
 constexpr const char *kFinalizeSuffix = "_finalize";
 constexpr const char *kGPUModuleName = "tilefuse_kernels";
 } // namespace tilefuse

@@ -27,6 +27,15 @@
 // "thread" per row; rows_per_task = max(1, 65536 / n) rows per task of the
 // runtime's thread pool; row_on_chip as on the GPU.
 //
+// Limits on compile work (diagnostics of fuse-specialize and
+// fuse-select-tiles, so every tool, the runtime and the fuzzer get them):
+//  - n <= 2^40 (kMaxRowLength);
+//  - a row on chip unrolls at most 64 chunks per thread
+//    (kMaxUnrolledChunks), whatever row-on-chip says;
+//  - the lowering emits about ops * passes * unrolled chunks (* V on a GPU,
+//    where math runs per element) operations: at most 2^17
+//    (kMaxEmittedOps), some 25 times the largest built-in.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TILEFUSE_COMPILER_TILECONFIG_H
@@ -41,6 +50,10 @@ namespace tilefuse {
 namespace fuse {
 class KernelOp;
 } // namespace fuse
+
+constexpr int64_t kMaxRowLength = int64_t(1) << 40;
+constexpr int64_t kMaxUnrolledChunks = 64;
+constexpr int64_t kMaxEmittedOps = int64_t(1) << 17;
 
 struct TileConfig {
   std::string target; // "sm_80", "sm_90", ..., or "cpu"
@@ -72,6 +85,9 @@ struct KernelShape {
   bool hasColumnReduction = false;
   bool hasRowReduction = false;
   int64_t fullInputs = 0;
+  /// Operations in the kernel body, and the passes over a row it makes.
+  int64_t ops = 0;
+  int64_t passes = 1;
 };
 
 /// Whether `target` names a chip tilefuse emits PTX for, or the CPU.
@@ -83,6 +99,11 @@ TileConfig chooseTileConfig(const KernelShape &shape, llvm::StringRef target);
 /// The shape of a kernel that fuse-specialize has run on; emits an error and
 /// fails otherwise.
 mlir::FailureOr<KernelShape> getKernelShape(fuse::KernelOp kernel);
+
+/// The pass over a row after which each value of `kernel` is available:
+/// inputs at level 0, a row reduction's result one level above its input,
+/// anything else at the highest level of its operands.
+llvm::DenseMap<mlir::Value, int> rowLevels(fuse::KernelOp kernel);
 
 } // namespace tilefuse
 

@@ -264,6 +264,11 @@ static bool isIdentifier(StringRef name) {
 }
 
 LogicalResult KernelOp::verify() {
+  // The name becomes a PTX entry point, which takes no other characters
+  // (the NVPTX backend aborts on them).
+  if (!isIdentifier(getSymName()))
+    return emitOpError("kernel name '")
+           << getSymName() << "' is not an identifier ([A-Za-z_][A-Za-z0-9_]*)";
   FunctionType type = getFunctionType();
   if (getInputNames().size() != type.getNumInputs())
     return emitOpError("has ") << getInputNames().size()

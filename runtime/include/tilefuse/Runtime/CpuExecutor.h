@@ -1,10 +1,10 @@
 //===- CpuExecutor.h - run CPU kernels with rows split over threads -*- C++ -*-===//
 //
 // Runs a fusion compiled for the CPU target (KernelABI.h): rows are cut into
-// tasks of `rows_per_task` rows, run on a thread pool, each task
-// accumulating column reductions into its own partials row; then the
-// finalize function combines the partials in task order, so results do not
-// depend on the thread count or on scheduling.
+// tasks of `rows_per_task` rows, run on a thread pool; column reductions
+// accumulate into one partials row per group of at most kCpuRowsPerPartial
+// rows; then the finalize function combines the partials in group order, so
+// results do not depend on the thread count or on scheduling.
 //
 //===----------------------------------------------------------------------===//
 

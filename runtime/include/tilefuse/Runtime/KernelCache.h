@@ -6,8 +6,12 @@
 // pointers). Disk entries are written atomically (temp file + rename) and
 // validated on every read (magic, exact key, size, SHA-256 of the payload):
 // a truncated, corrupt or version-mismatched entry is recompiled and
-// replaced, never loaded. A directory that cannot be written degrades to
-// memory-only with one warning. Concurrent first requests of one key compile
+// replaced, never loaded. Only regular files of at most 64 MiB are read as
+// entries, without following symlinks or blocking (a FIFO, a device or a
+// directory named like an entry is a miss). A directory that cannot be
+// written degrades to memory-only with one warning. Temporary files older
+// than 10 minutes (of writers that died) are removed when a cache opens
+// its directory. Concurrent first requests of one key compile
 // once; processes sharing a directory corrupt nothing.
 //
 //===----------------------------------------------------------------------===//
@@ -92,6 +96,7 @@ private:
   Artifact readEntry(const CacheKey &key);
   void writeEntry(const CacheKey &key, const std::string &payload);
   void disableDiskWrites(const std::string &reason);
+  void removeStaleTemporaries();
 
   std::optional<std::string> dir;
   Warn warn;

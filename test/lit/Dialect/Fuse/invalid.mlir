@@ -266,6 +266,15 @@ fuse.kernel @bad_output_name(%x: !fuse.full<f32>) -> ("two words": !fuse.full<f3
 
 // -----
 
+// A kernel name becomes a PTX entry point: "<lambda>" made the NVPTX backend
+// abort (LLVM ERROR: Symbol name with unsupported characters).
+// expected-error @+1 {{'fuse.kernel' op kernel name '<lambda>' is not an identifier ([A-Za-z_][A-Za-z0-9_]*)}}
+fuse.kernel @"<lambda>"(%x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
+  fuse.yield %x : !fuse.full<f32>
+}
+
+// -----
+
 // expected-error @+1 {{'fuse.kernel' op has 2 input names for 1 inputs}}
 "fuse.kernel"() ({
 ^bb0(%x: !fuse.full<f32>):
