@@ -33,6 +33,22 @@ Type promote(Type lhs, Type rhs) {
   }
   return lhs.getIntOrFloatBitWidth() >= rhs.getIntOrFloatBitWidth() ? lhs : rhs;
 }
+
+/// The element type an op on `lhs` and `rhs` computes in. A scalar against
+/// a tensor (full, per row, per column) takes the tensor's type, as torch
+/// treats Python numbers and 0-dim tensors: `x * beta` stays in x's type
+/// however wide beta is (a float scalar against an integer tensor: the
+/// fusion's compute type); otherwise promote().
+Type operandType(dsl::Value lhs, dsl::Value rhs, Type compute) {
+  Type l = typeOf(lhs).getElementType(), r = typeOf(rhs).getElementType();
+  bool lhsScalar = lhs.kind() == Kind::Scalar;
+  if (lhsScalar == (rhs.kind() == Kind::Scalar))
+    return promote(l, r);
+  Type tensor = lhsScalar ? r : l, scalar = lhsScalar ? l : r;
+  if (isa<FloatType>(scalar) && !isa<FloatType>(tensor))
+    return compute;
+  return tensor;
+}
 } // namespace
 
 Kind dsl::Value::kind() const { return typeOf(*this).getKind(); }
@@ -117,8 +133,7 @@ dsl::Value FusionBuilder::broadcastTo(dsl::Value x, Kind kind) {
 }
 
 dsl::Value FusionBuilder::binary(StringRef op, dsl::Value lhs, dsl::Value rhs) {
-  Type element = promote(typeOf(lhs).getElementType(),
-                         typeOf(rhs).getElementType());
+  Type element = operandType(lhs, rhs, elementType(compute));
   Kind kind = fuse::joinKinds(lhs.kind(), rhs.kind());
   mlir::Value a = broadcastTo(castTo(lhs, element), kind).get();
   mlir::Value b = broadcastTo(castTo(rhs, element), kind).get();
@@ -166,8 +181,7 @@ dsl::Value FusionBuilder::unary(StringRef op, dsl::Value x) {
 
 dsl::Value FusionBuilder::compare(fuse::CmpPredicate predicate, dsl::Value lhs,
                                   dsl::Value rhs) {
-  Type element = promote(typeOf(lhs).getElementType(),
-                         typeOf(rhs).getElementType());
+  Type element = operandType(lhs, rhs, elementType(compute));
   Kind kind = fuse::joinKinds(lhs.kind(), rhs.kind());
   mlir::Value a = broadcastTo(castTo(lhs, element), kind).get();
   mlir::Value b = broadcastTo(castTo(rhs, element), kind).get();
@@ -178,7 +192,7 @@ dsl::Value FusionBuilder::compare(fuse::CmpPredicate predicate, dsl::Value lhs,
 
 dsl::Value FusionBuilder::select(dsl::Value condition, dsl::Value a,
                                  dsl::Value b) {
-  Type element = promote(typeOf(a).getElementType(), typeOf(b).getElementType());
+  Type element = operandType(a, b, elementType(compute));
   Kind kind = fuse::joinKinds(condition.kind(), fuse::joinKinds(a.kind(), b.kind()));
   mlir::Value c = broadcastTo(condition, kind).get();
   mlir::Value x = broadcastTo(castTo(a, element), kind).get();

@@ -1,6 +1,7 @@
 //===- Pipeline.cpp - fuse IR to PTX text or host code --------------------===//
 
 #include "tilefuse/Compiler/Pipeline.h"
+#include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Compiler/Passes.h"
 #include "tilefuse/Compiler/TileConfig.h"
 
@@ -79,10 +80,12 @@ LogicalResult runPipeline(ModuleOp module, StringRef pipeline, StringRef stage,
 }
 
 std::string specializePipeline(const CompileOptions &options) {
+  std::string abi =
+      options.abi.isDefault() ? "" : " abi=" + options.abi.str();
   return llvm::formatv("fuse.kernel(fuse-specialize{{dtype={0} n={1} "
-                       "aligned={2}}, canonicalize, fuse-hoist-broadcasts, "
-                       "cse)",
-                       options.dtype, options.n, options.aligned)
+                       "aligned={2}{3}}, canonicalize, "
+                       "fuse-hoist-broadcasts, cse)",
+                       options.dtype, options.n, options.aligned, abi)
       .str();
 }
 
@@ -253,12 +256,28 @@ LogicalResult collectKernelInfo(ModuleOp module, CompileResult &result) {
     FailureOr<KernelShape> shape = getKernelShape(kernel);
     if (failed(tile) || failed(shape))
       return failure();
+    FailureOr<KernelAbi> abi = getKernelAbi(kernel);
+    if (failed(abi))
+      return failure();
     info.tile = *tile;
     info.n = shape->n;
+    info.multiTensor = abi->multiTensor;
+    info.skipIf = abi->skipIf;
     for (auto [name, type] :
          llvm::zip(kernel.getInputNames().getAsValueRange<StringAttr>(),
-                   kernel.getInputTypes()))
-      info.inputs.push_back(portInfo(name, type));
+                   kernel.getInputTypes())) {
+      PortInfo port = portInfo(name, type);
+      if (auto it = abi->scalarPointers.find(port.name);
+          it != abi->scalarPointers.end()) {
+        port.binding = PortInfo::Binding::Pointer;
+        port.pointee = it->second;
+      } else if (auto it = abi->perTensorScalars.find(port.name);
+                 it != abi->perTensorScalars.end()) {
+        port.binding = PortInfo::Binding::PerTensor;
+        port.pointee = it->second;
+      }
+      info.inputs.push_back(port);
+    }
     auto yield = cast<fuse::YieldOp>(kernel.getEntryBlock().getTerminator());
     for (auto [name, value] :
          llvm::zip(kernel.getOutputNames().getAsValueRange<StringAttr>(),
@@ -271,11 +290,28 @@ LogicalResult collectKernelInfo(ModuleOp module, CompileResult &result) {
         port.accumulatorDtype = dtypeName(
             cast<fuse::ValueType>(accumulator.getType()).getElementType());
       }
+      if (auto it = abi->inplace.find(port.name); it != abi->inplace.end())
+        port.updates = it->second;
       info.outputs.push_back(port);
     }
     result.kernels.push_back(std::move(info));
   }
   return success();
+}
+
+/// Multi-tensor kernels take their table by value: the byval attribute the
+/// GPU-to-NVVM conversion does not carry from gpu.func arguments is set on
+/// the LLVM functions (NVPTX then reads the table with ld.param).
+void passTablesByValue(ModuleOp module) {
+  module.walk([](LLVM::LLVMFuncOp function) {
+    auto table = function->getAttrOfType<TypeAttr>(kParamTableAttr);
+    if (!table)
+      return;
+    function.setArgAttr(0, LLVM::LLVMDialect::getByValAttrName(), table);
+    function.setArgAttr(0, LLVM::LLVMDialect::getAlignAttrName(),
+                        Builder(function).getI64IntegerAttr(8));
+    function->removeAttr(kParamTableAttr);
+  });
 }
 
 /// Writes each stage of one compilation to options.dumpDirectory, numbered.
@@ -416,6 +452,7 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
                          "canonicalize, cse)",
                          "nvvm", result)))
     return failure();
+  passTablesByValue(module);
   dump("nvvm", printed(module));
   std::string optimizedIR;
   if (failed(emitPTX(module, options, stop, result,

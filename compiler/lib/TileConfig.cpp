@@ -4,6 +4,7 @@
 #include "tilefuse/Compiler/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -26,6 +27,8 @@ constexpr int64_t kMaxOnChipChunks = 8;
 constexpr int64_t kBlocksPerSM = 4;
 constexpr int64_t kCpuVectorBytes = 32;
 constexpr int64_t kCpuElementsPerTask = 65536;
+constexpr int64_t kMultiTensorChunk = 65536;
+constexpr int64_t kMultiTensorThreads = 512;
 } // namespace
 
 /// Whether the full inputs a thread keeps for the whole row (one 32-bit
@@ -46,6 +49,21 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
                                       StringRef target) {
   TileConfig config;
   config.target = target.str();
+  if (shape.multiTensor) {
+    config.chunkElements = kMultiTensorChunk;
+    config.rowOnChip = false;
+    if (target == "cpu") {
+      config.vectorWidth = kCpuVectorBytes / 4;
+      config.rowsPerTask = kMultiTensorChunk;
+      return config;
+    }
+    config.vectorWidth = shape.aligned ? 16 / shape.storageBytes : 1;
+    config.threadsPerRow = kMultiTensorThreads;
+    config.chunks =
+        kMultiTensorChunk / (kMultiTensorThreads * config.vectorWidth);
+    config.blocksPerSM = kBlocksPerSM;
+    return config;
+  }
   int64_t n = shape.n;
   if (target == "cpu") {
     // Arithmetic runs in f32: one 256-bit register holds 8 lanes.
@@ -81,6 +99,9 @@ DictionaryAttr TileConfig::toAttr(MLIRContext *context) const {
       b.getNamedAttr("chunks", b.getI64IntegerAttr(chunks)),
       b.getNamedAttr("row_on_chip", b.getBoolAttr(rowOnChip)),
   };
+  if (chunkElements)
+    fields.push_back(
+        b.getNamedAttr("chunk_elements", b.getI64IntegerAttr(chunkElements)));
   if (isGPU()) {
     fields.push_back(
         b.getNamedAttr("threads_per_row", b.getI64IntegerAttr(threadsPerRow)));
@@ -120,6 +141,7 @@ FailureOr<TileConfig> TileConfig::fromKernel(KernelOp kernel) {
   config.rowOnChip = onChip.getValue();
   config.blocksPerSM = integer("blocks_per_sm", 0);
   config.rowsPerTask = integer("rows_per_task", 0);
+  config.chunkElements = integer("chunk_elements", 0);
   return config;
 }
 
@@ -139,6 +161,62 @@ DenseMap<Value, int> tilefuse::rowLevels(KernelOp kernel) {
   return levels;
 }
 
+std::string KernelAbi::str() const {
+  SmallVector<std::string> fields;
+  if (multiTensor)
+    fields.push_back("multi-tensor");
+  for (const auto &[name, dtype] : scalarPointers)
+    fields.push_back("pointer:" + name + ":" + dtype);
+  for (const auto &[name, dtype] : perTensorScalars)
+    fields.push_back("per-tensor:" + name + ":" + dtype);
+  for (const auto &[output, input] : inplace)
+    fields.push_back("inplace:" + output + ":" + input);
+  if (!skipIf.empty())
+    fields.push_back("skip-if:" + skipIf);
+  return llvm::join(fields, ",");
+}
+
+std::optional<KernelAbi> KernelAbi::parse(StringRef text) {
+  KernelAbi abi;
+  SmallVector<StringRef> fields, parts;
+  text.split(fields, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  for (StringRef field : fields) {
+    parts.clear();
+    field.trim().split(parts, ':');
+    if (llvm::any_of(parts, [](StringRef part) { return part.empty(); }))
+      return std::nullopt;
+    std::string first = parts.size() > 1 ? parts[1].str() : "";
+    std::string second = parts.size() > 2 ? parts[2].str() : "";
+    bool inserted = true;
+    if (parts[0] == "multi-tensor" && parts.size() == 1)
+      abi.multiTensor = true;
+    else if (parts[0] == "pointer" && parts.size() == 3)
+      inserted = abi.scalarPointers.try_emplace(first, second).second;
+    else if (parts[0] == "per-tensor" && parts.size() == 3)
+      inserted = abi.perTensorScalars.try_emplace(first, second).second;
+    else if (parts[0] == "inplace" && parts.size() == 3)
+      inserted = abi.inplace.try_emplace(first, second).second;
+    else if (parts[0] == "skip-if" && parts.size() == 2)
+      abi.skipIf = first;
+    else
+      return std::nullopt;
+    if (!inserted)
+      return std::nullopt;
+  }
+  return abi;
+}
+
+FailureOr<KernelAbi> tilefuse::getKernelAbi(KernelOp kernel) {
+  auto spec = kernel->getAttrOfType<DictionaryAttr>("fuse.specialization");
+  auto text = spec ? spec.getAs<StringAttr>("abi") : StringAttr();
+  if (!text)
+    return KernelAbi();
+  std::optional<KernelAbi> abi = KernelAbi::parse(text.getValue());
+  if (!abi)
+    return kernel.emitError("malformed ABI in fuse.specialization: ") << text;
+  return *abi;
+}
+
 FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
   auto spec = kernel->getAttrOfType<DictionaryAttr>("fuse.specialization");
   auto dtype = spec ? spec.getAs<TypeAttr>("dtype") : TypeAttr();
@@ -152,6 +230,10 @@ FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
   shape.n = n.getInt();
   shape.storageBytes = dtype.getValue().getIntOrFloatBitWidth() / 8;
   shape.aligned = aligned.getValue();
+  FailureOr<KernelAbi> abi = getKernelAbi(kernel);
+  if (failed(abi))
+    return failure();
+  shape.multiTensor = abi->multiTensor;
   shape.fullInputs = llvm::count_if(kernel.getInputTypes(), [](Type type) {
     return cast<ValueType>(type).getKind() == ValueKind::Full;
   });
@@ -182,7 +264,13 @@ struct FuseSelectTilesPass
     if (failed(shape))
       return signalPassFailure();
     TileConfig config = chooseTileConfig(*shape, target);
-    if (failed(applyOverrides(kernel, *shape, config)) ||
+    if (shape->multiTensor && (threadsPerRow || rowsPerBlock || vectorWidth ||
+                               rowOnChip != "auto")) {
+      kernel.emitError("fuse-select-tiles: tile overrides do not apply to "
+                       "multi-tensor kernels");
+      return signalPassFailure();
+    }
+    if ((!shape->multiTensor && failed(applyOverrides(kernel, *shape, config))) ||
         failed(checkCompileWork(kernel, *shape, config)))
       return signalPassFailure();
     kernel->setAttr("fuse.tile", config.toAttr(&getContext()));

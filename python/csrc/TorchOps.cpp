@@ -314,10 +314,49 @@ std::vector<Tensor> runDsl(const RegisteredFusion &registered, Fusion &kernel,
                    iterationTensor(registered.fusion, inputs).sizes());
 }
 
+/// Runs a fusion the DSL traced. `scalarTensors` are the scalars it reads
+/// through pointers, in order; outputs written in place go to their inputs'
+/// tensors.
 std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
-                                 c10::ArrayRef<c10::Scalar> scalars) {
+                                 c10::ArrayRef<c10::Scalar> scalars,
+                                 std::optional<at::TensorList> scalarTensorList) {
   RegisteredFusion registered = registeredFusion("launch_fusion", handle);
-  return runDsl(registered, registered.fusion, tensors, scalars, tensors);
+  Fusion &fusion = registered.fusion;
+  at::TensorList scalarTensors = scalarTensorList.value_or(at::TensorList());
+  const std::vector<PortInfo> &ports = fusion.inputs();
+  std::vector<std::optional<Tensor>> scalarSlots;
+  if (!registered.pointerScalars.empty()) {
+    const Tensor *scalarTensor = scalarTensors.begin();
+    for (auto [i, port] : llvm::enumerate(ports)) {
+      if (port.kind != PortInfo::Kind::Scalar)
+        continue;
+      bool pointer = registered.pointerScalars[i];
+      TORCH_CHECK_VALUE(!pointer || scalarTensor < scalarTensors.end(),
+                        "tilefuse.", fusion.name(), ": scalar '", port.name,
+                        "' expects a tensor");
+      scalarSlots.push_back(pointer ? std::optional<Tensor>(*scalarTensor++)
+                                    : std::nullopt);
+    }
+  }
+  std::vector<Tensor> out;
+  if (!registered.inplace.empty()) {
+    // Each input's position among the tensors (-1 for scalars).
+    std::vector<int64_t> tensorIndex;
+    int64_t next = 0;
+    for (const PortInfo &port : ports)
+      tensorIndex.push_back(port.kind == PortInfo::Kind::Scalar ? -1 : next++);
+    out.resize(fusion.outputs().size());
+    for (auto [output, input] : registered.inplace) {
+      TORCH_CHECK_VALUE(tensorIndex[input] >= 0 &&
+                            tensorIndex[input] < int64_t(tensors.size()),
+                        "tilefuse.", fusion.name(), ": input ", input,
+                        " is not a tensor");
+      out[output] = tensors[tensorIndex[input]];
+    }
+  }
+  return runFusion(fusion.name(), fusion, tensors, scalars, registered.storage,
+                   iterationTensor(fusion, tensors).sizes(), out,
+                   /*storagePerTensor=*/false, scalarSlots);
 }
 
 /// The derived forward: the fusion's outputs, then the saved statistics.
@@ -506,26 +545,50 @@ struct FusionFunction : torch::autograd::Function<FusionFunction> {
   }
 };
 
-std::vector<Tensor> launchFusionAutograd(int64_t handle, at::TensorList tensors,
-                                         c10::ArrayRef<c10::Scalar> scalars) {
-  static auto op = findOp<std::vector<Tensor>(int64_t, at::TensorList,
-                                              c10::ArrayRef<c10::Scalar>)>(
-      "tilefuse::launch_fusion");
+std::vector<Tensor>
+launchFusionAutograd(int64_t handle, at::TensorList tensors,
+                     c10::ArrayRef<c10::Scalar> scalars,
+                     std::optional<at::TensorList> scalarTensors) {
+  static auto op =
+      findOp<std::vector<Tensor>(int64_t, at::TensorList,
+                                 c10::ArrayRef<c10::Scalar>,
+                                 std::optional<at::TensorList>)>(
+          "tilefuse::launch_fusion");
   bool dual = llvm::any_of(tensors, [](const Tensor &tensor) {
     return tensor._fw_grad(/*level=*/0).defined();
   });
   TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.launch_fusion: forward-mode AD "
                                      "is not supported");
-  auto floatOutput = [&] {
-    Fusion &fusion = registeredFusion("launch_fusion", handle).fusion;
-    return llvm::any_of(fusion.outputs(), [](const PortInfo &port) {
-      return at::isFloatingType(tilefuse::torch_ops::scalarType(port.dtype));
-    });
-  };
-  if (!torch::autograd::compute_requires_grad(tensors) || !floatOutput()) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return op.call(handle, tensors, scalars);
+  RegisteredFusion registered = registeredFusion("launch_fusion", handle);
+  Fusion &fusion = registered.fusion;
+  bool floatOutput = llvm::any_of(fusion.outputs(), [](const PortInfo &port) {
+    return at::isFloatingType(tilefuse::torch_ops::scalarType(port.dtype));
+  });
+  bool graph = torch::autograd::compute_requires_grad(tensors) && floatOutput;
+  if (!registered.inplace.empty()) {
+    // A fusion writing in place is not differentiable: it overwrites what a
+    // graph would need (as torch refuses in-place ops on leaves that need a
+    // gradient).
+    TORCH_CHECK(!graph, "tilefuse.", fusion.name(),
+                ": writes in place and is not differentiable; call it under "
+                "torch.no_grad() or on tensors that do not require grad");
+    std::vector<Tensor> outputs;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      outputs = op.call(handle, tensors, scalars, scalarTensors);
+    }
+    // Tensors written in place: a new version, as torch's in-place ops.
+    for (auto [output, input] : registered.inplace)
+      torch::autograd::increment_version(outputs[output]);
+    return outputs;
   }
+  if (!graph) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op.call(handle, tensors, scalars, scalarTensors);
+  }
+  TORCH_CHECK_VALUE(!scalarTensors || scalarTensors->empty(), "tilefuse.",
+                    fusion.name(),
+                    ": a differentiated call takes its scalars as numbers");
   return FusionFunction::apply(handle, tensors, scalars);
 }
 
@@ -574,8 +637,8 @@ TORCH_LIBRARY(tilefuse, m) {
         "float label_smoothing, int reduction) -> (Tensor, Tensor)");
   m.def("cross_entropy_bwd(Tensor logits, Tensor target, Tensor lse, "
         "Tensor dloss, int ignore_index, float label_smoothing) -> Tensor");
-  m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars) -> "
-        "Tensor[]");
+  m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars, "
+        "Tensor[]? scalar_tensors=None) -> Tensor[]");
   m.def("launch_fusion_forward(int fusion, Tensor[] tensors, Scalar[] scalars) "
         "-> Tensor[]");
   m.def("launch_fusion_backward(int fusion, int wanted, Tensor[] gradients, "

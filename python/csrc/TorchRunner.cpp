@@ -6,7 +6,9 @@
 #include "tilefuse/Runtime/CudaDriver.h"
 #include "tilefuse/Runtime/Fusion.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/SmallVector.h>
@@ -16,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 
 using namespace tilefuse;
@@ -125,6 +128,21 @@ void checkTensor(std::string_view op, const char *role, const PortInfo &port,
                     port.name, "' must be contiguous");
 }
 
+/// A scalar read through a pointer: one element of a supported dtype on
+/// `device`.
+void checkScalarTensor(std::string_view op, const std::string &name,
+                       const at::Tensor &tensor, const at::Device &device) {
+  TORCH_CHECK_VALUE(tensor.numel() == 1, "tilefuse.", op, ": scalar '", name,
+                    "' given as a tensor must have one element, got shape ",
+                    tensor.sizes());
+  TORCH_CHECK_TYPE(dtypeName(tensor.scalar_type()), "tilefuse.", op,
+                   ": scalar '", name, "' has unsupported dtype ",
+                   tensor.scalar_type());
+  TORCH_CHECK_VALUE(tensor.device() == device, "tilefuse.", op, ": scalar '",
+                    name, "' is on ", tensor.device(),
+                    " but the tensors are on ", device);
+}
+
 /// The narrowest dtype of a fusion's full and per-column float ports (f32
 /// if none), as fuse-specialize{dtype=declared} finds it.
 at::ScalarType narrowestStorage(const Fusion &fusion) {
@@ -181,7 +199,8 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
                      at::TensorList tensors, c10::ArrayRef<c10::Scalar> scalars,
                      std::optional<at::ScalarType> storage,
                      at::IntArrayRef shape, at::TensorList out,
-                     bool storagePerTensor) {
+                     bool storagePerTensor,
+                     c10::ArrayRef<std::optional<at::Tensor>> scalarTensors) {
   TORCH_CHECK_VALUE(!shape.empty() && shape.back() > 0, "tilefuse.", op,
                     ": the input must have a last dimension of at least 1, "
                     "got shape ",
@@ -192,11 +211,18 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   size_t scalarPorts = llvm::count_if(declared, [](const PortInfo &port) {
     return port.kind == PortInfo::Kind::Scalar;
   });
+  TORCH_CHECK(scalarTensors.empty() || scalarTensors.size() == scalarPorts,
+              "tilefuse.", op, ": expected ", scalarPorts,
+              " scalar tensor slots, got ", scalarTensors.size());
+  size_t byPointer = llvm::count_if(
+      scalarTensors, [](const auto &tensor) { return tensor.has_value(); });
   TORCH_CHECK(tensors.size() == declared.size() - scalarPorts &&
-                  scalars.size() == scalarPorts && !tensors.empty(),
+                  scalars.size() + byPointer == scalarPorts &&
+                  !tensors.empty(),
               "tilefuse.", op, ": ", fusion.name(), " takes ",
               declared.size() - scalarPorts, " tensors and ", scalarPorts,
-              " scalars, got ", tensors.size(), " and ", scalars.size());
+              " scalars, got ", tensors.size(), " and ",
+              scalars.size() + byPointer);
   TORCH_CHECK(out.empty() || out.size() == fusion.outputs().size(), "tilefuse.",
               op, ": expected ", fusion.outputs().size(), " output slots, got ",
               out.size());
@@ -223,6 +249,20 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
         aligned && (!tensor.defined() ||
                     reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0);
 
+  // Scalars bound by pointer: a one-element tensor on the same device.
+  KernelAbi abi;
+  if (!scalarTensors.empty()) {
+    const std::optional<at::Tensor> *slot = scalarTensors.begin();
+    for (const PortInfo &port : declared) {
+      if (port.kind != PortInfo::Kind::Scalar)
+        continue;
+      if (const std::optional<at::Tensor> &tensor = *slot++) {
+        checkScalarTensor(op, port.name, *tensor, tensors.front().device());
+        abi.scalarPointers[port.name] = dtypeName(tensor->scalar_type());
+      }
+    }
+  }
+
   CudaDriver *driver = nullptr;
   std::shared_ptr<const CpuKernel> cpuKernel;
   std::shared_ptr<const GpuKernel> gpuKernel;
@@ -231,7 +271,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   // CudaDriver, the PTX emulator (host pointers are its device pointers).
   bool emulate = target(op).kind == TargetSelection::Kind::Emulate;
   if (device.is_cpu() && !emulate) {
-    auto kernel = fusion.cpuKernel(spec, n, aligned);
+    auto kernel = fusion.cpuKernel(spec, n, aligned, abi);
     TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
                 llvm::toString(kernel.takeError()));
     cpuKernel = *kernel;
@@ -248,7 +288,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
     }
     auto [gpu, chip] = gpuTarget(op, device);
     driver = gpu;
-    auto kernel = fusion.gpuKernel(spec, n, aligned, chip);
+    auto kernel = fusion.gpuKernel(spec, n, aligned, chip, abi);
     TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
                 llvm::toString(kernel.takeError()));
     gpuKernel = *kernel;
@@ -260,9 +300,16 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   arguments.reserve(info.inputs.size() + info.outputs.size());
   const at::Tensor *tensor = tensors.begin();
   const c10::Scalar *scalar = scalars.begin();
+  const std::optional<at::Tensor> *scalarTensor = scalarTensors.begin();
   for (auto i : c10::irange(info.inputs.size())) {
     const PortInfo &port = info.inputs[i];
     if (port.kind == PortInfo::Kind::Scalar) {
+      if (port.binding == PortInfo::Binding::Pointer) {
+        arguments.push_back((*scalarTensor++)->data_ptr());
+        continue;
+      }
+      if (!scalarTensors.empty())
+        ++scalarTensor;
       slots[i] = scalarSlot(op, port, *scalar++);
       arguments.push_back(&slots[i]);
       continue;
@@ -321,7 +368,12 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
         names.push_back(port.name + " (partials)");
     std::vector<CudaDriver::Buffer> extents;
     const at::Tensor *input = tensors.begin();
-    for (const PortInfo &port : info.inputs) {
+    for (auto [i, port] : llvm::enumerate(info.inputs)) {
+      if (port.binding == PortInfo::Binding::Pointer) {
+        extents.push_back({port.name.c_str(), arguments[i],
+                           c10::elementSize(scalarType(port.pointee))});
+        continue;
+      }
       if (port.kind == PortInfo::Kind::Scalar) {
         extents.push_back({port.name.c_str(), nullptr, 0});
         continue;
@@ -350,6 +402,317 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   return outputs;
 }
 
+
+namespace {
+
+/// The target a call runs on: the CPU, or the GPU code through CudaDriver
+/// (a real GPU or, under TILEFUSE_TARGET=emulate, the PTX emulator).
+struct Placement {
+  CudaDriver *driver = nullptr; // null: the CPU target
+  std::string chip;
+  int deviceIndex = 0;
+  void *stream = nullptr;
+};
+
+Placement placementFor(std::string_view op, const at::Device &device) {
+  bool emulate = target(op).kind == TargetSelection::Kind::Emulate;
+  if (device.is_cpu() && !emulate)
+    return {};
+  TORCH_CHECK(emulate ? device.is_cpu() : device.is_cuda(), "tilefuse.", op,
+              emulate ? ": TILEFUSE_TARGET=emulate runs CPU tensors in the "
+                        "PTX emulator, got "
+                      : ": unsupported device ",
+              device);
+  auto [driver, chip] = gpuTarget(op, device);
+  Placement placement{driver, chip};
+  if (!emulate) {
+    placement.deviceIndex = device.index();
+    c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+    placement.stream = cuda.getStream(device).native_handle();
+  }
+  return placement;
+}
+
+/// One row set's tensors, laid out alike, and what groups it.
+struct RowSet {
+  std::vector<at::Tensor> tensors; // per input port (undefined for scalars)
+  /// The storage spec: the reference tensor's float dtype, then the ports
+  /// stored otherwise ("bf16,exp_avg=f32,exp_avg_sq=f32").
+  std::string storage;
+  bool aligned;
+};
+
+} // namespace
+
+std::vector<std::vector<at::Tensor>>
+torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
+                          c10::ArrayRef<MultiTensorInput> inputs,
+                          c10::ArrayRef<std::pair<size_t, size_t>> inplace,
+                          const std::optional<at::Tensor> &skipIf,
+                          c10::ArrayRef<at::TensorList> out) {
+  using Kind = MultiTensorInput::Kind;
+  const std::vector<PortInfo> &ports = fusion.inputs();
+  TORCH_CHECK_VALUE(inputs.size() == ports.size(), "tilefuse.", op, ": ",
+                    fusion.name(), " takes ", ports.size(),
+                    " arguments, got ", inputs.size());
+  // Row sets, and the device from the first list.
+  int64_t count = -1;
+  std::optional<at::Device> device;
+  for (auto [input, port] : llvm::zip(inputs, ports)) {
+    bool full = port.kind == PortInfo::Kind::Full;
+    TORCH_CHECK_VALUE(full == (input.kind == Kind::Tensors) &&
+                          (full || port.kind == PortInfo::Kind::Scalar),
+                      "tilefuse.", op, ": argument '", port.name, "' must be ",
+                      full ? "a list of tensors"
+                           : "a number, a one-element tensor or a list of them");
+    if (input.kind != Kind::Tensors && input.kind != Kind::PerTensor)
+      continue;
+    TORCH_CHECK_VALUE(count < 0 || int64_t(input.tensors.size()) == count,
+                      "tilefuse.", op, ": argument '", port.name, "' has ",
+                      input.tensors.size(), " tensors, the others ", count);
+    count = input.tensors.size();
+    if (!device && count > 0)
+      device = input.tensors.front().device();
+  }
+  TORCH_CHECK_VALUE(count >= 0, "tilefuse.", op, ": ", fusion.name(),
+                    " needs at least one list of tensors");
+  std::vector<bool> updated(ports.size(), false);
+  for (auto [output, input] : inplace) {
+    TORCH_CHECK_VALUE(output < fusion.outputs().size() &&
+                          inputs[input].kind == Kind::Tensors,
+                      "tilefuse.", op, ": output ", output,
+                      " cannot update input ", input, " in place");
+    updated[input] = true;
+  }
+  size_t outputsAllocated = fusion.outputs().size() - inplace.size();
+  TORCH_CHECK_VALUE(out.empty() || out.size() == outputsAllocated, "tilefuse.",
+                    op, ": expected ", outputsAllocated, " output lists, got ",
+                    out.size());
+  std::vector<std::vector<at::Tensor>> results(outputsAllocated);
+  if (count == 0)
+    return results;
+
+  // The ABI: scalars by pointer and per tensor (with their dtypes), the
+  // outputs written in place, the skip flag.
+  KernelAbi abi;
+  abi.multiTensor = true;
+  for (auto [output, input] : inplace)
+    abi.inplace[fusion.outputs()[output].name] = ports[input].name;
+  for (auto [input, port] : llvm::zip(inputs, ports)) {
+    if (input.kind == Kind::Pointer) {
+      TORCH_CHECK_VALUE(input.tensors.size() == 1, "tilefuse.", op,
+                        ": scalar '", port.name, "' must be one tensor");
+      checkScalarTensor(op, port.name, input.tensors.front(), *device);
+      abi.scalarPointers[port.name] =
+          dtypeName(input.tensors.front().scalar_type());
+    } else if (input.kind == Kind::PerTensor) {
+      at::ScalarType type = input.tensors.front().scalar_type();
+      for (const at::Tensor &tensor : input.tensors) {
+        checkScalarTensor(op, port.name, tensor, *device);
+        TORCH_CHECK_TYPE(tensor.scalar_type() == type, "tilefuse.", op,
+                         ": the tensors of scalar '", port.name,
+                         "' must have one dtype, got ", type, " and ",
+                         tensor.scalar_type());
+      }
+      abi.perTensorScalars[port.name] = dtypeName(type);
+    }
+  }
+  if (skipIf) {
+    checkScalarTensor(op, "skip_if", *skipIf, *device);
+    abi.skipIf = dtypeName(skipIf->scalar_type());
+  }
+  Placement placement = placementFor(op, *device);
+
+  // Each row set: shapes and layouts alike (read-only tensors laid out
+  // otherwise are copied), no harmful overlap, the storage dtype of each
+  // port (a bfloat16 parameter beside float32 state is one row set) and
+  // its alignment class.
+  std::vector<RowSet> rowSets(count);
+  for (int64_t row = 0; row < count; ++row) {
+    RowSet &set = rowSets[row];
+    set.tensors.resize(ports.size());
+    // The layout to match: an updated tensor's, else the first one's.
+    std::optional<size_t> reference;
+    for (size_t i = 0; i < ports.size(); ++i) {
+      if (inputs[i].kind != Kind::Tensors)
+        continue;
+      set.tensors[i] = inputs[i].tensors[row];
+      if (!reference || (updated[i] && !updated[*reference]))
+        reference = i;
+    }
+    const at::Tensor ref = set.tensors[*reference];
+    at::ScalarType defaultStorage =
+        at::isFloatingType(ref.scalar_type()) ? ref.scalar_type() : at::kFloat;
+    for (size_t i = 0; i < ports.size(); ++i) {
+      if (inputs[i].kind != Kind::Tensors)
+        continue;
+      at::Tensor &tensor = set.tensors[i];
+      const PortInfo &port = ports[i];
+      TORCH_CHECK_VALUE(tensor.defined(), "tilefuse.", op, ": argument '",
+                        port.name, "'[", row, "] is missing");
+      TORCH_CHECK_VALUE(tensor.device() == *device, "tilefuse.", op,
+                        ": argument '", port.name, "'[", row, "] is on ",
+                        tensor.device(), " but the tensors are on ", *device);
+      TORCH_CHECK_VALUE(tensor.sizes() == ref.sizes(), "tilefuse.", op,
+                        ": argument '", port.name, "'[", row,
+                        "] has shape ", tensor.sizes(), ", the others ",
+                        ref.sizes());
+      at::ScalarType type = tensor.scalar_type();
+      bool floatPort = port.dtype == "f32" || port.dtype == "f64";
+      if (floatPort) {
+        TORCH_CHECK_TYPE(at::isFloatingType(type) && dtypeName(type),
+                         "tilefuse.", op, ": argument '", port.name, "'[",
+                         row, "] must be a float tensor, got ", type);
+      } else {
+        TORCH_CHECK_TYPE(type == scalarType(port.dtype), "tilefuse.", op,
+                         ": argument '", port.name, "'[", row, "] must be ",
+                         scalarType(port.dtype), ", got ", type);
+      }
+      if (updated[i]) {
+        TORCH_CHECK_VALUE(tensor.is_non_overlapping_and_dense() &&
+                              tensor.strides() == ref.strides(),
+                          "tilefuse.", op, ": argument '", port.name, "'[",
+                          row,
+                          "] is updated in place and must be dense and laid "
+                          "out as the row set's other tensors");
+      } else if (!tensor.is_non_overlapping_and_dense() ||
+                 tensor.strides() != ref.strides()) {
+        tensor = at::empty_strided(ref.sizes(), ref.strides(),
+                                   tensor.options())
+                     .copy_(tensor);
+      }
+    }
+    // What is written must not partly overlap anything else, nor be two
+    // arguments at once (a read-only alias of a whole tensor is fine: each
+    // element is read before it is written).
+    for (size_t i = 0; i < ports.size(); ++i) {
+      if (!updated[i])
+        continue;
+      for (size_t j = 0; j < ports.size(); ++j) {
+        if (j == i || !set.tensors[j].defined())
+          continue;
+        at::MemOverlapStatus status =
+            at::get_overlap_status(set.tensors[i], set.tensors[j]);
+        TORCH_CHECK_VALUE(
+            status != at::MemOverlapStatus::Partial &&
+                (status != at::MemOverlapStatus::Full || !updated[j]),
+            "tilefuse.", op, ": argument '", ports[i].name, "'[", row,
+            "] is updated in place and overlaps '", ports[j].name, "'[", row,
+            "]");
+      }
+    }
+    // Each tensor stored in its dtype, an output written over an input as
+    // that input.
+    std::vector<at::Tensor> full, written(fusion.outputs().size());
+    for (size_t i = 0; i < ports.size(); ++i)
+      if (inputs[i].kind == Kind::Tensors)
+        full.push_back(set.tensors[i]);
+    for (auto [output, input] : inplace)
+      written[output] = set.tensors[input];
+    set.storage = storageSpec(fusion, defaultStorage, full, written);
+    // The aligned class (GPU only: CPU tasks start anywhere).
+    set.aligned = placement.driver != nullptr;
+    for (const at::Tensor &tensor : set.tensors)
+      set.aligned = set.aligned &&
+                    (!tensor.defined() ||
+                     reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0);
+  }
+
+  // Scalars shared by every row set: 8-byte slots for values, pointers.
+  std::vector<int64_t> slots(ports.size());
+  std::vector<void *> scalars;
+  for (auto [i, port] : llvm::enumerate(ports)) {
+    if (inputs[i].kind == Kind::Value) {
+      slots[i] = scalarSlot(op, port, inputs[i].value);
+      scalars.push_back(&slots[i]);
+    } else if (inputs[i].kind == Kind::Pointer) {
+      scalars.push_back(inputs[i].tensors.front().data_ptr());
+    }
+  }
+
+  // One call per (storage dtypes, alignment class), in first-seen order.
+  std::vector<std::pair<std::string, bool>> groups;
+  for (const RowSet &set : rowSets)
+    if (!llvm::is_contained(groups, std::make_pair(set.storage, set.aligned)))
+      groups.push_back({set.storage, set.aligned});
+  for (auto &result : results)
+    result.resize(count);
+  for (const auto &[storage, aligned] : groups) {
+    const char *storageName = storage.c_str();
+    std::shared_ptr<const CpuKernel> cpuKernel;
+    std::shared_ptr<const GpuKernel> gpuKernel;
+    if (placement.driver) {
+      auto kernel =
+          fusion.gpuKernel(storageName, 0, aligned, placement.chip, abi);
+      TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
+                  llvm::toString(kernel.takeError()));
+      gpuKernel = *kernel;
+    } else {
+      auto kernel = fusion.cpuKernel(storageName, 0, false, abi);
+      TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
+                  llvm::toString(kernel.takeError()));
+      cpuKernel = *kernel;
+    }
+    const KernelInfo &info = cpuKernel ? cpuKernel->info() : gpuKernel->info;
+    std::vector<int64_t> numel;
+    std::vector<void *> pointers;
+    for (int64_t row = 0; row < count; ++row) {
+      RowSet &set = rowSets[row];
+      if (set.storage != storage || set.aligned != aligned)
+        continue;
+      const at::Tensor *reference = nullptr;
+      for (size_t i = 0; i < ports.size(); ++i) {
+        if (inputs[i].kind == Kind::Tensors) {
+          reference = reference ? reference : &set.tensors[i];
+          pointers.push_back(set.tensors[i].data_ptr());
+        } else if (inputs[i].kind == Kind::PerTensor) {
+          pointers.push_back(inputs[i].tensors[row].data_ptr());
+        }
+      }
+      numel.push_back(reference->numel());
+      size_t allocated = 0;
+      for (auto [o, port] : llvm::enumerate(info.outputs)) {
+        if (!port.updates.empty())
+          continue;
+        at::TensorOptions options =
+            reference->options().dtype(scalarType(port.dtype));
+        at::Tensor output;
+        if (out.empty()) {
+          output = at::empty_strided(reference->sizes(), reference->strides(),
+                                     options);
+        } else {
+          TORCH_CHECK_VALUE(int64_t(out[allocated].size()) == count,
+                            "tilefuse.", op, ": output '", port.name,
+                            "' has ", out[allocated].size(),
+                            " tensors, expected ", count);
+          output = out[allocated][row];
+          TORCH_CHECK_VALUE(
+              output.sizes() == reference->sizes() &&
+                  output.strides() == reference->strides() &&
+                  output.options().dtype() == options.dtype() &&
+                  output.device() == reference->device(),
+              "tilefuse.", op, ": output '", port.name, "'[", row,
+              "] must be ", options.dtype(), " of shape ", reference->sizes(),
+              " laid out as its row set on ", reference->device());
+        }
+        pointers.push_back(output.data_ptr());
+        results[allocated++][row] = std::move(output);
+      }
+    }
+    MultiTensorCall call{numel, pointers, scalars,
+                         skipIf ? skipIf->data_ptr() : nullptr};
+    llvm::Error error =
+        cpuKernel ? cpuKernel->runMultiTensor(Runtime::global().executor(),
+                                              call)
+                  : placement.driver->launchMultiTensor(
+                        gpuKernel, call, placement.deviceIndex,
+                        placement.stream);
+    TORCH_CHECK(!error, "tilefuse.", op, ": ",
+                llvm::toString(std::move(error)));
+  }
+  return results;
+}
+
 Fusion &torch_ops::BuiltinFusion::operator()(at::ScalarType storage) {
   bool wide = storage == at::kDouble;
   std::call_once(built[wide], [&] {
@@ -363,19 +726,36 @@ Fusion &torch_ops::BuiltinFusion::operator()(at::ScalarType storage) {
 }
 
 namespace {
+struct Registered {
+  std::shared_ptr<Fusion> fusion;
+  std::optional<at::ScalarType> storage;
+  std::vector<std::pair<size_t, size_t>> inplace;
+  std::vector<bool> pointerScalars;
+};
 std::mutex registryMutex;
-std::vector<std::pair<std::shared_ptr<Fusion>, std::optional<at::ScalarType>>> &
-registry() {
-  static auto *fusions = new std::vector<
-      std::pair<std::shared_ptr<Fusion>, std::optional<at::ScalarType>>>();
+/// Entries never move (a deque), so references to them stay valid.
+std::deque<Registered> &registry() {
+  static auto *fusions = new std::deque<Registered>();
   return *fusions;
 }
 } // namespace
 
 int64_t torch_ops::registerFusion(std::shared_ptr<Fusion> fusion,
-                                  std::optional<at::ScalarType> storage) {
+                                  std::optional<at::ScalarType> storage,
+                                  std::vector<std::pair<size_t, size_t>> inplace,
+                                  std::vector<bool> pointerScalars) {
+  for (auto [output, input] : inplace)
+    TORCH_CHECK_VALUE(output < fusion->outputs().size() &&
+                          input < fusion->inputs().size(),
+                      "tilefuse: fusion ", fusion->name(),
+                      " has no output ", output, " or input ", input);
+  TORCH_CHECK_VALUE(pointerScalars.empty() ||
+                        pointerScalars.size() == fusion->inputs().size(),
+                    "tilefuse: expected a pointer flag per input of ",
+                    fusion->name());
   std::lock_guard<std::mutex> lock(registryMutex);
-  registry().emplace_back(std::move(fusion), storage);
+  registry().push_back({std::move(fusion), storage, std::move(inplace),
+                        std::move(pointerScalars)});
   return registry().size() - 1;
 }
 
@@ -384,8 +764,8 @@ torch_ops::RegisteredFusion torch_ops::registeredFusion(std::string_view op,
   std::lock_guard<std::mutex> lock(registryMutex);
   TORCH_CHECK_INDEX(handle >= 0 && handle < int64_t(registry().size()),
                     "tilefuse.", op, ": no fusion has handle ", handle);
-  auto &[fusion, storage] = registry()[handle];
-  return {*fusion, storage};
+  Registered &entry = registry()[handle];
+  return {*entry.fusion, entry.storage, entry.inplace, entry.pointerScalars};
 }
 
 at::ScalarType

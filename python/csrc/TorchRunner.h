@@ -36,14 +36,44 @@ at::ScalarType scalarType(const std::string &dtype);
 /// output index; an undefined tensor is allocated). With `storagePerTensor`,
 /// each float tensor given (inputs and `out`) is stored in its own dtype
 /// instead, `storage` being the default: the kernel is specialized for that
-/// mix (bf16 parameters with f32 state). Errors name `op`.
-std::vector<at::Tensor> runFusion(std::string_view op, Fusion &fusion,
-                                  at::TensorList tensors,
-                                  c10::ArrayRef<c10::Scalar> scalars,
-                                  std::optional<at::ScalarType> storage,
-                                  at::IntArrayRef shape,
-                                  at::TensorList out = {},
-                                  bool storagePerTensor = false);
+/// mix (bf16 parameters with f32 state). `scalarTensors`, when given, has
+/// one entry per scalar input: a one-element tensor binds that scalar by
+/// pointer (read on the device: no synchronization, and a new value never
+/// recompiles), and `scalars` then holds only the others. Errors name `op`.
+std::vector<at::Tensor>
+runFusion(std::string_view op, Fusion &fusion, at::TensorList tensors,
+          c10::ArrayRef<c10::Scalar> scalars,
+          std::optional<at::ScalarType> storage, at::IntArrayRef shape,
+          at::TensorList out = {}, bool storagePerTensor = false,
+          c10::ArrayRef<std::optional<at::Tensor>> scalarTensors = {});
+
+/// One input of a multi-tensor call, per input of the fusion.
+struct MultiTensorInput {
+  enum class Kind {
+    Tensors,   // a full input: one tensor per row set
+    Value,     // a scalar by value
+    Pointer,   // a scalar in a one-element tensor, shared by all row sets
+    PerTensor, // a scalar in a one-element tensor per row set
+  };
+  Kind kind;
+  at::TensorList tensors;
+  c10::Scalar value;
+};
+
+/// Runs the elementwise `fusion` over row sets (the i-th tensor of every
+/// list; KernelABI.h's multi-tensor kernels): one launch per (dtype,
+/// alignment class) and table's worth of tensors, on the GPU, or one
+/// parallel loop on the CPU. `inplace` pairs (output, input) indices: the
+/// output overwrites that input's tensors. When `skipIf` (one element) is
+/// nonzero the call changes nothing. Returns the tensors of each output not
+/// written in place: `out`'s (one list per such output, tensors laid out as
+/// their row sets) when given, else new ones. Errors name `op`.
+std::vector<std::vector<at::Tensor>>
+runMultiTensor(std::string_view op, Fusion &fusion,
+               c10::ArrayRef<MultiTensorInput> inputs,
+               c10::ArrayRef<std::pair<size_t, size_t>> inplace,
+               const std::optional<at::Tensor> &skipIf,
+               c10::ArrayRef<at::TensorList> out = {});
 
 /// A built-in fusion (kernels_dsl), built once per compute type: f64 for
 /// float64 tensors, else f32. Later calls cost one atomic load.
@@ -61,16 +91,22 @@ private:
 
 /// Fusions by the handle registerFusion gave: traced by the DSL (every port
 /// typed as declared: no storage dtype) or written as IR and run with the
-/// storage dtype of the registration (f32, f16, bf16 or f64).
+/// storage dtype of the registration (f32, f16, bf16 or f64); with the
+/// (output, input) pairs it writes in place and the scalar inputs it reads
+/// through pointers.
 struct RegisteredFusion {
   Fusion &fusion;
   std::optional<at::ScalarType> storage;
+  const std::vector<std::pair<size_t, size_t>> &inplace;
+  const std::vector<bool> &pointerScalars;
   /// The dtype `port` of the fusion or of its derived kernels has in
   /// tensors: the storage dtype for full and per-column floats.
   at::ScalarType dtypeOf(const PortInfo &port) const;
 };
 int64_t registerFusion(std::shared_ptr<Fusion> fusion,
-                       std::optional<at::ScalarType> storage = std::nullopt);
+                       std::optional<at::ScalarType> storage = std::nullopt,
+                       std::vector<std::pair<size_t, size_t>> inplace = {},
+                       std::vector<bool> pointerScalars = {});
 RegisteredFusion registeredFusion(std::string_view op, int64_t handle);
 
 } // namespace torch_ops

@@ -177,10 +177,18 @@ PYBIND11_MODULE(_C, m) {
   py::class_<PyFusion>(m, "Fusion")
       .def_property_readonly("ir", [](const PyFusion &f) { return f.fusion->ir(); })
       .def_property_readonly("fingerprint", [](const PyFusion &f) { return f.fusion->fingerprint(); })
-      .def("launch_handle", [](const PyFusion &f) {
-        return torch_ops::registerFusion(f.fusion);
-      }, "A new handle for tilefuse::launch_fusion to run this fusion (its "
-         "ports typed as declared).")
+      .def("launch_handle", [](const PyFusion &f,
+                               std::vector<std::pair<size_t, size_t>> inplace,
+                               std::vector<bool> pointers) {
+        return torch_ops::registerFusion(f.fusion, std::nullopt,
+                                         std::move(inplace), std::move(pointers));
+      }, py::arg("inplace") = std::vector<std::pair<size_t, size_t>>{},
+      py::arg("pointers") = std::vector<bool>{},
+      "A new handle for tilefuse::launch_fusion and launch_multi_tensor to "
+      "run this fusion (its ports typed as declared), writing the (output, "
+      "input) index pairs `inplace` into their inputs, reading the scalar "
+      "inputs flagged in `pointers` (one flag per input) from one-element "
+      "tensors.")
       .def("derivative", [](const PyFusion &f) {
         llvm::Expected<FusionDerivative &> derivative = f.fusion->derivative();
         if (!derivative)
@@ -285,6 +293,10 @@ PYBIND11_MODULE(_C, m) {
                         const PyValue &y) {
         return wrap(b.get().select(c.value, x.value, y.value));
       })
+      .def("fma", [=](Builder &b, const PyValue &x, const PyValue &y,
+                      const PyValue &z) {
+        return wrap(b.get().fma(x.value, y.value, z.value));
+      })
       .def("composite", [=](Builder &b, const std::string &op, const PyValue &x) {
         b.get(); // a finished builder raises
         using Composite = dsl::Value (*)(dsl::Value);
@@ -330,6 +342,9 @@ PYBIND11_MODULE(_C, m) {
     return names;
   });
   m.def("compile_count", [] { return Runtime::global().compileCount(); });
+  m.def("kernel_launches", [] { return kernelLaunches(); },
+        "Kernel launches so far: CPU kernel runs (one parallel loop each) "
+        "and GPU launches.");
   m.def("cache_directory", [] { return Runtime::global().cache().directory(); });
   m.def("cache_writes_to_disk", [] { return Runtime::global().cache().writesToDisk(); });
   m.def("compiler_version", [] { return compilerVersion(); });

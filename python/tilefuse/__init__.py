@@ -14,6 +14,9 @@ import torch  # noqa: F401  (loads LibTorch, which _C links, first)
 from . import _C
 from ._dsl import (
     abs,
+    add,
+    addcdiv,
+    addcmul,
     argmax,
     argmin,
     cast,
@@ -23,11 +26,14 @@ from ._dsl import (
     exp,
     expm1,
     floor,
+    fma,
     Fusion,
     fusion,
     gather,
     gelu,
     iota,
+    item,
+    lerp,
     log,
     log1p,
     log_softmax,
@@ -37,6 +43,7 @@ from ._dsl import (
     mean,
     min,
     minimum,
+    per_tensor,
     pow,
     relu,
     round,
@@ -64,10 +71,17 @@ def compile_count() -> int:
     return _C.compile_count()
 
 
+def kernel_launches() -> int:
+    """Kernel launches this process made: GPU launches (emulated ones too)
+    and CPU kernel runs (one parallel loop each)."""
+    return _C.kernel_launches()
+
+
 __all__ = [
-    "abs", "argmax", "argmin", "cast", "clamp", "compile_count", "cos", "emulator", "erf",
-    "exp", "expm1", "floor", "functional", "Fusion", "fusion", "gather", "gelu", "iota",
-    "log", "log1p", "log_softmax", "logsumexp", "max", "maximum", "mean", "min", "minimum",
-    "pow", "relu", "round", "rsqrt", "sigmoid", "sign", "silu", "sin", "softmax", "softplus",
-    "sqrt", "square", "sum", "tanh", "Value", "where",
+    "abs", "add", "addcdiv", "addcmul", "argmax", "argmin", "cast", "clamp",
+    "compile_count", "cos", "emulator", "erf", "exp", "expm1", "floor", "fma", "functional",
+    "Fusion", "fusion", "gather", "gelu", "iota", "item", "kernel_launches", "lerp", "log",
+    "log1p", "log_softmax", "logsumexp", "max", "maximum", "mean", "min", "minimum",
+    "per_tensor", "pow", "relu", "round", "rsqrt", "sigmoid", "sign", "silu", "sin",
+    "softmax", "softplus", "sqrt", "square", "sum", "tanh", "Value", "where",
 ]

@@ -7,12 +7,22 @@ the call: the first tensor with the most dimensions is full `[..., n]`;
 another tensor of its shape is full, of shape `[n]` per-column (per-row if it
 is an integer tensor and also matches the leading dims), of the leading
 shape per-row; a Python int or float, or a 0-d tensor, is a runtime scalar;
-any other argument (a bool, a string, None) is a trace-time constant.
+any other argument (a bool, a string, None) is a trace-time constant. A 0-d
+tensor on the tensors' device is read there, through a pointer (a new value
+neither recompiles nor waits for the device).
 
 Values follow PyTorch's type promotion (torch.result_type): an f32 weight
 times bf16 activations is f32, a Python number keeps a tensor's dtype, an
 integer divided is a float. Arithmetic runs in f32 (f64 when a float64 is
 involved) and every output comes back in the dtype PyTorch would give it.
+Python numbers (arguments, literals, `tilefuse.item` of a scalar) compute in
+float64 among themselves, as Python computes them, and take the dtype of
+the tensor or 0-d tensor they meet.
+
+`fusion.multi_tensor(lists...)` runs an elementwise fusion over lists of
+tensors (the i-th of each list forms a row set) in a few launches, and
+`@tilefuse.fusion(inplace={"param": "param_out"})` writes an output over an
+input, in single and multi-tensor calls.
 
 Autograd: the fusion's backward is derived by the compiler
 (tilefuse/Compiler/Differentiate.h) and runs as one fused kernel; see
@@ -254,7 +264,7 @@ def _as_value(x, function: str) -> Value:
         return x
     if isinstance(x, (bool, int, float)):
         trace = _active_trace(function)
-        dtype = "i1" if isinstance(x, bool) else trace.compute if isinstance(x, float) else "i64"
+        dtype = "i1" if isinstance(x, bool) else "f64" if isinstance(x, float) else "i64"
         return Value(trace, trace.builder.constant(float(x), dtype), x)
     if isinstance(x, torch.Tensor):
         raise _unsupported("a tensor captured from outside the fusion (pass it as an "
@@ -276,8 +286,9 @@ def _computation(dtype: torch.dtype, trace: _Trace) -> str:
 
 def _computed(value: Value, proto):
     """The builder value of `value` converted to the computation type of
-    `proto`'s dtype."""
-    name = _computation(_proto_dtype(proto), value._trace)
+    `proto`'s dtype (float64 for a Python float: numbers compute among
+    themselves as Python computes them)."""
+    name = "f64" if isinstance(proto, float) else _computation(_proto_dtype(proto), value._trace)
     builder = value._trace.builder
     if value._value.dtype == name:
         return value._value
@@ -486,6 +497,59 @@ def cast(x, dtype: torch.dtype):
     return _cast(x, dtype)
 
 
+def item(x):
+    """Like Tensor.item(): a scalar (a 0-d tensor's value) as a Python
+    number, which computes in float64 with other numbers (see Value)."""
+    x = _as_value(x, "item")
+    if x.kind != "scalar":
+        raise TypeError(f"tilefuse.item takes a scalar, got a {x.kind} value")
+    proto = _number_proto(x.dtype)
+    return Value(x._trace, _computed(x, proto), proto)
+
+
+def fma(a, b, c):
+    """a * b + c, rounded once, in the dtype PyTorch gives the three."""
+    trace = _active_trace("fma")
+    a, b, c = (_as_value(v, "fma") for v in (a, b, c))
+    proto = functools.reduce(_result_type, (b._proto, c._proto), a._proto)
+    if not _proto_dtype(proto).is_floating_point:
+        raise _unsupported(f"fma of {a.dtype}, {b.dtype} and {c.dtype} values (it is for floats)")
+    return Value(trace, trace.builder.fma(*(_computed(v, proto) for v in (a, b, c))), proto)
+
+
+# torch's pointwise ops as its CPU kernels round them (one FMA where they
+# use one), so that a fusion repeats a torch computation bit for bit.
+
+def add(input, other, alpha=1):  # noqa: A002 - torch's names
+    """torch.add(input, other, alpha=alpha): input + alpha * other."""
+    if _is_number(alpha) and alpha == 1:
+        return input + other
+    return fma(alpha, other, input)
+
+
+def addcmul(input, tensor1, tensor2, value=1):  # noqa: A002
+    """torch.addcmul: input + value * tensor1 * tensor2."""
+    return fma(value * tensor1, tensor2, input)
+
+
+def addcdiv(input, tensor1, tensor2, value=1):  # noqa: A002
+    """torch.addcdiv: input + value * tensor1 / tensor2."""
+    return input + value * tensor1 / tensor2
+
+
+def lerp(start, end, weight):
+    """torch.lerp(start, end, weight), as torch rounds it: a scalar weight in
+    start's dtype, start + weight * (end - start) for |weight| < 0.5, else
+    end - (end - start) * (1 - weight)."""
+    start = _as_value(start, "lerp")
+    weight = _as_value(weight, "lerp")
+    if weight.kind == "scalar":
+        proto = _tensor_proto(start.dtype, True)
+        weight = Value(weight._trace, _computed(weight, proto), proto)
+    small = abs(weight) < 0.5
+    return fma(where(small, weight, weight - 1), end - start, where(small, start, end))
+
+
 def _reduction(kind):
     def function(x, dim: int = -1):
         x = _as_value(x, kind)
@@ -561,7 +625,10 @@ def _is_number(arg) -> bool:
 
 def _classify(name: str, args: tuple, parameters: list[str]):
     """The kind, dtype and value of each argument ("static" for trace-time
-    constants), the fusion's compute type, and (n, leading shape, device)."""
+    constants; "pointer" for a 0-d tensor read on the tensors' device,
+    "scalar0d" for one whose value is taken: on another device, or in a call
+    autograd records), the fusion's compute type, and (n, leading shape,
+    device)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0]
     if not tensors:
         raise ValueError(f"tilefuse.{name}: needs at least one tensor argument with a last dimension")
@@ -573,7 +640,7 @@ def _classify(name: str, args: tuple, parameters: list[str]):
     specs = []
     for parameter, arg in zip(parameters, args):
         if _is_number(arg):
-            specs.append(("scalar", "i64" if isinstance(arg, int) else compute, arg))
+            specs.append(("scalar", "i64" if isinstance(arg, int) else "f64", arg))
             continue
         if not isinstance(arg, torch.Tensor):
             try:
@@ -590,7 +657,8 @@ def _classify(name: str, args: tuple, parameters: list[str]):
             if arg.dtype == torch.bool:
                 raise TypeError(f"tilefuse.{name}: argument '{parameter}' is a 0-d bool tensor; "
                                 "pass a Python bool (a trace-time constant)")
-            specs.append(("scalar0d", DTYPE_NAMES[arg.dtype], arg))
+            by_value = arg.device != device or arg.requires_grad or _records_graph(tensors)
+            specs.append(("scalar0d" if by_value else "pointer", DTYPE_NAMES[arg.dtype], arg))
             continue
         if arg.device != device:
             raise ValueError(f"tilefuse.{name}: argument '{parameter}' is on {arg.device}, "
@@ -611,19 +679,55 @@ def _classify(name: str, args: tuple, parameters: list[str]):
     return specs, compute, n, lead, device
 
 
+def _scalar_dtype(where: str, tensor: torch.Tensor) -> str:
+    """The fuse dtype of a scalar read through a pointer."""
+    if tensor.dtype not in DTYPE_NAMES:
+        raise TypeError(f"{where} has unsupported dtype {tensor.dtype}")
+    return DTYPE_NAMES[tensor.dtype]
+
+
+def _records_graph(tensors) -> bool:
+    """Whether autograd records a call on `tensors`."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+class per_tensor:  # noqa: N801 - reads as a function at call sites
+    """One scalar per row set of a `multi_tensor` call: a list of 0-d
+    tensors (an optimizer's per-parameter step count), each read on the
+    device."""
+
+    __slots__ = ("tensors",)
+
+    def __init__(self, tensors):
+        self.tensors = list(tensors)
+
+
 class _Compiled:
     """A trace: the fusion, its launch handle, its outputs (name, kind,
     dtype), and how autograd runs it (C++ FusionDerivative, derived on first
     use)."""
 
-    __slots__ = ("fusion", "handle", "outputs", "index_checks", "_derivative")
+    __slots__ = ("fusion", "handle", "outputs", "index_checks", "_derivative", "_pointers",
+                 "_functional_handle")
 
-    def __init__(self, fusion, index_checks: tuple = ()):
+    def __init__(self, fusion, inplace=(), pointers=(), index_checks: tuple = ()):
+        """`inplace`: (output, input) index pairs written in place;
+        `pointers`: a flag per input, for scalars read through pointers."""
         self.fusion = fusion
-        self.handle = fusion.launch_handle()
+        self.handle = fusion.launch_handle(list(inplace), list(pointers))
         self.outputs = fusion.outputs
         self.index_checks = index_checks  # see Fusion._index_checks
         self._derivative = None
+        self._pointers = list(pointers)
+        self._functional_handle = None if inplace else self.handle
+
+    @property
+    def functional_handle(self) -> int:
+        """A handle that writes every output to a new tensor (torch.compile's
+        functional op)."""
+        if self._functional_handle is None:
+            self._functional_handle = self.fusion.launch_handle([], self._pointers)
+        return self._functional_handle
 
     @property
     def derivative(self) -> dict:
@@ -642,6 +746,7 @@ class _Compiled:
 
 _REGISTRY: list["Fusion"] = []
 _launch_fusion = torch.ops.tilefuse.launch_fusion.default
+_launch_multi_tensor = torch.ops.tilefuse.launch_multi_tensor.default
 _MAX_PLANS = 1024
 
 
@@ -653,7 +758,7 @@ class Fusion:
     `tilefuse::run_fusion` custom op (its fake implementation traces on
     metadata alone, its autograd formula runs the derived backward)."""
 
-    def __init__(self, fn, name: str | None = None):
+    def __init__(self, fn, name: str | None = None, inplace=None):
         self._fn = fn
         self._name = name or fn.__name__
         self._signature = inspect.signature(fn)
@@ -662,7 +767,15 @@ class Fusion:
                 raise TypeError(f"tilefuse.fusion {self._name}: *args and **kwargs are not "
                                 f"supported ('{parameter.name}'); name every argument")
         self._parameters = list(self._signature.parameters)
+        # {parameter: output}; a list of names: outputs named as parameters.
+        self._inplace = dict(inplace) if isinstance(inplace, dict) else \
+            {name: name for name in inplace or ()}
+        for parameter in self._inplace:
+            if parameter not in self._parameters:
+                raise ValueError(f"tilefuse.fusion {self._name}: inplace names '{parameter}', "
+                                 f"which is not a parameter ({', '.join(self._parameters)})")
         self._traces: dict[tuple, _Compiled] = {}
+        self._multi_traces: dict[tuple, _Compiled] = {}
         # Argument metadata -> how to launch (skips classifying again).
         self._plans: dict[tuple, tuple] = {}
         self._structure: tuple[list[str], str] | None = None
@@ -681,6 +794,8 @@ class Fusion:
         bound.apply_defaults()
         return list(bound.arguments.values())
 
+    # Tracing runs the builder (C++), which torch.compile does not trace.
+    @torch.compiler.disable
     def _trace(self, specs, compute: str) -> _Compiled:
         trace = _Trace(self._name, compute)
         builder = trace.builder
@@ -690,10 +805,10 @@ class Fusion:
                 values.append(arg)
                 continue
             if kind == "scalar":
-                proto = _number_proto(torch.result_type(arg, arg))
+                proto = _number_proto(TORCH_DTYPES[dtype])
                 values.append(Value(trace, builder.input(parameter, "scalar", dtype), proto))
                 continue
-            zero_dim = kind == "scalar0d"
+            zero_dim = kind in ("scalar0d", "pointer", "per_tensor")
             torch_dtype = TORCH_DTYPES[dtype]
             declared = _computation(torch_dtype, trace) if zero_dim else dtype
             value = builder.input(parameter, "scalar" if zero_dim else kind, declared)
@@ -747,7 +862,29 @@ class Fusion:
                             f"{self._structure[0]} for earlier ones; a fusion's outputs "
                             "must not depend on its arguments' kinds")
         self._structure = (names, shape)
-        return _Compiled(fusion, index_checks)
+        # The kernel's inputs are the arguments but trace-time constants.
+        port = {}
+        for index, (kind, _, _) in enumerate(specs):
+            if kind != "static":
+                port[index] = len(port)
+        return _Compiled(fusion, [(o, port[i]) for o, i in self._inplace_pairs(specs)],
+                         [kind == "pointer" for kind, _, _ in specs if kind != "static"],
+                         index_checks)
+
+    def _inplace_pairs(self, specs) -> list[tuple[int, int]]:
+        """(output, argument) index pairs of the outputs written in place."""
+        names = self._structure[0]
+        pairs = []
+        for parameter, output in self._inplace.items():
+            if output not in names:
+                raise ValueError(f"tilefuse.fusion {self._name}: inplace maps '{parameter}' to "
+                                 f"'{output}', which is not an output ({', '.join(names)})")
+            index = self._parameters.index(parameter)
+            if specs[index][0] not in ("full", "row", "col"):
+                raise TypeError(f"tilefuse.fusion {self._name}: '{parameter}' is written in "
+                                f"place and must be a tensor, got a {specs[index][0]}")
+            pairs.append((names.index(output), index))
+        return pairs
 
     def _index_checks(self, trace: _Trace, outputs: int) -> tuple:
         """How each gather's index is checked against [0, n) after a call:
@@ -778,23 +915,34 @@ class Fusion:
             compiled = self._traces[signature] = self._trace(specs, compute)
         return compiled, specs, lead, n, device
 
-    def _execute(self, args: list) -> list[torch.Tensor]:
-        """Traces (once per signature), then runs the outputs."""
+    def _execute(self, args: list, in_place: bool = True) -> list[torch.Tensor]:
+        """Traces (once per signature), then runs the outputs (with
+        `in_place` False, every one to a new tensor)."""
         compiled, specs, lead, n, device = self._compiled_for(args)
+        written = dict(self._inplace_pairs(specs)) if in_place else {}
         if device.type == "meta":
-            return _empty_outputs(compiled.outputs, lead, n, device)
+            outputs = _empty_outputs(compiled.outputs, lead, n, device)
+            return [args[written[o]] if o in written else output
+                    for o, output in enumerate(outputs)]
         for parameter, (kind, _, arg) in zip(self._parameters, specs):
             if kind == "scalar0d" and arg.requires_grad:
                 raise TypeError(f"tilefuse.{self._name}: argument '{parameter}' is a 0-d tensor "
                                 "that requires grad; scalar arguments have no gradient (detach "
                                 "it, or pass it as a tensor of the leading shape)")
-        # What each argument becomes: a tensor, a number, a 0-d tensor's
-        # number, or nothing (a trace-time constant).
-        actions = [{"scalar": "number", "scalar0d": "item", "static": "static"}.get(kind, "tensor")
-                   for kind, _, _ in specs]
+        # What each argument becomes: a tensor (as given when written in
+        # place: a copy would not be), a number, a 0-d tensor's number, a
+        # scalar read through a pointer, or nothing (a trace-time constant).
+        updated = set(written.values())
+        actions = ["inplace" if index in updated else
+                   {"scalar": "number", "scalar0d": "item", "static": "static",
+                    "pointer": "pointer"}.get(kind, "tensor")
+                   for index, (kind, _, _) in enumerate(specs)]
         if len(self._plans) >= _MAX_PLANS:  # many distinct batch shapes
             self._plans.clear()
-        plan = self._plans[_plan_key(args)] = (self, compiled, actions, n)
+        plan = (self, compiled, compiled.handle if in_place else compiled.functional_handle,
+                actions, n)
+        if in_place:
+            self._plans[_plan_key(args)] = plan
         return _run(plan, args)
 
     def __call__(self, *args, **kwargs):
@@ -809,6 +957,10 @@ class Fusion:
         else:
             args = self._bind(args, kwargs)
             outputs = self._compiled_call(args) if compiling else self._execute(args)
+        return self._shaped(outputs)
+
+    def _shaped(self, outputs):
+        """The outputs as the function returned them: one, a tuple or a dict."""
         names, shape = self._structure
         if shape == "dict":
             return dict(zip(names, outputs))
@@ -833,11 +985,129 @@ class Fusion:
             else:
                 layout.append("s")
                 statics.append(arg)
-        differentiable = torch.is_grad_enabled() and any(
+        layout, statics = "".join(layout), repr(tuple(statics))
+        differentiable = not self._inplace and torch.is_grad_enabled() and any(
             t.requires_grad for t in tensors if t.dtype.is_floating_point)
-        outputs = torch.ops.tilefuse.run_fusion(self._id, "".join(layout), repr(tuple(statics)),
+        outputs = torch.ops.tilefuse.run_fusion(self._id, layout, statics,
                                                 tensors, floats, ints, differentiable)
-        return outputs[:len(self._structure[0])] if self._structure else outputs
+        outputs = outputs[:len(self._structure[0])] if self._structure else outputs
+        # Outputs written in place: run_fusion is functional (a mutating
+        # custom op cannot return a list), then copied into their inputs,
+        # which torch.compile's functionalization sees.
+        written = dict(self._inplace_pairs_by_output())
+        for o, index in written.items():
+            args[index].copy_(outputs[o])
+        return [args[written[o]] if o in written else output
+                for o, output in enumerate(outputs)]
+
+    def _inplace_pairs_by_output(self):
+        names = self._structure[0]
+        return [(names.index(output), self._parameters.index(parameter))
+                for parameter, output in self._inplace.items()]
+
+    def multi_tensor(self, *args, skip_if: torch.Tensor | None = None):
+        """Runs this elementwise fusion over lists of tensors: the i-th tensor
+        of every list forms one row set (tensors of one shape, any shape per
+        set, any number of sets). Each argument is a list of tensors, a
+        number, a 0-d tensor (read on the device) or `tilefuse.per_tensor`
+        (one 0-d tensor per set). Sets run in one launch per (dtypes,
+        alignment class) and table of tensors on a GPU, one parallel loop on
+        the CPU; the kernel never depends on the tensors' sizes. Float lists
+        compute in f32 (f64 for float64 lists) and each tensor keeps its
+        dtype: a bfloat16 parameter beside float32 state is one row set.
+        Outputs declared `inplace` overwrite their inputs; the others come
+        back as lists (in their row set's float dtype), shaped as the
+        function returns them. When `skip_if` (a one-element tensor, e.g.
+        GradScaler's found_inf) is nonzero nothing is written."""
+        if len(args) != len(self._parameters):
+            raise TypeError(f"tilefuse.{self._name}.multi_tensor: expected "
+                            f"{len(self._parameters)} arguments, got {len(args)}")
+        layout, updated, tensors, scalars, scalar_tensors = [], [], [], [], []
+        specs, per_tensor_lists, count, compute = [], [], None, None
+        for parameter, arg in zip(self._parameters, args):
+            where = f"tilefuse.{self._name}.multi_tensor: argument '{parameter}'"
+            if isinstance(arg, (per_tensor, list, tuple)):
+                items = arg.tensors if isinstance(arg, per_tensor) else list(arg)
+                if not all(isinstance(t, torch.Tensor) for t in items):
+                    raise TypeError(f"{where} must hold tensors")
+                if count is not None and len(items) != count:
+                    raise ValueError(f"{where} has {len(items)} tensors, the other lists {count}")
+                count = len(items)
+            if isinstance(arg, per_tensor):
+                specs.append(("per_tensor", _scalar_dtype(where, items[0]) if items else "f32",
+                              None))
+                layout.append("t")
+                per_tensor_lists.append(items)
+            elif isinstance(arg, (list, tuple)):
+                floats = {t.dtype for t in items if t.dtype in FLOAT_STORAGE}
+                wide = torch.float64 in floats
+                if wide and len(floats) > 1:
+                    raise TypeError(f"{where} mixes float64 with other float dtypes")
+                if floats and compute not in (None, "f64" if wide else "f32"):
+                    raise TypeError(f"{where}: float64 lists cannot mix with other float lists")
+                if floats:
+                    compute = "f64" if wide else "f32"
+                dtype = DTYPE_NAMES.get(items[0].dtype, "f32") if items else "f32"
+                specs.append(("full", "f32" if dtype in ("f16", "bf16") else dtype, None))
+                if parameter in self._inplace:
+                    layout.append("u")
+                    updated.extend(items)
+                else:
+                    layout.append("f")
+                    tensors.append(items)
+            elif isinstance(arg, torch.Tensor):
+                if arg.dim() != 0:
+                    raise TypeError(f"{where} is a tensor of shape {list(arg.shape)}; pass a "
+                                    "list of tensors, or a 0-d tensor for a scalar")
+                specs.append(("pointer", _scalar_dtype(where, arg), None))
+                layout.append("p")
+                scalar_tensors.append(arg)
+            elif _is_number(arg):
+                specs.append(("scalar", "i64" if isinstance(arg, int) else "f64", None))
+                layout.append("v")
+                scalars.append(arg)
+            else:
+                raise TypeError(f"{where} must be a list of tensors, a number, a 0-d tensor "
+                                f"or tilefuse.per_tensor(...), got {type(arg).__name__}")
+        if count is None:
+            raise ValueError(f"tilefuse.{self._name}.multi_tensor: needs at least one list "
+                             "of tensors")
+        for parameter in self._inplace:
+            if layout[self._parameters.index(parameter)] != "u":
+                raise TypeError(f"tilefuse.{self._name}.multi_tensor: '{parameter}' is written "
+                                "in place and must be a list of tensors")
+        compute = compute or "f32"
+        signature = (compute, tuple((kind, dtype) for kind, dtype, _ in specs))
+        compiled = self._multi_traces.get(signature)
+        if compiled is None:
+            compiled = self._trace(specs, compute)
+            for output, kind, _ in compiled.outputs:
+                if kind != "full":
+                    raise ValueError(f"tilefuse.{self._name}.multi_tensor: a multi-tensor "
+                                     f"kernel is elementwise; output '{output}' is per {kind} "
+                                     "(a reduction)")
+            self._multi_traces[signature] = compiled
+        # Outputs not written in place: laid out as their row set's first
+        # list (an updated one if any), float ones in its float dtype.
+        reference = next(list(arg) for arg, code in zip(args, layout)
+                         if code == "u" or (code == "f" and "u" not in layout))
+        written = dict(self._inplace_pairs_by_output())
+        results, fresh = [], []
+        for o, (_, _, dtype) in enumerate(compiled.outputs):
+            if o in written:
+                results.append(list(args[written[o]]))
+                continue
+            floating = dtype in ("f32", "f64")
+            outputs = [torch.empty_like(like, dtype=(
+                like.dtype if like.dtype in FLOAT_STORAGE else torch.float32)
+                if floating else TORCH_DTYPES[dtype]) for like in reference]
+            results.append(outputs)
+            fresh.extend(outputs)
+        flat_tensors = [t for items in tensors for t in items] + \
+            [t for items in per_tensor_lists for t in items]
+        _launch_multi_tensor(compiled.handle, "".join(layout), updated, fresh, flat_tensors,
+                             scalars, scalar_tensors, skip_if)
+        return self._shaped(results)
 
     @property
     def ir(self) -> list[str]:
@@ -852,23 +1122,29 @@ def _empty_outputs(outputs, lead, n, device) -> list[torch.Tensor]:
 
 
 def _plan_key(args) -> tuple:
-    """What classifying `args` depends on."""
-    return tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor)
-                 else type(a) if _is_number(a) else ("static", a) for a in args)
+    """What classifying `args` depends on (whether autograd records the call
+    decides how a 0-d tensor is read)."""
+    return (torch.is_grad_enabled(),) + tuple(
+        (a.shape, a.dtype, a.device, a.requires_grad) if isinstance(a, torch.Tensor)
+        else type(a) if _is_number(a) else ("static", a) for a in args)
 
 
 def _run(plan: tuple, args) -> list[torch.Tensor]:
-    fusion, compiled, actions, n = plan
-    tensors, scalars = [], []
+    fusion, compiled, handle, actions, n = plan
+    tensors, scalars, scalar_tensors = [], [], []
     for action, arg in zip(actions, args):
         if action == "tensor":
             tensors.append(arg.contiguous())
+        elif action == "inplace":
+            tensors.append(arg)
         elif action == "number":
             scalars.append(arg)
         elif action == "item":
             scalars.append(arg.item())
+        elif action == "pointer":
+            scalar_tensors.append(arg)
     try:
-        outputs = _launch_fusion(compiled.handle, tensors, scalars)
+        outputs = _launch_fusion(handle, tensors, scalars, scalar_tensors)
     except (OverflowError, RuntimeError):
         _check_scalar_ranges(fusion, args)
         raise
@@ -928,7 +1204,7 @@ def _split(name: str, args: list, specs) -> tuple[list, list]:
     for (kind, _, _), arg in zip(specs, args):
         if kind == "scalar":
             scalars.append(arg)
-        elif kind == "scalar0d":
+        elif kind in ("scalar0d", "pointer"):
             raise TypeError(f"tilefuse.{name}: under torch.compile, a differentiated fusion "
                             "takes its scalar arguments as Python numbers, not 0-d tensors")
         elif kind != "static":
@@ -943,7 +1219,7 @@ def _run_fusion(fusion_id: int, layout: str, statics: str, tensors: list[torch.T
     args = _arguments(layout, statics, tensors, floats, ints)
     compiled, specs, _, n, _ = fusion._compiled_for(args)
     if not (differentiable and compiled.differentiable):
-        return fusion._execute(args)
+        return fusion._execute(args, in_place=False)
     # The derived forward: the outputs, then the statistics autograd saves.
     outputs = torch.ops.tilefuse.launch_fusion_forward(compiled.handle,
                                                        *_split(fusion._name, args, specs))
@@ -1024,8 +1300,12 @@ def _backward(ctx, grads):
 _run_fusion.register_autograd(_backward, setup_context=_setup_context)
 
 
-def fusion(fn=None, *, name: str | None = None):
-    """Decorator: trace `fn` into a fused kernel compiled on first call."""
+def fusion(fn=None, *, name: str | None = None, inplace=None):
+    """Decorator: trace `fn` into a fused kernel compiled on first call.
+    `inplace` maps parameters to the outputs written over them
+    ({"param": "param_out"}), or lists parameters that outputs of the same
+    name overwrite (("param", "exp_avg")): such calls write no new
+    tensors."""
     if fn is None:
-        return lambda f: Fusion(f, name)
-    return Fusion(fn, name)
+        return lambda f: Fusion(f, name, inplace)
+    return Fusion(fn, name, inplace)

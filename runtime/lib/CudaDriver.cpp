@@ -4,6 +4,7 @@
 #include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Emulator/Emulator.h"
 
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
@@ -318,6 +319,7 @@ llvm::Error CudaDriver::launchOne(void *function, const std::string &name,
                                   unsigned blocks, unsigned threads,
                                   void *stream, std::vector<void *> &params,
                                   const std::vector<Buffer> &buffers) {
+  countKernelLaunch();
   if (api->setBuffers) {
     std::vector<TilefuseEmulatorBuffer> described;
     for (const Buffer &buffer : buffers)
@@ -370,9 +372,10 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
     return extents.empty() ? nullptr : &extents[i];
   };
   for (size_t i = 0; i < inputs; ++i) {
-    bool scalar = info.inputs[i].kind == PortInfo::Kind::Scalar;
-    params.push_back(scalar ? arguments[i] : address(arguments[i]));
-    if (!scalar && extent(i))
+    bool byValue = info.inputs[i].kind == PortInfo::Kind::Scalar &&
+                   info.inputs[i].binding == PortInfo::Binding::Value;
+    params.push_back(byValue ? arguments[i] : address(arguments[i]));
+    if (!byValue && extent(i))
       buffers.push_back(*extent(i));
   }
   size_t workspace = 0;
@@ -411,4 +414,116 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
   return launchOne(loaded->finalize, info.name + kFinalizeSuffix,
                    finalizeBlocks, kFinalizeThreads, stream, finalizeParams,
                    finalizeBuffers);
+}
+
+/// Bytes of one element of a fuse dtype.
+static uint64_t dtypeBytes(llvm::StringRef dtype) {
+  return llvm::StringSwitch<uint64_t>(dtype)
+      .Cases("f64", "i64", 8)
+      .Cases("f32", "i32", 4)
+      .Cases("f16", "bf16", 2)
+      .Default(1);
+}
+
+llvm::Error
+CudaDriver::launchMultiTensor(std::shared_ptr<const GpuKernel> kernel,
+                              const MultiTensorCall &call, int device,
+                              void *stream) {
+  const KernelInfo &info = kernel->info;
+  if (llvm::Error error = checkMultiTensorCall(info, call))
+    return error;
+  llvm::Expected<void *> current = context(device);
+  if (!current)
+    return current.takeError();
+  llvm::Expected<Loaded> loaded = functions(*current, kernel);
+  if (!loaded)
+    return loaded.takeError();
+  llvm::Expected<int> sms = attribute(device, kMultiprocessorCount);
+  if (!sms)
+    return sms.takeError();
+
+  int64_t columns = multiTensorColumns(info);
+  int64_t scalars = multiTensorScalars(info);
+  int64_t words = multiTensorTableWords(scalars + !info.skipIf.empty());
+  int64_t capacity = multiTensorCapacity(words, columns);
+  int64_t chunk = info.tile.chunkElements;
+
+  // What each column points to, for the emulator: its name, bytes per
+  // element, and whether it is a one-element scalar.
+  struct Column {
+    std::string name;
+    uint64_t elementBytes;
+    bool scalar;
+  };
+  std::vector<Column> columnInfo;
+  for (const PortInfo &port : info.inputs)
+    if (port.kind == PortInfo::Kind::Full)
+      columnInfo.push_back({port.name, dtypeBytes(port.dtype), false});
+    else if (port.binding == PortInfo::Binding::PerTensor)
+      columnInfo.push_back({port.name, dtypeBytes(port.pointee), true});
+  for (const PortInfo &port : info.outputs)
+    if (port.updates.empty())
+      columnInfo.push_back({port.name, dtypeBytes(port.dtype), false});
+
+  // The parameters after the table: each scalar's value or pointer, then
+  // the skip flag's pointer (cuLaunchKernel takes their addresses).
+  std::vector<void *> scalarSlots(call.scalars.begin(), call.scalars.end());
+  void *skipIf = call.skipIf;
+  std::vector<void *> tail;
+  std::vector<Buffer> shared;
+  size_t scalar = 0;
+  for (const PortInfo &port : info.inputs) {
+    if (port.kind != PortInfo::Kind::Scalar ||
+        port.binding == PortInfo::Binding::PerTensor)
+      continue;
+    void *&slot = scalarSlots[scalar++];
+    if (port.binding == PortInfo::Binding::Value) {
+      tail.push_back(slot);
+    } else {
+      tail.push_back(&slot);
+      shared.push_back({port.name.c_str(), slot, dtypeBytes(port.pointee)});
+    }
+  }
+  if (skipIf) {
+    tail.push_back(&skipIf);
+    shared.push_back({"skip_if", skipIf, dtypeBytes(info.skipIf)});
+  }
+
+  std::vector<int64_t> pending;
+  for (size_t t = 0; t < call.numel.size(); ++t)
+    if (call.numel[t] > 0)
+      pending.push_back(t);
+  for (size_t first = 0; first < pending.size(); first += capacity) {
+    llvm::ArrayRef<int64_t> tensors =
+        llvm::ArrayRef(pending).slice(first, std::min<size_t>(
+                                                 capacity, pending.size() - first));
+    std::vector<int64_t> table =
+        multiTensorTable(call, columns, tensors, words);
+    int64_t chunks = 0;
+    for (int64_t t : tensors)
+      chunks += (call.numel[t] + chunk - 1) / chunk;
+    std::vector<void *> params = {table.data()};
+    params.insert(params.end(), tail.begin(), tail.end());
+    std::vector<Buffer> buffers;
+    std::vector<std::string> names;
+    if (api->setBuffers) {
+      names.reserve(tensors.size() * columns);
+      buffers = shared;
+      for (int64_t t : tensors)
+        for (int64_t c = 0; c < columns; ++c) {
+          const Column &column = columnInfo[c];
+          names.push_back(llvm::formatv("{0}[{1}]", column.name, t));
+          uint64_t elements = column.scalar ? 1 : call.numel[t];
+          buffers.push_back({names.back().c_str(),
+                             call.pointers[t * columns + c],
+                             elements * column.elementBytes});
+        }
+    }
+    unsigned blocks = std::min<int64_t>(chunks, info.tile.blocksPerSM * *sms);
+    if (llvm::Error error = launchOne(loaded->main, info.name, blocks,
+                                      info.tile.threadsPerRow, stream, params,
+                                      buffers))
+      return error;
+  }
+  return llvm::Error::success();
 }

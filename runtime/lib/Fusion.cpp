@@ -53,7 +53,7 @@ std::string Fusion::ir() const {
 template <typename Kernel, typename Compile>
 llvm::Expected<std::shared_ptr<const Kernel>> Fusion::lookup(
     std::map<Specialization, std::shared_ptr<const Kernel>> &kernels,
-    Specialization specialization, Compile compile) {
+    Specialization specialization, const KernelAbi &abi, Compile compile) {
   Runtime &runtime = Runtime::global();
   if (!runtime.alwaysCompiles()) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -61,8 +61,9 @@ llvm::Expected<std::shared_ptr<const Kernel>> Fusion::lookup(
       return it->second;
   }
   CompileOptions options;
-  std::tie(options.dtype, options.n, options.aligned, options.target) =
-      specialization;
+  std::tie(options.dtype, options.n, options.aligned, options.target,
+           std::ignore) = specialization;
+  options.abi = abi;
   // The runtime serializes compilations of one key; the module is only read.
   auto kernel = compile(runtime, options);
   if (!kernel || runtime.alwaysCompiles())
@@ -72,8 +73,9 @@ llvm::Expected<std::shared_ptr<const Kernel>> Fusion::lookup(
 }
 
 llvm::Expected<std::shared_ptr<const CpuKernel>>
-Fusion::cpuKernel(llvm::StringRef dtype, int64_t n, bool aligned) {
-  return lookup(cpuKernels, {dtype.str(), n, aligned, "cpu"},
+Fusion::cpuKernel(llvm::StringRef dtype, int64_t n, bool aligned,
+                  const KernelAbi &abi) {
+  return lookup(cpuKernels, {dtype.str(), n, aligned, "cpu", abi.str()}, abi,
                 [&](Runtime &runtime, const CompileOptions &options) {
                   return runtime.getCpuKernel(*module, options);
                 });
@@ -81,8 +83,9 @@ Fusion::cpuKernel(llvm::StringRef dtype, int64_t n, bool aligned) {
 
 llvm::Expected<std::shared_ptr<const GpuKernel>>
 Fusion::gpuKernel(llvm::StringRef dtype, int64_t n, bool aligned,
-                  llvm::StringRef target) {
-  return lookup(gpuKernels, {dtype.str(), n, aligned, target.str()},
+                  llvm::StringRef target, const KernelAbi &abi) {
+  return lookup(gpuKernels,
+                {dtype.str(), n, aligned, target.str(), abi.str()}, abi,
                 [&](Runtime &runtime, const CompileOptions &options) {
                   return runtime.getGpuKernel(*module, options);
                 });

@@ -93,6 +93,7 @@ std::string CacheKey::serialize() const {
      << "aligned=" << (aligned ? 1 : 0) << "\n"
      << "target=" << target << "\n"
      << "tile=" << tileConfig << "\n"
+     << "abi=" << abi << "\n"
      << "compiler=" << compilerVersion << "\n";
   return text;
 }

@@ -44,15 +44,40 @@ CpuKernel::create(KernelInfo info,
 llvm::Error CpuKernel::run(CpuExecutor &executor,
                            llvm::ArrayRef<void *> arguments,
                            int64_t rows) const {
+  countKernelLaunch();
   return executor.run(kernelInfo, kernel, finalize, arguments, rows);
+}
+
+llvm::Error CpuKernel::runMultiTensor(CpuExecutor &executor,
+                                      const MultiTensorCall &call) const {
+  countKernelLaunch();
+  return executor.runMultiTensor(kernelInfo, kernel, call);
+}
+
+static std::atomic<int64_t> launches{0};
+
+int64_t tilefuse::kernelLaunches() { return launches.load(); }
+
+void tilefuse::countKernelLaunch() {
+  launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 //===----------------------------------------------------------------------===//
 // An artifact: "name n target threads_per_row rows_per_block vector_width
-// chunks row_on_chip blocks_per_sm rows_per_task", one line per port
-// ("in|out name kind dtype accumulator"), "---", then the LLVM IR (CPU) or
-// the PTX (GPU).
+// chunks row_on_chip blocks_per_sm rows_per_task chunk_elements
+// multi_tensor skip_if", one line per port ("in|out name kind dtype
+// accumulator binding pointee updates", "-" for an empty field), "---",
+// then the LLVM IR (CPU) or the PTX (GPU).
 //===----------------------------------------------------------------------===//
+
+static const char *bindingName(PortInfo::Binding binding) {
+  switch (binding) {
+  case PortInfo::Binding::Value: return "value";
+  case PortInfo::Binding::Pointer: return "pointer";
+  case PortInfo::Binding::PerTensor: return "per-tensor";
+  }
+  llvm_unreachable("unknown binding");
+}
 
 std::string tilefuse::serializeArtifact(const KernelInfo &info,
                                         llvm::StringRef code) {
@@ -62,13 +87,18 @@ std::string tilefuse::serializeArtifact(const KernelInfo &info,
   os << info.name << " " << info.n << " " << tile.target << " "
      << tile.threadsPerRow << " " << tile.rowsPerBlock << " "
      << tile.vectorWidth << " " << tile.chunks << " " << tile.rowOnChip << " "
-     << tile.blocksPerSM << " " << tile.rowsPerTask << "\n";
+     << tile.blocksPerSM << " " << tile.rowsPerTask << " "
+     << tile.chunkElements << " " << info.multiTensor << " "
+     << (info.skipIf.empty() ? "-" : info.skipIf) << "\n";
+  auto field = [](const std::string &text) {
+    return text.empty() ? "-" : text;
+  };
   auto ports = [&](const char *direction, const std::vector<PortInfo> &list) {
     for (const PortInfo &port : list)
       os << direction << " " << port.name << " " << PortInfo::kindName(port.kind) << " "
-         << port.dtype << " "
-         << (port.accumulatorDtype.empty() ? "-" : port.accumulatorDtype)
-         << "\n";
+         << port.dtype << " " << field(port.accumulatorDtype) << " "
+         << bindingName(port.binding) << " " << field(port.pointee) << " "
+         << field(port.updates) << "\n";
   };
   ports("in", info.inputs);
   ports("out", info.outputs);
@@ -90,23 +120,31 @@ tilefuse::deserializeArtifact(llvm::StringRef artifact) {
   TileConfig &tile = info.tile;
   llvm::SmallVector<llvm::StringRef> fields;
   lines.front().split(fields, ' ');
-  unsigned onChip = 0;
-  if (fields.size() != 10 || fields[1].getAsInteger(10, info.n) ||
+  unsigned onChip = 0, multiTensor = 0;
+  if (fields.size() != 13 || fields[1].getAsInteger(10, info.n) ||
       fields[3].getAsInteger(10, tile.threadsPerRow) ||
       fields[4].getAsInteger(10, tile.rowsPerBlock) ||
       fields[5].getAsInteger(10, tile.vectorWidth) ||
       fields[6].getAsInteger(10, tile.chunks) ||
       fields[7].getAsInteger(10, onChip) ||
       fields[8].getAsInteger(10, tile.blocksPerSM) ||
-      fields[9].getAsInteger(10, tile.rowsPerTask))
+      fields[9].getAsInteger(10, tile.rowsPerTask) ||
+      fields[10].getAsInteger(10, tile.chunkElements) ||
+      fields[11].getAsInteger(10, multiTensor))
     return malformed();
   info.name = fields[0].str();
   tile.target = fields[2].str();
   tile.rowOnChip = onChip;
+  info.multiTensor = multiTensor;
+  if (fields[12] != "-")
+    info.skipIf = fields[12].str();
+  auto optional = [](llvm::StringRef text) {
+    return text == "-" ? std::string() : text.str();
+  };
   for (llvm::StringRef line : llvm::ArrayRef(lines).drop_front()) {
     fields.clear();
     line.split(fields, ' ');
-    if (fields.size() != 5)
+    if (fields.size() != 8)
       return malformed();
     PortInfo port;
     port.name = fields[1].str();
@@ -121,8 +159,18 @@ tilefuse::deserializeArtifact(llvm::StringRef artifact) {
       return malformed();
     port.kind = *kind;
     port.dtype = fields[3].str();
-    if (fields[4] != "-")
-      port.accumulatorDtype = fields[4].str();
+    port.accumulatorDtype = optional(fields[4]);
+    std::optional<PortInfo::Binding> binding =
+        llvm::StringSwitch<std::optional<PortInfo::Binding>>(fields[5])
+            .Case("value", PortInfo::Binding::Value)
+            .Case("pointer", PortInfo::Binding::Pointer)
+            .Case("per-tensor", PortInfo::Binding::PerTensor)
+            .Default(std::nullopt);
+    if (!binding)
+      return malformed();
+    port.binding = *binding;
+    port.pointee = optional(fields[6]);
+    port.updates = optional(fields[7]);
     (fields[0] == "in" ? info.inputs : info.outputs).push_back(port);
   }
   return std::make_pair(info, artifact.substr(separator + 5).str());
@@ -173,6 +221,7 @@ CacheKey Runtime::keyFor(mlir::ModuleOp module, const CompileOptions &options) {
                                  options.rowsPerBlock, options.vectorWidth,
                                  options.rowOnChip)
                        .str();
+  key.abi = options.abi.str();
   key.compilerVersion = compilerVersion();
   return key;
 }

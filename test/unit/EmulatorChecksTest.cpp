@@ -132,6 +132,29 @@ TEST_F(EmulatorChecks, OutOfBoundsStore) {
   EXPECT_EQ(out[31], 31u);
 }
 
+/// A table passed by value in the parameter space and indexed at run time
+/// (multi-tensor kernels take theirs so): `mov` of its address, `ld.param`
+/// through a register, bounds checked against that parameter.
+TEST_F(EmulatorChecks, KernelParameterReadThroughItsAddress) {
+  ASSERT_EQ(load("param_table"), 0);
+  uint64_t table[8] = {8, 11, 22, 33, 44, 55, 66, 77};
+  std::vector<uint64_t> out(16);
+  void *pointer = out.data();
+  std::vector<TilefuseEmulatorBuffer> buffers = {
+      {"out", out.data(), out.size() * 8}};
+  ASSERT_EQ(launch("param_table", 16, {table, &pointer}, buffers), 0);
+  for (size_t i = 0; i < out.size(); ++i)
+    EXPECT_EQ(out[i], table[i % 8]) << i;
+  // A table claiming 9 words: thread 8 reads past the 64-byte parameter
+  // (into `out`, which follows it in the parameter buffer).
+  table[0] = 9;
+  expectError(launch("param_table", 16, {table, &pointer}, buffers),
+              kIllegalAddress,
+              {"ld.param of 8 bytes at offset 64 is outside .param table "
+               "(64 bytes)",
+               "kernel param_table, block (0, 0, 0), thread (8, 0, 0)"});
+}
+
 /// Blocks run on several host threads; the error reported is the lowest
 /// failing block's, however many there are.
 TEST_F(EmulatorChecks, TheErrorDoesNotDependOnHostThreads) {

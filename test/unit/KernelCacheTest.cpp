@@ -99,7 +99,7 @@ TEST(KernelCache, NewCacheOnSameDirectoryLoadsFromDisk) {
 
 TEST(KernelCache, EveryKeyFieldChangesTheDigest) {
   CacheKey base = sampleKey();
-  std::vector<CacheKey> variants(7, base);
+  std::vector<CacheKey> variants(8, base);
   variants[0].fingerprint = "3f2b";
   variants[1].dtype = "f16";
   variants[2].n = 4097;
@@ -107,6 +107,7 @@ TEST(KernelCache, EveryKeyFieldChangesTheDigest) {
   variants[4].target = "sm_80";
   variants[5].tileConfig = "threads_per_row=64";
   variants[6].compilerVersion = "tilefuse-0.0.0+llvm-21";
+  variants[7].abi = "multi-tensor";
   for (const CacheKey &variant : variants)
     EXPECT_NE(variant.digest(), base.digest()) << variant.serialize();
   // The same fields give the same digest: nothing per call (rows, scalars,

@@ -29,6 +29,11 @@ static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
 static cl::opt<std::string> dtype("dtype", cl::desc("Storage dtype: f32, f16, bf16 (f64 on cpu), or declared (each port keeps its type), then optional per-port overrides: bf16,exp_avg=f32"),
                                   cl::init("f32"));
 static cl::opt<int64_t> rowLength("n", cl::desc("Row length n"), cl::init(0));
+static cl::opt<std::string> abi(
+    "abi",
+    cl::desc("Kernel ABI (KernelABI.h): e.g. multi-tensor,pointer:lr:f32 "
+             "(multi-tensor kernels take no --n)"),
+    cl::init(""));
 static cl::opt<bool> aligned("aligned", cl::desc("16-byte aligned pointers (default true)"),
                              cl::init(true));
 static cl::opt<std::string> target("target", cl::desc("sm_80, sm_86, sm_89, sm_90 or cpu"),
@@ -85,6 +90,13 @@ int main(int argc, char **argv) {
 
   tilefuse::CompileOptions options;
   options.dtype = dtype;
+  std::optional<tilefuse::KernelAbi> parsedAbi =
+      tilefuse::KernelAbi::parse(abi);
+  if (!parsedAbi) {
+    llvm::errs() << "tilefuse-compile: malformed --abi '" << abi << "'\n";
+    return 1;
+  }
+  options.abi = *parsedAbi;
   options.n = rowLength;
   options.aligned = aligned;
   options.target = target;

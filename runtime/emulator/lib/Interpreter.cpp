@@ -727,6 +727,38 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
     case Op::LdKernelParam:
       loadInto(R, in, launch.params.data() + in.imm);
       break;
+    case Op::LdKernelParamAt: {
+      // The parameter the address was taken of, and the offset within it.
+      uint64_t address = R[r[4]] + in.imm;
+      unsigned bytes = in.size * in.count;
+      uint64_t index = (address - kKernelParamSpace) >> 32;
+      uint64_t within = address & 0xffff'ffffull;
+      const std::vector<KernelParam> &params = context.kernel.params;
+      if (address < kKernelParamSpace || index >= params.size() ||
+          within + bytes > params[index].bytes) {
+        fail(thread, *fn, pc - 1, kIllegalAddress,
+             index < params.size() && address >= kKernelParamSpace
+                 ? llvm::formatv("ld.param of {0} bytes at offset {1} is "
+                                 "outside .param {2} ({3} bytes)",
+                                 bytes, within, params[index].name,
+                                 params[index].bytes)
+                       .str()
+                 : llvm::formatv("ld.param of {0} bytes at {1:x}: not a "
+                                 "kernel parameter's address",
+                                 bytes, address)
+                       .str());
+        return Stop::Error;
+      }
+      if (within % bytes != 0) {
+        fail(thread, *fn, pc - 1, kMisalignedAddress,
+             llvm::formatv("misaligned ld.param of {0} bytes at offset {1} "
+                           "of .param {2}",
+                           bytes, within, params[index].name));
+        return Stop::Error;
+      }
+      loadInto(R, in, launch.params.data() + params[index].offset + within);
+      break;
+    }
     case Op::LdFrameParam: loadInto(R, in, paramSpace() + in.imm); break;
     case Op::StFrameParam: storeFrom(R, in, paramSpace() + in.imm); break;
     case Op::LdLocal:

@@ -1456,6 +1456,17 @@ llvm::Expected<uint32_t> Decoder::source(const RawInstr &instr,
     if (type.bits != 32 || type.kind == Type::Float)
       return fail(instr, "special registers are 32-bit integers");
     return special(op.special);
+  case Operand::Param:
+    // A kernel parameter's address in the parameter space (PTX ISA: "the
+    // address of a kernel parameter may be moved into a register").
+    if (!op.param.kernel)
+      return fail(instr, "only a kernel parameter's address can be taken");
+    if (type.bits != 64 || type.kind == Type::Float)
+      return fail(instr, "a parameter's address needs a 64-bit operand");
+    for (auto [index, param] : llvm::enumerate(fn.params))
+      if (param.offset == op.param.offset)
+        return constant(kKernelParamSpace + (uint64_t(index) << 32));
+    return fail(instr, "unknown kernel parameter");
   case Operand::Name: {
     std::optional<Symbol> found = symbol(op.name);
     if (!found)
@@ -1577,9 +1588,20 @@ llvm::Error Decoder::memory(const RawInstr &instr, Modifiers &mods, bool load,
   const Operand *base = address.elements.empty() ? nullptr
                                                  : &address.elements.front();
   bool param = space->starts_with("param");
+  if (param && base && base->kind == Operand::Reg && load) {
+    // Through a kernel parameter's address (bounds checked as it runs).
+    if (base->reg.pred || base->reg.slot == kNoSlot || base->reg.bits != 64)
+      return fail(instr, "ld.param through a register needs a 64-bit one");
+    reads.back().push_back(base->reg.slot);
+    out.r[4] = base->reg.slot;
+    out.sources |= 1 << 4;
+    out.op = Op::LdKernelParamAt;
+    return llvm::Error::success();
+  }
   if (param) {
     if (!base || base->kind != Operand::Param)
-      return fail(instr, "ld/st.param needs a .param variable as address");
+      return fail(instr, "ld/st.param needs a .param variable or a kernel "
+                         "parameter's address in a register");
     const ParamVar &var = base->param;
     if (address.offset < 0 ||
         address.offset + elementBytes * count > var.bytes)

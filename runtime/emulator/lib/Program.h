@@ -40,7 +40,7 @@ namespace tilefuse::emulator {
   X(Mov) X(Pack) X(Unpack) X(Selp) X(NotPred)                                  \
   /* memory */                                                                 \
   X(LdGlobal) X(StGlobal) X(LdShared) X(StShared) X(LdKernelParam)            \
-  X(LdFrameParam) X(StFrameParam) X(LdLocal) X(StLocal)                        \
+  X(LdKernelParamAt) X(LdFrameParam) X(StFrameParam) X(LdLocal) X(StLocal)     \
   /* integer ops on the carry flag (CarryKind), funnel shifts */               \
   X(Carry) X(Funnel)                                                           \
   /* f32, hot forms: .rn, no .ftz or .sat */                                   \
@@ -62,6 +62,12 @@ namespace tilefuse::emulator {
   X(Bra) X(Call) X(Ret) X(Bar) X(Shfl)                                         \
   /* checks the parser inserts where a register may be read unwritten */       \
   X(CheckDefined) X(MarkDefined)
+
+/// A kernel parameter's address (`mov.u64 %rd, param`) is this tag plus the
+/// parameter's index << 32 (the low 32 bits: the offset within it):
+/// `ld.param` through a register reads that parameter, bounds-checked
+/// against it, and the value can never pass for a global address.
+constexpr uint64_t kKernelParamSpace = 0x7e57'0000'0000'0000ull;
 
 enum class Op : uint16_t {
 #define TILEFUSE_EMU_OP(name) name,

@@ -3,7 +3,8 @@
 // The C++ skin of the DSL (Python binds the same API). A fusion is written
 // as ordinary arithmetic on `Value`s; the builder emits `fuse` IR, inserting
 // the broadcasts that mixing kinds needs and promoting integer operands of
-// float arithmetic to the float type:
+// float arithmetic to the float type (a scalar against a tensor takes the
+// tensor's type, as torch's Python numbers and 0-dim tensors do):
 //
 //   FusionBuilder b(context, "rms_norm_fwd");
 //   Value x = b.input("x", Kind::Full), w = b.input("weight", Kind::Col);

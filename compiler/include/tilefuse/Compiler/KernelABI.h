@@ -22,18 +22,106 @@
 //   per row group, so that no partial sums many rows in sequence.
 //   `@<name>_finalize` as on the GPU, run once for all columns.
 //
+// A scalar bound by pointer (KernelAbi::scalarPointers) is passed as a
+//   global pointer to a one-element tensor of the pointee dtype instead of
+//   its value; the kernel reads it once per row (per tensor, multi-tensor)
+//   and converts it to the declared type.
+//
+// Multi-tensor kernels (KernelAbi::multiTensor: full tensors and scalars,
+// elementwise ops only) run one program over many tensors of any sizes.
+//   The table: 64-bit words; [0] = T, its tensors; then for tensor t, at
+//   1 + t * (L + 1), its element count and L pointers, its columns: each
+//   full input, each output not written in place, each per-tensor scalar,
+//   in declaration order (an in-place output uses its input's pointer).
+//   GPU kernel `@<name>`: the table by value in the parameter space
+//   (`.param .align 8 .b8 table[8 * W]`, W = multiTensorTableWords(P)),
+//   then each scalar input not bound per tensor (its value or pointer) in
+//   declaration order, then the skip flag's pointer if any: P parameters
+//   besides the table. The table travels as kernel parameters, as in Apex's
+//   and PyTorch's multi_tensor_apply: a launch needs no device allocation
+//   or host-to-device copy, and CUDA-graph capture records it by value.
+//   Launch: blocks of threads_per_row threads; each tensor is cut into
+//   chunks of chunk_elements, numbered across the table in order; block b
+//   of a grid of G runs the chunks c with c % G == b; G = min(chunks,
+//   blocks_per_sm * SMs). A table holds multiTensorCapacity(W, L) tensors;
+//   more tensors take more launches, never another compilation.
+//   CPU function `@<name>`: (table pointer, the same scalars and flag, then
+//   t_begin, e_begin, t_last, e_end (i64)): elements [e_begin, numel) of
+//   tensor t_begin, every element of the tensors between, and [0, e_end)
+//   of tensor t_last (one range when t_begin == t_last); the runtime cuts
+//   the table into tasks of rows_per_task elements on its thread pool.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TILEFUSE_COMPILER_KERNELABI_H
 #define TILEFUSE_COMPILER_KERNELABI_H
 
+#include "llvm/ADT/StringRef.h"
+
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
 
 namespace tilefuse {
 constexpr int64_t kFinalizeThreads = 256;
 constexpr int64_t kCpuRowsPerPartial = 64;
 constexpr const char *kFinalizeSuffix = "_finalize";
 constexpr const char *kGPUModuleName = "tilefuse_kernels";
+/// On a multi-tensor gpu.func: the type of its table, passed by value
+/// (Pipeline.cpp sets llvm.byval once the function is LLVM).
+constexpr const char *kParamTableAttr = "tilefuse.param_table";
+
+/// How the runtime passes a kernel its arguments beyond the default ABI
+/// (KernelABI.h): scalars read through pointers (device-side scalars), and
+/// multi-tensor launches over a table of tensors. Part of a kernel's
+/// specialization; no field depends on a tensor's size.
+struct KernelAbi {
+  /// Scalar inputs read from a one-element tensor, by input name, with the
+  /// tensor's dtype (f32, f64, i64, ...): the value stays on the device, so
+  /// a new value needs no recompilation, no synchronization, and works
+  /// under CUDA-graph capture.
+  std::map<std::string, std::string> scalarPointers;
+  /// The kernel runs over a table of tensors (elementwise fusions only).
+  bool multiTensor = false;
+  /// Multi-tensor: scalar inputs given one pointer per tensor (a table
+  /// column), by name, with the pointee's dtype.
+  std::map<std::string, std::string> perTensorScalars;
+  /// Multi-tensor: output name -> the full input it overwrites in place
+  /// (one table column serves both).
+  std::map<std::string, std::string> inplace;
+  /// Multi-tensor: the dtype of a flag read through a pointer; when it is
+  /// nonzero the launch changes nothing ("" for none). GradScaler's
+  /// found_inf.
+  std::string skipIf;
+
+  bool isDefault() const {
+    return scalarPointers.empty() && !multiTensor && skipIf.empty();
+  }
+  /// The canonical text: "" for the default ABI, else fields joined by ','
+  /// ("multi-tensor", "pointer:NAME:DTYPE", "per-tensor:NAME:DTYPE",
+  /// "inplace:OUTPUT:INPUT", "skip-if:DTYPE"). fuse-specialize's `abi`
+  /// option and the cache key use it.
+  std::string str() const;
+  /// Parses str()'s form; nullopt for malformed text.
+  static std::optional<KernelAbi> parse(llvm::StringRef text);
+};
+
+/// The kernel parameter space every CUDA driver accepts (4 KiB; CUDA 12.1
+/// drivers allow 32 KiB on Volta and later, with PTX ISA 8.1).
+constexpr int64_t kMaxKernelParamBytes = 4096;
+
+/// 64-bit words of a multi-tensor GPU kernel's table parameter, given its
+/// other parameters (each counted as 8 bytes).
+constexpr int64_t multiTensorTableWords(int64_t otherParameters) {
+  return (kMaxKernelParamBytes - 8 * otherParameters) / 8;
+}
+
+/// Tensors one table holds when each has `columns` pointers: a word for
+/// the count, then per tensor its element count and its pointers.
+constexpr int64_t multiTensorCapacity(int64_t tableWords, int64_t columns) {
+  return (tableWords - 1) / (columns + 1);
+}
 } // namespace tilefuse
 
 #endif // TILEFUSE_COMPILER_KERNELABI_H

@@ -23,6 +23,14 @@ def FuseSpecialize : Pass<"fuse-specialize", "::tilefuse::fuse::KernelOp"> {
     the storage dtype of the input it names and back. The default
     `declared` keeps every port's declared type (mixed dtypes; the
     narrowest full or per-column float sets the vector width).
+
+    `abi` (KernelABI.h, KernelAbi::str) changes how the kernel is called:
+    scalars read through pointers to one-element tensors
+    (`pointer:NAME:DTYPE`), and multi-tensor kernels (`multi-tensor`, with
+    `n=0`: elementwise fusions of full tensors and scalars, run over tables
+    of tensors of any size) with per-tensor scalars
+    (`per-tensor:NAME:DTYPE`), outputs written over an input
+    (`inplace:OUTPUT:INPUT`) and a skip flag (`skip-if:DTYPE`).
   }];
   let options = [
     Option<"dtype", "dtype", "std::string", /*default=*/"\"f32\"",
@@ -31,6 +39,8 @@ def FuseSpecialize : Pass<"fuse-specialize", "::tilefuse::fuse::KernelOp"> {
     Option<"n", "n", "int64_t", /*default=*/"0", "The row length n (> 0)">,
     Option<"aligned", "aligned", "bool", /*default=*/"true",
            "Pointers are 16-byte aligned and n is a multiple of the vector width">,
+    Option<"abi", "abi", "std::string", /*default=*/"\"\"",
+           "How the kernel is called (KernelAbi::str); empty for the default">,
   ];
   let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
 }

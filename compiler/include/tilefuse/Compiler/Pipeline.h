@@ -15,7 +15,9 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,8 @@ enum class Stage { Fuse, Specialized, Tiled, Loops, LLVM, PTX };
 std::optional<Stage> parseStage(llvm::StringRef name);
 
 struct CompileOptions {
+  /// The kernel's ABI (scalars by pointer, multi-tensor).
+  KernelAbi abi;
   /// Storage dtype of full and per-column float tensors, optionally with
   /// per-port overrides: "bf16,exp_avg=f32" (fuse-specialize's `dtype`).
   std::string dtype = "f32";
@@ -63,6 +67,14 @@ struct PortInfo {
   std::string dtype;
   /// Column-reduction outputs: the type of their partials (the compute type).
   std::string accumulatorDtype;
+  /// Scalar inputs: passed by value, through a pointer shared by the whole
+  /// launch, or (multi-tensor) through one pointer per tensor.
+  enum class Binding { Value, Pointer, PerTensor };
+  Binding binding = Binding::Value;
+  /// Pointer bindings: the dtype of the one-element tensor pointed to.
+  std::string pointee;
+  /// Multi-tensor outputs: the input this output overwrites in place.
+  std::string updates;
 };
 
 /// The port `name` of type `type` (a !fuse value type).
@@ -73,6 +85,10 @@ struct KernelInfo {
   std::vector<PortInfo> inputs, outputs;
   int64_t n = 0;
   TileConfig tile;
+  /// Multi-tensor kernels (KernelABI.h): run over a table of tensors.
+  bool multiTensor = false;
+  /// Multi-tensor: the dtype of the skip flag, "" when there is none.
+  std::string skipIf;
   bool hasColumnReduction() const {
     for (const PortInfo &output : outputs)
       if (output.kind == PortInfo::Kind::Col)

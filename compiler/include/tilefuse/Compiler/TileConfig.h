@@ -36,10 +36,26 @@
 //    where math runs per element) operations: at most 2^17
 //    (kMaxEmittedOps), some 25 times the largest built-in.
 //
+// Multi-tensor kernels (elementwise, over a table of tensors of any size;
+// KernelABI.h) cut every tensor into chunks of 65536 elements, as Apex's
+// multi_tensor_apply does: large enough that a block's per-chunk work (the
+// table walk, the per-tensor scalars) is amortized over 128 elements per
+// thread, small enough that a 100M-element tensor spreads over ~1500
+// chunks and any grid balances within one chunk.
+//  - GPU: blocks of 512 threads (threads_per_row; rows_per_block = 1), V as
+//    for rows (16-byte vectors in the aligned class, where every pointer is
+//    16-byte aligned; tails of fewer than V elements run scalar), chunks =
+//    65536 / (512 * V) vectors per thread per chunk, a persistent grid of
+//    at most 4 blocks per SM striding over the launch's chunks.
+//  - CPU: V = 8 (then a scalar tail), each task of the thread pool runs
+//    65536 consecutive elements of the table's tensors (rows_per_task).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TILEFUSE_COMPILER_TILECONFIG_H
 #define TILEFUSE_COMPILER_TILECONFIG_H
+
+#include "tilefuse/Compiler/KernelABI.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/Support/LLVM.h"
@@ -65,8 +81,10 @@ struct TileConfig {
   /// 0: one row group per row; otherwise a persistent grid of this many
   /// blocks per SM.
   int64_t blocksPerSM = 0;
-  /// CPU only: rows per task of the thread pool.
+  /// CPU only: rows per task of the thread pool (multi-tensor: elements).
   int64_t rowsPerTask = 0;
+  /// Multi-tensor kernels: the elements of a chunk (0 otherwise).
+  int64_t chunkElements = 0;
 
   bool isGPU() const { return target != "cpu"; }
   int64_t threadsPerBlock() const { return threadsPerRow * rowsPerBlock; }
@@ -88,7 +106,13 @@ struct KernelShape {
   /// Operations in the kernel body, and the passes over a row it makes.
   int64_t ops = 0;
   int64_t passes = 1;
+  /// A multi-tensor kernel (n is not fixed).
+  bool multiTensor = false;
 };
+
+/// The ABI fuse-specialize recorded on a kernel (the default when it
+/// recorded none); emits an error and fails for a malformed record.
+mlir::FailureOr<KernelAbi> getKernelAbi(fuse::KernelOp kernel);
 
 /// Whether `target` names a chip tilefuse emits PTX for, or the CPU.
 bool isKnownTarget(llvm::StringRef target);

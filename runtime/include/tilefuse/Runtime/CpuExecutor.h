@@ -11,7 +11,7 @@
 #ifndef TILEFUSE_RUNTIME_CPUEXECUTOR_H
 #define TILEFUSE_RUNTIME_CPUEXECUTOR_H
 
-#include "tilefuse/Compiler/Pipeline.h"
+#include "tilefuse/Runtime/MultiTensor.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/ThreadPool.h"
@@ -30,12 +30,20 @@ public:
   /// `rows` rows. `arguments` holds one entry per input then per output, in
   /// declaration order: the address of the tensor's data, or for a scalar
   /// input the address of its value (float for f32, double for f64,
-  /// int64_t for i64).
+  /// int64_t for i64), or the pointer itself for a scalar bound by pointer.
   llvm::Error run(const KernelInfo &info, PackedFunction kernel,
                   PackedFunction finalize, llvm::ArrayRef<void *> arguments,
                   int64_t rows);
 
+  /// Runs a multi-tensor kernel over `call`'s tensors as one parallel loop
+  /// over tasks of rows_per_task consecutive elements.
+  llvm::Error runMultiTensor(const KernelInfo &info, PackedFunction kernel,
+                             const MultiTensorCall &call);
+
 private:
+  /// Runs runTask(0) ... runTask(tasks - 1) on the pool and waits.
+  template <typename Task> void runTasks(int64_t tasks, Task runTask);
+
   llvm::StdThreadPool pool;
 };
 

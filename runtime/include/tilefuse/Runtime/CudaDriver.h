@@ -16,6 +16,7 @@
 #ifndef TILEFUSE_RUNTIME_CUDADRIVER_H
 #define TILEFUSE_RUNTIME_CUDADRIVER_H
 
+#include "tilefuse/Runtime/MultiTensor.h"
 #include "tilefuse/Runtime/Runtime.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -79,7 +80,8 @@ public:
   /// output: the device pointer, or a scalar's address); `workspaces` holds
   /// one [rowGroups, n] buffer of the accumulator's dtype per
   /// column-reduction output, in output order. `extents`, when given,
-  /// describes each argument then each workspace (a scalar's is ignored);
+  /// describes each argument then each workspace (a scalar's is ignored
+  /// unless it is bound by pointer);
   /// the emulator checks each launch's accesses against the buffers it
   /// touches. The kernel stays loaded (and alive) while the process runs.
   llvm::Error launch(std::shared_ptr<const GpuKernel> kernel,
@@ -87,6 +89,13 @@ public:
                      llvm::ArrayRef<void *> workspaces, int64_t rows,
                      int device, void *stream,
                      llvm::ArrayRef<Buffer> extents = {});
+
+  /// Launches a multi-tensor kernel over `call`'s tensors on `stream` of
+  /// `device`: one launch per table's worth of nonempty tensors
+  /// (KernelABI.h). The emulator is told every tensor's extent.
+  llvm::Error launchMultiTensor(std::shared_ptr<const GpuKernel> kernel,
+                                const MultiTensorCall &call, int device,
+                                void *stream);
 
 private:
   struct Api;

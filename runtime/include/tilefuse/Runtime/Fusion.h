@@ -40,24 +40,29 @@ public:
 
   /// The kernel for storage `dtype` ("bf16", or with per-port overrides
   /// "bf16,exp_avg=f32": see fuse-specialize), row length `n`, 16-byte
-  /// alignment `aligned` and `target` ("cpu" for cpuKernel, sm_XX for
-  /// gpuKernel).
+  /// alignment `aligned`, `target` ("cpu" for cpuKernel, sm_XX for
+  /// gpuKernel) and `abi` (scalars by pointer, multi-tensor: KernelABI.h;
+  /// n = 0).
   llvm::Expected<std::shared_ptr<const CpuKernel>>
-  cpuKernel(llvm::StringRef dtype, int64_t n, bool aligned);
+  cpuKernel(llvm::StringRef dtype, int64_t n, bool aligned,
+            const KernelAbi &abi = {});
   llvm::Expected<std::shared_ptr<const GpuKernel>>
   gpuKernel(llvm::StringRef dtype, int64_t n, bool aligned,
-            llvm::StringRef target);
+            llvm::StringRef target, const KernelAbi &abi = {});
 
   /// What autograd runs for this fusion, derived on first use for
   /// gradients of every float output and every differentiable input.
   llvm::Expected<FusionDerivative &> derivative();
 
 private:
-  using Specialization = std::tuple<std::string, int64_t, bool, std::string>;
+  /// (dtype, n, aligned, target, KernelAbi::str()).
+  using Specialization =
+      std::tuple<std::string, int64_t, bool, std::string, std::string>;
   template <typename Kernel, typename Compile>
   llvm::Expected<std::shared_ptr<const Kernel>>
   lookup(std::map<Specialization, std::shared_ptr<const Kernel>> &kernels,
-         Specialization specialization, Compile compile);
+         Specialization specialization, const KernelAbi &abi,
+         Compile compile);
 
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::string kernelName, hash;

@@ -39,6 +39,7 @@ struct CacheKey {
   bool aligned = true;         // alignment class
   std::string target;          // sm_XX or cpu plus host features
   std::string tileConfig;      // overrides, "" for the heuristic
+  std::string abi;             // KernelAbi::str(), "" for the default ABI
   std::string compilerVersion; // tilefuse and LLVM versions
 
   /// The fields, in a fixed order, one per line.

@@ -31,6 +31,9 @@ public:
   /// Runs over `rows` rows (see CpuExecutor::run for `arguments`).
   llvm::Error run(CpuExecutor &executor, llvm::ArrayRef<void *> arguments,
                   int64_t rows) const;
+  /// Runs a multi-tensor kernel over `call`'s tensors.
+  llvm::Error runMultiTensor(CpuExecutor &executor,
+                             const MultiTensorCall &call) const;
 
 private:
   CpuKernel(KernelInfo info, std::unique_ptr<mlir::ExecutionEngine> engine);
@@ -40,6 +43,11 @@ private:
   CpuExecutor::PackedFunction kernel = nullptr;
   CpuExecutor::PackedFunction finalize = nullptr;
 };
+
+/// Kernel launches this process made: CPU kernel runs (one parallel loop
+/// each) and GPU launches (a column reduction's finalize counts too).
+int64_t kernelLaunches();
+void countKernelLaunch();
 
 /// A kernel compiled for a GPU: its interface and PTX. The CUDA driver
 /// loads and launches it (python/tilefuse/_cuda.py; KernelABI.h).
