@@ -1878,7 +1878,8 @@ LogicalResult lowerMultiTensorKernelToGPU(KernelOp kernel,
   Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   Value blocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
   // One thread per lane: RowMapping's lane is the thread.
-  GPURowMapping mapping(config, thread, indexConstant(b, loc, 0), Value(), 1);
+  GPURowMapping mapping(config, ExpLowering::of(config, shape), thread,
+                        indexConstant(b, loc, 0), Value(), 1);
   MultiTensorEmitter emitter(kernel, config, shape, layout, mapping, b, global);
   if (failed(emitter.checkSupported()))
     return failure();
