@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job: set up and build, then `tilefuse demo` (the built-in fused ops
-# and two DSL fusions compiled on first use and run against PyTorch on the
-# CPU target), then every reference fusion compiled to PTX for sm_90 with
-# what ptxas makes of it and the cold compile time of each stage.
+# The main job: set up and build, then `tilefuse demo` (a small Llama-style
+# model trained eager and patched by tilefuse.transformers; JSON and PNG in
+# build/demo), `tilefuse ops` (the built-in fused ops and two DSL fusions
+# compiled on first use and run against PyTorch on the CPU target), then
+# every reference fusion compiled to PTX for sm_90 with what ptxas makes of
+# it and the cold compile time of each stage.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/setup.sh" >/dev/null
@@ -12,7 +14,9 @@ ptxas="${CUDA_PATH:-/usr/local/cuda}/bin/ptxas"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-"$root/.venv/bin/tilefuse" demo
+"$root/.venv/bin/tilefuse" demo --out "${TILEFUSE_BUILD_DIR:-$root/build}/demo"
+echo
+"$root/.venv/bin/tilefuse" ops
 echo
 
 printf "%-18s %-52s %5s %6s %s\n" fusion "PTX for sm_90, bf16, n=4096: tile (threads/row x rows/block)" regs spills "ptx lines"

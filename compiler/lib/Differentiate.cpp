@@ -755,8 +755,26 @@ BackwardBuilder::finishBackward(const DifferentiateOptions &options) {
                                                      : type.getKind();
     if (!gradient)
       gradient = ConstantOp::create(b, loc, type.withKind(kind), 0.0);
-    if (type.getKind() == ValueKind::Col)
-      gradient = ReduceOp::create(b, loc, type, ReduceKind::Sum, gradient);
+    if (type.getKind() == ValueKind::Col) {
+      // Sum in the compute type, then round once: the deferred adjoint of a
+      // 16-bit column ends in the cast back to its storage type, and
+      // summing rows after that cast would round every term (and the sum).
+      auto narrowing = gradient.getDefiningOp<CastOp>();
+      auto wide = narrowing
+                      ? dyn_cast<FloatType>(
+                            valueType(narrowing.getInput()).getElementType())
+                      : FloatType();
+      if (wide &&
+          wide.getWidth() > type.getElementType().getIntOrFloatBitWidth())
+        gradient = CastOp::create(
+            b, loc, type,
+            ReduceOp::create(
+                b, loc,
+                valueType(narrowing.getInput()).withKind(ValueKind::Col),
+                ReduceKind::Sum, narrowing.getInput()));
+      else
+        gradient = ReduceOp::create(b, loc, type, ReduceKind::Sum, gradient);
+    }
     results.push_back(gradient);
     outputNames.push_back(uniqueName(
         "d" + cast<StringAttr>(forward.getInputNames()[index]).getValue()));

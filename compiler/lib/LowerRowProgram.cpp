@@ -18,10 +18,12 @@
 #include "tilefuse/Compiler/Passes.h"
 #include "tilefuse/Compiler/TileConfig.h"
 
+#include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <functional>
 #include <limits>
@@ -45,23 +47,41 @@ bool isChunked(ValueKind kind) {
   return kind == ValueKind::Full || kind == ValueKind::Col;
 }
 
-/// A row reduction: a fuse.reduce to a row, whose state is the partial
-/// result, or a fuse.arg_reduce, whose state is the best value so far and
-/// its column (i32).
+/// A row reduction and the state a thread carries for it:
+/// - a fuse.reduce to a row: the partial result;
+/// - a fuse.arg_reduce: the best value so far and its column (i32);
+/// - a fuse.max_sum_exp: the running max m and sum of exp(x - m);
+/// - a fuse.moments: Welford's count, mean and sum of squared deviations.
 struct RowReduction {
+  enum class Form { Plain, Arg, MaxSumExp, Moments };
   Operation *op;
+  Form form;
   ReduceKind kind;
   Value input;
 
   static std::optional<RowReduction> of(Operation *op) {
     if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
-      return RowReduction{op, reduce.getKind(), reduce.getInput()};
+      return RowReduction{op, Form::Plain, reduce.getKind(), reduce.getInput()};
     if (auto arg = dyn_cast<ArgReduceOp>(op))
-      return RowReduction{op, arg.getKind(), arg.getInput()};
+      return RowReduction{op, Form::Arg, arg.getKind(), arg.getInput()};
+    if (auto online = dyn_cast<MaxSumExpOp>(op))
+      return RowReduction{op, Form::MaxSumExp, ReduceKind::Sum,
+                          online.getInput()};
+    if (auto moments = dyn_cast<MomentsOp>(op))
+      return RowReduction{op, Form::Moments, moments.getKind(),
+                          moments.getInput()};
     return std::nullopt;
   }
-  bool isArg() const { return isa<ArgReduceOp>(op); }
-  size_t stateSize() const { return isArg() ? 2 : 1; }
+  bool isArg() const { return form == Form::Arg; }
+  size_t stateSize() const {
+    switch (form) {
+    case Form::Plain: return 1;
+    case Form::Arg:
+    case Form::MaxSumExp: return 2;
+    case Form::Moments: return 3;
+    }
+    llvm_unreachable("unknown form");
+  }
 };
 using ReductionState = SmallVector<Value, 2>;
 
@@ -152,12 +172,121 @@ ReductionState combineArgReduction(OpBuilder &b, Location loc, ReduceKind kind,
           arith::SelectOp::create(b, loc, takeRhs, rhs[1], lhs[1])};
 }
 
+/// `create` applied to `args`. On a GPU a transcendental runs per element
+/// (`perElement`): it lowers to scalar instructions or libdevice calls, not
+/// to vector forms. On the CPU it stays a vector, for
+/// fuse-approximate-math's vector polynomials.
+Value emitMath(OpBuilder &b, Location loc, ValueRange args, bool perElement,
+               function_ref<Value(ValueRange)> create) {
+  auto vector = dyn_cast<VectorType>(args.front().getType());
+  if (!vector || !perElement)
+    return create(args);
+  SmallVector<Value> elements;
+  for (int64_t i = 0, e = vector.getNumElements(); i < e; ++i) {
+    SmallVector<Value> scalars;
+    for (Value arg : args)
+      scalars.push_back(vector::ExtractOp::create(b, loc, arg, i));
+    elements.push_back(create(scalars));
+  }
+  return vector::FromElementsOp::create(b, loc, vector, elements);
+}
+
+/// How exp is emitted. On a GPU it runs per element; where the kernel stores
+/// 16-bit floats, an f32 exp is ex2.approx(x * log2(e)) (as Triton emits it:
+/// two instructions instead of libdevice's ~10; relative error about
+/// 2^-22 + |x| * 2^-24, against bf16's 2^-9 and f16's 2^-12 rounding).
+/// Elsewhere math.exp (libdevice's expf on a GPU, a polynomial on the CPU).
+struct ExpLowering {
+  bool perElement = false;
+  bool approximate = false;
+
+  static ExpLowering of(const TileConfig &config, const KernelShape &shape) {
+    return {config.isGPU(), config.isGPU() && shape.storageBytes == 2};
+  }
+  Value emit(OpBuilder &b, Location loc, Value x) const;
+};
+
+/// A float constant of `like`'s type (splat for vectors).
+Value floatConstant(OpBuilder &b, Location loc, Value like, double value) {
+  Type type = like.getType();
+  auto attr = FloatAttr::get(getElementTypeOrSelf(type), value);
+  if (auto vector = dyn_cast<VectorType>(type))
+    return arith::ConstantOp::create(b, loc, SplatElementsAttr::get(vector, attr));
+  return arith::ConstantOp::create(b, loc, attr);
+}
+
+Value ExpLowering::emit(OpBuilder &b, Location loc, Value x) const {
+  bool useExp2 = approximate && getElementTypeOrSelf(x.getType()).isF32();
+  return emitMath(b, loc, x, perElement, [&](ValueRange args) -> Value {
+    if (!useExp2)
+      return math::ExpOp::create(b, loc, args[0]);
+    Value scaled = arith::MulFOp::create(
+        b, loc, args[0], floatConstant(b, loc, args[0], llvm::numbers::log2e));
+    return math::Exp2Op::create(b, loc, scaled);
+  });
+}
+
+/// Merges two online-softmax states (m, s), s = sum of exp(x - m): the
+/// smaller max's sum is rescaled by exp(min - max), one exp per merge. A
+/// state whose max is -inf has s = 0 (the guard keeps -inf - -inf out), so
+/// -inf elements add nothing; a NaN max makes s NaN.
+ReductionState combineMaxSumExp(OpBuilder &b, Location loc,
+                                ArrayRef<Value> lhs, ArrayRef<Value> rhs,
+                                const ExpLowering &exp) {
+  using arith::CmpFPredicate;
+  Value max = arith::MaximumFOp::create(b, loc, lhs[0], rhs[0]);
+  Value min = arith::MinimumFOp::create(b, loc, lhs[0], rhs[0]);
+  Value difference = arith::SubFOp::create(b, loc, min, max);
+  Value scale = exp.emit(b, loc, difference);
+  Value negInf = floatConstant(b, loc, max,
+                               -std::numeric_limits<double>::infinity());
+  Value empty = arith::CmpFOp::create(b, loc, CmpFPredicate::OEQ, max, negInf);
+  scale = arith::SelectOp::create(b, loc, empty,
+                                  floatConstant(b, loc, max, 0.0), scale);
+  Value lhsLarger =
+      arith::CmpFOp::create(b, loc, CmpFPredicate::OGE, lhs[0], rhs[0]);
+  Value larger = arith::SelectOp::create(b, loc, lhsLarger, lhs[1], rhs[1]);
+  Value smaller = arith::SelectOp::create(b, loc, lhsLarger, rhs[1], lhs[1]);
+  return {max, arith::AddFOp::create(
+                   b, loc, larger,
+                   arith::MulFOp::create(b, loc, smaller, scale))};
+}
+
+/// Chan's merge of two Welford states (count, mean, M2):
+/// mean = mean_a + d * n_b / n, M2 = M2_a + M2_b + d^2 * n_a * n_b / n with
+/// d = mean_b - mean_a (two empty states merge to an empty one).
+ReductionState combineMoments(OpBuilder &b, Location loc, ArrayRef<Value> lhs,
+                              ArrayRef<Value> rhs) {
+  Value count = arith::AddFOp::create(b, loc, lhs[0], rhs[0]);
+  Value delta = arith::SubFOp::create(b, loc, rhs[1], lhs[1]);
+  Value share = arith::DivFOp::create(
+      b, loc, rhs[0],
+      arith::MaximumFOp::create(b, loc, count, floatConstant(b, loc, count, 1.0)));
+  Value step = arith::MulFOp::create(b, loc, delta, share);
+  Value mean = arith::AddFOp::create(b, loc, lhs[1], step);
+  Value cross = arith::MulFOp::create(
+      b, loc, arith::MulFOp::create(b, loc, delta, step), lhs[0]);
+  Value m2 = arith::AddFOp::create(
+      b, loc, arith::AddFOp::create(b, loc, lhs[2], rhs[2]), cross);
+  return {count, mean, m2};
+}
+
+/// Combines two states of `reduction`, as scalars or vectors.
 ReductionState combineStates(OpBuilder &b, Location loc,
                              const RowReduction &reduction,
-                             ArrayRef<Value> lhs, ArrayRef<Value> rhs) {
-  if (reduction.isArg())
+                             ArrayRef<Value> lhs, ArrayRef<Value> rhs,
+                             const ExpLowering &exp) {
+  switch (reduction.form) {
+  case RowReduction::Form::Plain:
+    return {combineReduction(b, loc, reduction.kind, lhs[0], rhs[0])};
+  case RowReduction::Form::Arg:
     return combineArgReduction(b, loc, reduction.kind, lhs, rhs);
-  return {combineReduction(b, loc, reduction.kind, lhs[0], rhs[0])};
+  case RowReduction::Form::MaxSumExp:
+    return combineMaxSumExp(b, loc, lhs, rhs, exp);
+  case RowReduction::Form::Moments:
+    return combineMoments(b, loc, lhs, rhs);
+  }
+  llvm_unreachable("unknown form");
 }
 
 vector::CombiningKind vectorCombiningKind(ReduceKind kind, bool isFloat) {
@@ -279,6 +408,29 @@ SmallVector<Value> emitBlockedAccumulation(
   return emitLevel(levels - 1, indexConstant(b, loc, 0));
 }
 
+/// Marks the reduction loops over a streamed row's chunks until
+/// unrollStreamLoops.
+constexpr StringLiteral kStreamLoopAttr = "tilefuse.stream_loop";
+
+/// Chunks of a streamed row a GPU thread loads per iteration. 4 kept more
+/// in flight but made ptxas spill 8-12 bytes in the streamed cross-entropy
+/// (sm_90, n = 32000-262144).
+constexpr uint64_t kStreamUnroll = 2;
+
+/// Unrolls the marked loops under `root` on a GPU, so that a thread has
+/// kStreamUnroll independent loads in flight rather than one (a streamed
+/// row was latency-bound); on the CPU only drops the marks.
+void unrollStreamLoops(Operation *root, bool unroll) {
+  SmallVector<scf::ForOp> loops;
+  root->walk([&](scf::ForOp loop) {
+    if (loop->removeAttr(kStreamLoopAttr))
+      loops.push_back(loop);
+  });
+  if (unroll)
+    for (scf::ForOp loop : loops)
+      (void)loopUnrollByFactor(loop, kStreamUnroll);
+}
+
 /// Where rows, lanes and row groups come from, and how a row reduction
 /// combines across the threads of a row.
 class RowMapping {
@@ -304,7 +456,8 @@ public:
                     const KernelShape &shape, RowMapping &mapping,
                     OpBuilder &builder)
       : kernel(kernel), config(config), n(shape.n), aligned(shape.aligned),
-        mapping(mapping), b(builder), loc(kernel.getLoc()) {}
+        mapping(mapping), b(builder), loc(kernel.getLoc()),
+        expLowering(ExpLowering::of(config, shape)) {}
 
   /// Binds input `index` of the kernel to a lowered argument (a pointer for
   /// tensors, the value for scalars).
@@ -359,6 +512,8 @@ private:
                      SmallVectorImpl<ReductionState> &accumulators);
   ReductionState identityState(const RowReduction &reduction);
   ReductionState chunkState(Chunk &chunk, const RowReduction &reduction);
+  ReductionState accumulateChunk(Chunk &chunk, const RowReduction &reduction,
+                                 ArrayRef<Value> accumulator);
   ReductionState reduceLanes(const RowReduction &reduction,
                              ArrayRef<Value> state);
   Chunk makeChunk(Value chunkIndex);
@@ -370,11 +525,13 @@ private:
   RowMapping &mapping;
   OpBuilder &b;
   Location loc;
+  ExpLowering expLowering;
 
   DenseMap<Value, Value> inputs;           // fuse input -> lowered argument
   DenseMap<unsigned, Value> outputs;       // output index -> pointer
   DenseMap<Value, int> levels;
   DenseMap<Value, Value> rowValues;        // per-row and scalar values
+  DenseMap<Operation *, Value> momentShifts; // fuse.moments -> its row's shift
   SmallVector<Chunk> onChipChunks;         // reused by every pass
   Value row, rowValid, rowGroup;
   int maxLevel = 0;
@@ -523,21 +680,8 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
       return arith::ConstantOp::create(b, loc, SplatElementsAttr::get(vector, attr));
     return arith::ConstantOp::create(b, loc, attr);
   };
-  // On a GPU transcendentals run per element: they lower to scalar
-  // instructions or libdevice calls, not to vector forms. On the CPU they
-  // stay vectors, for fuse-approximate-math's vector polynomials.
   auto perElement = [&](ValueRange args, auto create) -> Value {
-    auto vector = dyn_cast<VectorType>(args.front().getType());
-    if (!vector || !config.isGPU())
-      return create(args);
-    SmallVector<Value> elements;
-    for (int64_t i = 0, e = vector.getNumElements(); i < e; ++i) {
-      SmallVector<Value> scalars;
-      for (Value arg : args)
-        scalars.push_back(vector::ExtractOp::create(b, loc, arg, i));
-      elements.push_back(create(scalars));
-    }
-    return vector::FromElementsOp::create(b, loc, vector, elements);
+    return emitMath(b, loc, args, config.isGPU(), create);
   };
   auto math = [&](auto op) {
     using MathOp = decltype(op);
@@ -576,7 +720,7 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
           return math::AbsFOp::create(b, loc, operands[0]);
         return math::AbsIOp::create(b, loc, operands[0]);
       })
-      .Case([&](ExpOp) { return math(math::ExpOp()); })
+      .Case([&](ExpOp) { return expLowering.emit(b, loc, operands[0]); })
       .Case([&](LogOp) { return math(math::LogOp()); })
       .Case([&](SqrtOp) { return math(math::SqrtOp()); })
       .Case([&](RsqrtOp) { return math(math::RsqrtOp()); })
@@ -592,9 +736,7 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
         // 1 / (1 + exp(-x)): saturates to 0 and 1 without NaN.
         Value one = splat(FloatAttr::get(elementType, 1.0));
         Value negated = arith::NegFOp::create(b, loc, operands[0]);
-        Value exp = perElement(negated, [&](ValueRange args) -> Value {
-          return math::ExpOp::create(b, loc, args);
-        });
+        Value exp = expLowering.emit(b, loc, negated);
         return arith::DivFOp::create(
             b, loc, one, arith::AddFOp::create(b, loc, one, exp));
       })
@@ -752,6 +894,16 @@ Value RowProgramEmitter::emitInChunk(Chunk &chunk, Value value) {
 /// (and, for an arg reduction, a column past every real one).
 ReductionState RowProgramEmitter::identityState(const RowReduction &reduction) {
   Type elementType = valueType(reduction.input).getElementType();
+  auto splat = [&](double value) -> Value {
+    return arith::ConstantOp::create(
+        b, loc,
+        SplatElementsAttr::get(chunkType(elementType),
+                               FloatAttr::get(elementType, value)));
+  };
+  if (reduction.form == RowReduction::Form::MaxSumExp)
+    return {splat(-std::numeric_limits<double>::infinity()), splat(0.0)};
+  if (reduction.form == RowReduction::Form::Moments)
+    return {splat(0.0), splat(0.0), splat(0.0)};
   ReductionState state = {arith::ConstantOp::create(
       b, loc,
       SplatElementsAttr::get(chunkType(elementType),
@@ -765,10 +917,13 @@ ReductionState RowProgramEmitter::identityState(const RowReduction &reduction) {
   return state;
 }
 
-/// This chunk's contribution to `reduction`; masked lanes hold the identity.
+/// This chunk's contribution to `reduction` (not a fuse.moments, which
+/// accumulateChunk updates in place); masked lanes hold the identity.
 ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
                                              const RowReduction &reduction) {
   ReductionState state = {emitInChunk(chunk, reduction.input)};
+  if (reduction.form == RowReduction::Form::MaxSumExp)
+    state.push_back(floatConstant(b, loc, state[0], 1.0));
   if (reduction.isArg()) {
     // The columns of this chunk's lanes, base + [0, V).
     VectorType columns = chunkType(b.getI32Type());
@@ -790,12 +945,45 @@ ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
   return state;
 }
 
+/// `accumulator` with this chunk's elements folded in.
+ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
+                                                  const RowReduction &reduction,
+                                                  ArrayRef<Value> accumulator) {
+  if (reduction.form != RowReduction::Form::Moments)
+    return combineStates(b, loc, reduction, accumulator,
+                         chunkState(chunk, reduction), expLowering);
+  // Welford's update of the shifted values. Every lane of a thread's state
+  // has seen the same chunks, so one scalar reciprocal of the count serves
+  // the vector.
+  Value x = arith::SubFOp::create(b, loc, emitInChunk(chunk, reduction.input),
+                                  momentShifts.lookup(reduction.op));
+  Value count = arith::AddFOp::create(b, loc, accumulator[0],
+                                      floatConstant(b, loc, x, 1.0));
+  Value countScalar = vector::ExtractOp::create(b, loc, count, 0);
+  Value reciprocal = vector::BroadcastOp::create(
+      b, loc, x.getType(),
+      arith::DivFOp::create(b, loc, floatConstant(b, loc, countScalar, 1.0),
+                            countScalar));
+  Value delta = arith::SubFOp::create(b, loc, x, accumulator[1]);
+  Value mean = arith::AddFOp::create(
+      b, loc, accumulator[1],
+      arith::MulFOp::create(b, loc, delta, reciprocal));
+  Value m2 = arith::AddFOp::create(
+      b, loc, accumulator[2],
+      arith::MulFOp::create(b, loc, delta,
+                            arith::SubFOp::create(b, loc, x, mean)));
+  ReductionState state = {count, mean, m2};
+  if (chunk.valid)
+    for (auto [value, old] : llvm::zip(state, accumulator))
+      value = arith::SelectOp::create(b, loc, chunk.valid, value, old);
+  return state;
+}
+
 void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
                                       ArrayRef<RowReduction> reductions,
                                       SmallVectorImpl<ReductionState> &accumulators) {
   for (auto [reduction, accumulator] : llvm::zip(reductions, accumulators))
-    accumulator = combineStates(b, loc, reduction, accumulator,
-                                chunkState(chunk, reduction));
+    accumulator = accumulateChunk(chunk, reduction, accumulator);
   if (!isFinal)
     return;
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
@@ -825,7 +1013,7 @@ void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
 /// The lanes of a thread's vector state combined into one scalar state.
 ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
                                               ArrayRef<Value> state) {
-  if (!reduction.isArg()) {
+  if (reduction.form == RowReduction::Form::Plain) {
     bool isFloat = valueType(reduction.input).isFloat();
     return {vector::ReductionOp::create(
         b, loc, vectorCombiningKind(reduction.kind, isFloat), state[0])};
@@ -833,18 +1021,31 @@ ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
   // No vector form: lane by lane.
   ReductionState scalar;
   for (int64_t lane = 0; lane < config.vectorWidth; ++lane) {
-    ReductionState laneState = {
-        vector::ExtractOp::create(b, loc, state[0], lane),
-        vector::ExtractOp::create(b, loc, state[1], lane)};
-    scalar = lane == 0 ? laneState
-                       : combineArgReduction(b, loc, reduction.kind, scalar,
-                                             laneState);
+    ReductionState laneState;
+    for (Value value : state)
+      laneState.push_back(vector::ExtractOp::create(b, loc, value, lane));
+    scalar = lane == 0
+                 ? laneState
+                 : combineStates(b, loc, reduction, scalar, laneState,
+                                 expLowering);
   }
   return scalar;
 }
 
 LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
                                           ArrayRef<RowReduction> reductions) {
+  // Moments accumulate x - x[row, 0]: Welford's running mean then stays
+  // near zero and keeps its digits when the row's mean is large against
+  // its spread (a mean of 1e4 with unit spread lost 1e-4 of the variance).
+  for (const RowReduction &reduction : reductions) {
+    if (reduction.form != RowReduction::Form::Moments)
+      continue;
+    Chunk first;
+    first.base = indexConstant(b, loc, 0);
+    Value head = emitInChunk(first, reduction.input);
+    momentShifts[reduction.op] = vector::BroadcastOp::create(
+        b, loc, head.getType(), vector::ExtractOp::create(b, loc, head, 0));
+  }
   SmallVector<ReductionState> accumulators;
   for (const RowReduction &reduction : reductions)
     accumulators.push_back(identityState(reduction));
@@ -874,6 +1075,17 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
         b, loc, indexConstant(b, loc, config.chunks),
         reductions.empty() ? 1 : config.chunks, flatten(accumulators),
         [&](Value chunkIndex, ValueRange carried) {
+          // A merged reduction's pass only loads: unrolling the innermost
+          // loop keeps more loads in flight (the model put it latency-bound).
+          // Plain reduction passes gained nothing and spilled (rms_norm_fwd
+          // bf16, n = 262144: 24 bytes); a pass that stores waits at its
+          // guarded stores anyway.
+          if (llvm::any_of(reductions, [](const RowReduction &reduction) {
+                return reduction.form == RowReduction::Form::MaxSumExp ||
+                       reduction.form == RowReduction::Form::Moments;
+              }))
+            b.getInsertionBlock()->getParentOp()->setAttr(kStreamLoopAttr,
+                                                          b.getUnitAttr());
           Chunk chunk = makeChunk(chunkIndex);
           SmallVector<ReductionState> states = unflatten(carried);
           emitChunkWork(chunk, isFinal, reductions, states);
@@ -883,7 +1095,8 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
           SmallVector<ReductionState> combined;
           for (auto [reduction, left, right] :
                llvm::zip(reductions, unflatten(lhs), unflatten(rhs)))
-            combined.push_back(combineStates(b, loc, reduction, left, right));
+            combined.push_back(
+                combineStates(b, loc, reduction, left, right, expLowering));
           return flatten(combined);
         }));
   }
@@ -895,20 +1108,48 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
     partials.push_back(reduceLanes(reduction, accumulator));
   SmallVector<ReductionState> results =
       mapping.combineAcrossRow(b, loc, reductions, partials);
+  auto divideByN = [&](Value value) -> Value {
+    return arith::DivFOp::create(b, loc, value,
+                                 floatConstant(b, loc, value, double(n)));
+  };
   for (auto [reduction, state] : llvm::zip(reductions, results)) {
-    Value result = reduction.op->getResult(0);
-    Type type = valueType(result).getElementType();
-    Value lowered = state[0];
-    if (reduction.isArg()) {
-      lowered = state[1];
-      if (type != lowered.getType())
-        lowered = arith::ExtSIOp::create(b, loc, type, lowered);
-    } else if (reduction.kind == ReduceKind::Mean) {
-      lowered = arith::DivFOp::create(
-          b, loc, lowered,
-          arith::ConstantOp::create(b, loc, FloatAttr::get(type, n)));
+    Operation *op = reduction.op;
+    switch (reduction.form) {
+    case RowReduction::Form::Plain:
+      rowValues[op->getResult(0)] =
+          reduction.kind == ReduceKind::Mean ? divideByN(state[0]) : state[0];
+      break;
+    case RowReduction::Form::Arg: {
+      Type type = valueType(op->getResult(0)).getElementType();
+      Value column = state[1];
+      if (type != column.getType())
+        column = arith::ExtSIOp::create(b, loc, type, column);
+      rowValues[op->getResult(0)] = column;
+      break;
     }
-    rowValues[result] = lowered;
+    case RowReduction::Form::MaxSumExp: {
+      // As two passes give: exp(x - max) is NaN somewhere when the max is
+      // +inf or -inf (a NaN max already made the sum NaN).
+      Value max = state[0];
+      Value infinite = arith::CmpFOp::create(
+          b, loc, arith::CmpFPredicate::OEQ, math::AbsFOp::create(b, loc, max),
+          floatConstant(b, loc, max, std::numeric_limits<double>::infinity()));
+      rowValues[op->getResult(0)] = max;
+      rowValues[op->getResult(1)] = arith::SelectOp::create(
+          b, loc, infinite,
+          floatConstant(b, loc, max, std::numeric_limits<double>::quiet_NaN()),
+          state[1]);
+      break;
+    }
+    case RowReduction::Form::Moments:
+      rowValues[op->getResult(0)] = arith::AddFOp::create(
+          b, loc,
+          vector::ExtractOp::create(b, loc, momentShifts.lookup(op), 0),
+          state[1]);
+      rowValues[op->getResult(1)] =
+          reduction.kind == ReduceKind::Mean ? divideByN(state[2]) : state[2];
+      break;
+    }
   }
   return success();
 }
@@ -1139,10 +1380,11 @@ SmallVector<Type> finalizeParameters(KernelOp kernel, Type pointer) {
 
 class GPURowMapping : public RowMapping {
 public:
-  GPURowMapping(const TileConfig &config, Value laneIndex, Value groupInBlock,
-                Value workgroup, int64_t maxReductions)
-      : config(config), laneIndex(laneIndex), groupInBlock(groupInBlock),
-        workgroup(workgroup), maxReductions(maxReductions) {}
+  GPURowMapping(const TileConfig &config, ExpLowering exp, Value laneIndex,
+                Value groupInBlock, Value workgroup, int64_t maxReductions)
+      : config(config), exp(exp), laneIndex(laneIndex),
+        groupInBlock(groupInBlock), workgroup(workgroup),
+        maxReductions(maxReductions) {}
 
   Value lane() override { return laneIndex; }
 
@@ -1165,7 +1407,7 @@ public:
           shuffled.push_back(gpu::ShuffleOp::create(b, loc, value, offset, 32,
                                                     gpu::ShuffleMode::XOR)
                                  .getShuffleResult());
-        state = combineStates(b, loc, reduction, state, shuffled);
+        state = combineStates(b, loc, reduction, state, shuffled, exp);
       }
     }
     if (config.threadsPerRow <= 32)
@@ -1213,7 +1455,8 @@ public:
                   slot(indexConstant(b, loc, warp), first + index)),
               value.getType()));
         total = warp == 0 ? part
-                          : combineStates(b, loc, reduction, total, part);
+                          : combineStates(b, loc, reduction, total, part,
+                                          exp);
       }
       first += state.size();
       state = total;
@@ -1250,6 +1493,7 @@ private:
   }
 
   const TileConfig &config;
+  ExpLowering exp;
   Value laneIndex, groupInBlock, workgroup;
   int64_t maxReductions;
 };
@@ -1322,7 +1566,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   Value rows = arith::IndexCastOp::create(b, loc, b.getIndexType(),
                                           entry.getArgument(parameters.size() - 1));
 
-  GPURowMapping mapping(*config, lane, group,
+  GPURowMapping mapping(*config, ExpLowering::of(*config, *shape), lane, group,
                         function.getWorkgroupAttributions().front(),
                         maxReductions);
   RowProgramEmitter emitter(kernel, *config, *shape, mapping, b);
@@ -1352,6 +1596,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
     return failure();
   b.setInsertionPointToEnd(&entry);
   gpu::ReturnOp::create(b, loc);
+  unrollStreamLoops(function, /*unroll=*/true);
 
   if (columnReductions(kernel).empty())
     return success();
@@ -1633,7 +1878,8 @@ LogicalResult lowerMultiTensorKernelToGPU(KernelOp kernel,
   Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   Value blocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
   // One thread per lane: RowMapping's lane is the thread.
-  GPURowMapping mapping(config, thread, indexConstant(b, loc, 0), Value(), 1);
+  GPURowMapping mapping(config, ExpLowering::of(config, shape), thread,
+                        indexConstant(b, loc, 0), Value(), 1);
   MultiTensorEmitter emitter(kernel, config, shape, layout, mapping, b, global);
   if (failed(emitter.checkSupported()))
     return failure();
@@ -1901,6 +2147,7 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
     return failure();
   b.setInsertionPointToEnd(entry);
   func::ReturnOp::create(b, loc);
+  unrollStreamLoops(function, /*unroll=*/false);
 
   if (columnReductions(kernel).empty())
     return success();

@@ -237,9 +237,10 @@ FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
   shape.fullInputs = llvm::count_if(kernel.getInputTypes(), [](Type type) {
     return cast<ValueType>(type).getKind() == ValueKind::Full;
   });
-  kernel.walk([&](ReduceOp reduce) {
-    shape.hasColumnReduction |= !reduce.isRowReduction();
-    shape.hasRowReduction |= reduce.isRowReduction();
+  kernel.walk([&](Operation *op) {
+    shape.hasRowReduction |= isRowReduction(op);
+    if (auto reduce = dyn_cast<ReduceOp>(op))
+      shape.hasColumnReduction |= !reduce.isRowReduction();
   });
   shape.ops = kernel.getEntryBlock().getOperations().size();
   for (auto [value, level] : rowLevels(kernel))

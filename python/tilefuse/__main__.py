@@ -1,4 +1,4 @@
-"""The `tilefuse` command (also `python -m tilefuse`): info, cache, demo."""
+"""The `tilefuse` command (also `python -m tilefuse`): info, cache, demo, ops."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def _median_us(fn, synchronize, repeat: int = 50) -> float:
     return statistics.median(times) * 1e6
 
 
-def demo() -> int:
+def ops() -> int:
     """Compiles and runs the built-ins and two DSL fusions against PyTorch."""
     import torch
     import torch.nn.functional as F
@@ -186,7 +186,7 @@ def demo() -> int:
         ("softmax (DSL)", lambda: softmax(x), lambda: torch.softmax(x, -1)),
         ("geglu (DSL)", lambda: geglu(a, g), lambda: F.gelu(a, approximate="tanh") * g),
     ]
-    print(f"tilefuse demo on the {note}: {str(dtype).removeprefix('torch.')}, [{rows}, {n}] "
+    print(f"tilefuse ops on the {note}: {str(dtype).removeprefix('torch.')}, [{rows}, {n}] "
           f"(cross-entropy [{rows}, {vocab}])")
     print(f"{'op':<16} {'first call ms':>13} {'compiled':>9} {'max |err|':>10} "
           f"{'tilefuse us':>12} {'torch us':>9}")
@@ -210,13 +210,25 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("info", help="version, targets, CUDA driver, cache")
     cache = commands.add_parser("cache", help="list or clear the kernel cache")
     cache.add_argument("action", choices=["list", "clear"])
-    commands.add_parser("demo", help="compile and run fused ops against PyTorch")
+    demo = commands.add_parser(
+        "demo", help="train a small Llama-style model eager vs patched by tilefuse "
+        "(needs tilefuse[demo]); writes tilefuse-demo.json and .png")
+    demo.add_argument("--steps", type=int, default=30)
+    demo.add_argument("--out", default=".", help="folder for the JSON and the PNG")
+    demo.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                      help="also train under torch.compile (default: on a GPU only)")
+    demo.add_argument("--threads", type=int, default=None,
+                      help="torch threads on the CPU target (default 1)")
+    commands.add_parser("ops", help="compile and run fused ops against PyTorch")
     args = parser.parse_args(argv)
     if args.command == "info":
         return info()
     if args.command == "cache":
         return cache_list() if args.action == "list" else cache_clear()
-    return demo()
+    if args.command == "demo":
+        from . import _training_demo
+        return _training_demo.run(args.steps, args.out, args.compile, args.threads)
+    return ops()
 
 
 if __name__ == "__main__":

@@ -73,3 +73,32 @@ def test_float64_computes_in_float64_and_passes_gradcheck():
     for reduction in ("none", "mean", "sum"):
         assert gradcheck(lambda x: TF.cross_entropy(x, target, reduction=reduction,
                                                     label_smoothing=0.1), (x,))
+
+
+def test_streamed_rows_in_one_pass():
+    # n = 32000 f32 streams on both targets: cross-entropy's max and
+    # sum(exp(x - max)) run as one online max/sum, layer_norm's mean and
+    # variance as Welford/Chan moments (fuse-merge-reductions). Masked
+    # vocabularies and rows with a large mean, against float64. (Masked with
+    # -1e30: an -inf logit makes the label-smoothing term 0 * inf = NaN even
+    # without smoothing; the online max/sum itself is tested with -inf in
+    # test_dsl.py.)
+    n = 32000
+    logits = 4 * torch.randn(4, n, dtype=torch.float64)
+    logits[0, n // 2 :] = -1e30
+    logits[1, ::3] = -1e30
+    logits[2] += 80  # exp(x) would overflow without the running max
+    target = torch.tensor([3, 1, n - 1, 17])
+    loss = TF.cross_entropy(logits.float(), target, reduction="none")
+    torch.testing.assert_close(loss.double(), F.cross_entropy(logits, target, reduction="none"),
+                               atol=1e-5, rtol=1e-5)
+
+    x = torch.randn(3, n, dtype=torch.float64)
+    x[1] += 1e4
+    x[2] = 3e5 + 0.01 * x[2]
+    w, b = 1 + 0.1 * torch.randn(n, dtype=torch.float64), 0.1 * torch.randn(n, dtype=torch.float64)
+    x32 = x.float()
+    want = F.layer_norm(x32.double(), (n,), w.float().double(), b.float().double())
+    error = (TF.layer_norm(x32, (n,), w.float(), b.float()).double() - want).abs().amax(-1)
+    torch_error = (F.layer_norm(x32, (n,), w.float(), b.float()).double() - want).abs().amax(-1)
+    assert (error <= 4 * torch_error + 1e-5).all(), (error, torch_error)

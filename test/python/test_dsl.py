@@ -150,3 +150,41 @@ def test_float64_cast_to_16_bits_rounds_like_torch(to):
     x = torch.randn(3, 40, dtype=torch.float64) * 1e3
     x[0, :4] = torch.tensor([1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-30, 7e4, -1e-8], dtype=torch.float64)
     assert torch.equal(cast_to(x), x.to(to))
+
+
+@tilefuse.fusion
+def unmerged_variance(x):
+    # (x - mean) * (mean - x) is not a square: fuse-merge-reductions leaves
+    # the two passes, the reference the merged moments must match.
+    mean = tilefuse.mean(x)
+    return -tilefuse.mean((x - mean) * (mean - x))
+
+
+def test_streamed_rows_merge_their_reductions():
+    # n = 32000 f32 streams on both targets: max and sum(exp(x - max)) run as
+    # one online max/sum, mean and mean((x - mean)^2) as Welford/Chan
+    # moments (fuse-merge-reductions). Rows with -inf behave as the two
+    # passes did; rows with a large mean keep more digits than two passes.
+    n = 32000
+    x = torch.randn(8, n, dtype=torch.float64)
+    x[1] += 1e4
+    x[2] = 3e5 + 0.01 * x[2]
+    x[3] = 1e6 + 10 * x[3]
+    x[4, : n // 2] = float("-inf")  # leading -inf, then numbers
+    x[5, ::7] = float("-inf")
+    x[6] = float("-inf")
+    x[7, 5] = float("inf")
+    x32 = x.float()
+    expected = torch.softmax(x32.double(), -1).float()
+    torch.testing.assert_close(softmax(x32), expected, equal_nan=True, atol=1e-9, rtol=1e-5)
+
+    finite = x32[:4]
+    want = finite.double().var(-1, unbiased=False)
+    out = moments(finite, 0.0)
+    error = (out["var"].double() - want).abs()
+    two_pass_error = (unmerged_variance(finite).double() - want).abs()
+    assert (error <= 3 * two_pass_error + 2e-6 * want).all(), (error / want, two_pass_error / want)
+    assert two_pass_error[2] > 10 * error[2]  # mean 3e5, spread 0.01
+    torch.testing.assert_close(out["mean"].double(), finite.double().mean(-1), atol=1e-5, rtol=1e-6)
+    with_inf = moments(x32[4:], 0.0)
+    assert with_inf["var"].isnan().all() and with_inf["normalized"].isnan().all()

@@ -131,3 +131,20 @@ fuse.kernel @routing(%x: !fuse.full<f32>, %t: !fuse.row<i32>, %c: !fuse.row<f32>
 // CHECK: %[[DX:.+]] = fuse.add %[[DGATHER]], %[[DMAX]] : !fuse.full<f32>
 // The selector has no gradient: dc is zero.
 // CHECK: fuse.yield %[[DX]], %[[ZERO]] : !fuse.full<f32>, !fuse.row<f32>
+
+// -----
+
+// A 16-bit column's gradient sums the rows in the compute type and rounds
+// once (rounding each term first loses ~sqrt(rows) ulps).
+// CHECK-LABEL: fuse.kernel @scale_bf16_bwd
+// CHECK: %[[SUM:.+]] = fuse.reduce sum %{{.+}} : !fuse.full<f32> to !fuse.col<f32>
+// CHECK-NEXT: %[[DW:.+]] = fuse.cast %[[SUM]] : !fuse.col<f32> to !fuse.col<bf16>
+// CHECK-NEXT: fuse.yield %{{.+}}, %[[DW]] : !fuse.full<bf16>, !fuse.col<bf16>
+fuse.kernel @scale_bf16(%x: !fuse.full<bf16>, %w: !fuse.col<bf16>) -> (y: !fuse.full<bf16>) {
+  %0 = fuse.cast %x : !fuse.full<bf16> to !fuse.full<f32>
+  %1 = fuse.cast %w : !fuse.col<bf16> to !fuse.col<f32>
+  %2 = fuse.broadcast %1 : !fuse.col<f32> to !fuse.full<f32>
+  %3 = fuse.mul %2, %0 : !fuse.full<f32>
+  %4 = fuse.cast %3 : !fuse.full<f32> to !fuse.full<bf16>
+  fuse.yield %4 : !fuse.full<bf16>
+}

@@ -89,6 +89,34 @@ def FuseSelectTiles : Pass<"fuse-select-tiles", "::tilefuse::fuse::KernelOp"> {
   ];
 }
 
+def FuseMergeReductions : Pass<"fuse-merge-reductions", "::tilefuse::fuse::KernelOp"> {
+  let summary = "Merge dependent row reductions into one pass over a streamed row";
+  let description = [{
+    A row that does not stay on chip is read once per reduction level. Two
+    level pairs have a one-pass form, which this pass substitutes:
+
+    ```mlir
+    %m = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
+    %d = fuse.sub %x, (fuse.broadcast %m) ...
+    %s = fuse.reduce sum (fuse.exp %d) : !fuse.full<f32> to !fuse.row<f32>
+    // becomes (online softmax: the running sum is rescaled as the max grows)
+    %m, %s = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f32>
+
+    %mu = fuse.reduce mean %x : ...
+    %d = fuse.sub %x, (fuse.broadcast %mu) ...
+    %v = fuse.reduce mean|sum (fuse.mul %d, %d) : ...
+    // becomes (Welford updates, Chan's merge)
+    %mu, %v = fuse.moments mean|sum %x : !fuse.full<f32> to !fuse.row<f32>
+    ```
+    Values the two reductions' inputs feed elsewhere (softmax's `exp(x -
+    max)` in its output) stay and are computed in a later pass. Kernels
+    tiled with the row on chip are left alone: there a second pass reads
+    registers, and two passes take fewer instructions than the merged
+    updates. Untiled kernels are rewritten (for tests).
+  }];
+  let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
+}
+
 def FuseLowerToGPU : Pass<"fuse-lower-to-gpu", "::mlir::ModuleOp"> {
   let summary = "Lower tiled fuse kernels to gpu.func kernels (see KernelABI.h)";
   let description = [{

@@ -761,7 +761,31 @@ LogicalResult ArgReduceOp::verify() {
 bool tilefuse::fuse::isRowReduction(Operation *op) {
   if (auto reduce = dyn_cast<ReduceOp>(op))
     return reduce.isRowReduction();
-  return isa<ArgReduceOp>(op);
+  return isa<ArgReduceOp, MaxSumExpOp, MomentsOp>(op);
+}
+
+/// A merged row reduction takes a full float value to per-row values of the
+/// same element type.
+static LogicalResult verifyMergedReduction(Operation *op) {
+  ValueType input = valueType(op->getOperand(0));
+  ValueType result = valueType(op->getResult(0));
+  if (input.getKind() != ValueKind::Full || !input.isFloat())
+    return op->emitOpError("input must be a full float value, got ") << input;
+  if (result != input.withKind(ValueKind::Row))
+    return op->emitOpError("results must be ")
+           << input.withKind(ValueKind::Row) << ", got " << result;
+  return success();
+}
+
+LogicalResult MaxSumExpOp::verify() {
+  return verifyMergedReduction(getOperation());
+}
+
+LogicalResult MomentsOp::verify() {
+  if (getKind() != ReduceKind::Sum && getKind() != ReduceKind::Mean)
+    return emitOpError("kind must be sum or mean, got ")
+           << stringifyReduceKind(getKind());
+  return verifyMergedReduction(getOperation());
 }
 
 OpFoldResult ArgReduceOp::fold(FoldAdaptor) {

@@ -345,3 +345,27 @@ fuse.kernel @rounding_of_integers(%i: !fuse.full<i32>) -> (y: !fuse.full<i32>) {
   %y = fuse.floor %i : !fuse.full<i32>
   fuse.yield %y : !fuse.full<i32>
 }
+
+// -----
+
+fuse.kernel @moments_kind(%x: !fuse.full<f32>) -> (y: !fuse.row<f32>) {
+  // expected-error @+1 {{'fuse.moments' op kind must be sum or mean, got max}}
+  %m, %v = fuse.moments max %x : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %v : !fuse.row<f32>
+}
+
+// -----
+
+fuse.kernel @max_sum_exp_input(%x: !fuse.full<i32>) -> (y: !fuse.row<i32>) {
+  // expected-error @+1 {{'fuse.max_sum_exp' op input must be a full float value, got '!fuse.full<i32>'}}
+  %m, %s = fuse.max_sum_exp %x : !fuse.full<i32> to !fuse.row<i32>
+  fuse.yield %s : !fuse.row<i32>
+}
+
+// -----
+
+fuse.kernel @max_sum_exp_result(%x: !fuse.full<f32>) -> (y: !fuse.row<f64>) {
+  // expected-error @+1 {{'fuse.max_sum_exp' op results must be '!fuse.row<f32>', got '!fuse.row<f64>'}}
+  %m, %s = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f64>
+  fuse.yield %s : !fuse.row<f64>
+}

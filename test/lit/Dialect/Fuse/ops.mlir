@@ -121,3 +121,13 @@ fuse.kernel @fma_and_rounding(%x: !fuse.full<f32>, %w: !fuse.col<f32>) -> (y: !f
   %3 = fuse.round_to_storage %2 of %x : !fuse.row<f32>, !fuse.full<f32>
   fuse.yield %1, %3 : !fuse.full<f32>, !fuse.row<f32>
 }
+
+// The merged row reductions fuse-merge-reductions creates.
+// CHECK-LABEL: fuse.kernel @merged
+// CHECK: %max, %sum_exp = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f32>
+// CHECK: %mean, %deviations = fuse.moments sum %x : !fuse.full<f32> to !fuse.row<f32>
+fuse.kernel @merged(%x: !fuse.full<f32>) -> (s: !fuse.row<f32>, v: !fuse.row<f32>) {
+  %max, %sum_exp = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f32>
+  %mean, %deviations = fuse.moments sum %x : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %sum_exp, %deviations : !fuse.row<f32>, !fuse.row<f32>
+}

@@ -38,8 +38,8 @@ bool canBroadcast(ValueKind from, ValueKind to);
 /// The narrowest kind both `a` and `b` broadcast to (row and col join at full).
 ValueKind joinKinds(ValueKind a, ValueKind b);
 
-/// Whether `op` reduces each row: a fuse.reduce to a per-row value, or a
-/// fuse.arg_reduce.
+/// Whether `op` reduces each row: a fuse.reduce to a per-row value, a
+/// fuse.arg_reduce or a merged reduction (fuse.max_sum_exp, fuse.moments).
 bool isRowReduction(mlir::Operation *op);
 
 /// Whether every value of element type `from` is exactly representable in

@@ -299,6 +299,48 @@ def Fuse_ArgReduceOp : Fuse_Op<"arg_reduce", [Pure]> {
   let hasFolder = 1;
 }
 
+// Merged row reductions: two dependent reduction levels computed in one
+// pass over the row. fuse-merge-reductions creates them; nothing else needs
+// to (they are not part of the DSL).
+class Fuse_MergedReductionOp<string mnemonic, string first, string second>
+    : Fuse_Op<mnemonic, [Pure, AllTypesMatch<[first, second]>]> {
+  let hasVerifier = 1;
+}
+
+def Fuse_MaxSumExpOp : Fuse_MergedReductionOp<"max_sum_exp", "max", "sum_exp"> {
+  let summary = "each row's maximum and sum of exp(x - maximum), in one pass";
+  let description = [{
+    ```mlir
+    %max, %sum_exp = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f32>
+    ```
+    The same values as `fuse.reduce max %x` and `fuse.reduce sum` of
+    `exp(x - max)` (an online softmax normalizer: the running sum is
+    rescaled when the running maximum grows), including the non-finite
+    cases: a row whose maximum is +inf, -inf or NaN has a NaN `sum_exp`, as
+    the two passes give; -inf elements of other rows add 0.
+  }];
+  let arguments = (ins Fuse_Value:$input);
+  let results = (outs Fuse_Value:$max, Fuse_Value:$sum_exp);
+  let assemblyFormat = "$input attr-dict `:` type($input) `to` type($max)";
+}
+
+def Fuse_MomentsOp : Fuse_MergedReductionOp<"moments", "mean", "deviations"> {
+  let summary = "each row's mean and sum or mean of squared deviations, in one pass";
+  let description = [{
+    ```mlir
+    %mean, %var = fuse.moments mean %x : !fuse.full<f32> to !fuse.row<f32>
+    ```
+    `mean` of `x`, and the `kind` (`sum` or `mean`) over the row of
+    `(x - mean)^2`: what `fuse.reduce mean %x` followed by a reduction of
+    the squared centered values computes, with Welford updates inside a
+    thread and Chan's merge between partial states (as accurate as two
+    passes for rows with a large mean).
+  }];
+  let arguments = (ins Fuse_ReduceKind:$kind, Fuse_Value:$input);
+  let results = (outs Fuse_Value:$mean, Fuse_Value:$deviations);
+  let assemblyFormat = "$kind $input attr-dict `:` type($input) `to` type($mean)";
+}
+
 def Fuse_GatherOp : Fuse_Op<"gather", [Pure]> {
   let summary = "one element per row, at a per-row column index";
   let description = [{

@@ -1,0 +1,115 @@
+//===- MergeReductions.cpp - one pass over a streamed row -----------------===//
+//
+// Substitutes the one-pass forms of two dependent row reductions (see
+// Passes.td): max then sum(exp(x - max)), and mean then the sum or mean of
+// (x - mean)^2. The lowering computes each merged op's state in the pass
+// over its input's level.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tilefuse/Compiler/Passes.h"
+
+namespace tilefuse {
+#define GEN_PASS_DEF_FUSEMERGEREDUCTIONS
+#include "tilefuse/Compiler/Passes.h.inc"
+} // namespace tilefuse
+
+using namespace mlir;
+using namespace tilefuse::fuse;
+
+namespace {
+
+/// The row reduction of `kind` over `input` whose result `value` is a
+/// broadcast of, or null.
+ReduceOp broadcastRowReduction(Value value, ReduceKind kind, Value input) {
+  auto broadcast = value.getDefiningOp<BroadcastOp>();
+  auto reduce =
+      broadcast ? broadcast.getInput().getDefiningOp<ReduceOp>() : ReduceOp();
+  if (!reduce || !reduce.isRowReduction() || reduce.getKind() != kind ||
+      reduce.getInput() != input)
+    return {};
+  return reduce;
+}
+
+/// For `centered` = x - broadcast(reduce kind x): that first reduction.
+ReduceOp centeringReduction(Value centered, ReduceKind kind) {
+  auto sub = centered.getDefiningOp<SubOp>();
+  return sub ? broadcastRowReduction(sub.getRhs(), kind, sub.getLhs())
+             : ReduceOp();
+}
+
+/// Erases `op` if nothing uses it, then the producers of its operands that
+/// this leaves unused.
+void eraseIfDead(Operation *op) {
+  if (!op || !op->use_empty() || !isPure(op))
+    return;
+  SmallVector<Operation *> producers;
+  for (Value operand : op->getOperands())
+    producers.push_back(operand.getDefiningOp());
+  op->erase();
+  for (Operation *producer : producers)
+    eraseIfDead(producer);
+}
+
+/// Replaces `first` and `second` by the results of `merged` (created at
+/// `first`, which precedes `second`) and drops what they leave unused.
+void replacePair(ReduceOp first, ReduceOp second, Operation *merged) {
+  first.getResult().replaceAllUsesWith(merged->getResult(0));
+  second.getResult().replaceAllUsesWith(merged->getResult(1));
+  eraseIfDead(second);
+  eraseIfDead(first);
+}
+
+/// sum(exp(x - max x)) -> max_sum_exp x.
+bool mergeMaxSumExp(ReduceOp sum) {
+  if (sum.getKind() != ReduceKind::Sum)
+    return false;
+  auto exp = sum.getInput().getDefiningOp<ExpOp>();
+  ReduceOp max =
+      exp ? centeringReduction(exp.getOperand(), ReduceKind::Max) : ReduceOp();
+  if (!max)
+    return false;
+  OpBuilder b(max);
+  auto merged = MaxSumExpOp::create(b, sum.getLoc(), max.getType(),
+                                    max.getType(), max.getInput());
+  replacePair(max, sum, merged);
+  return true;
+}
+
+/// sum|mean((x - mean x)^2) -> moments sum|mean x.
+bool mergeMoments(ReduceOp deviations) {
+  auto square = deviations.getInput().getDefiningOp<MulOp>();
+  if (!square || square.getLhs() != square.getRhs())
+    return false;
+  ReduceOp mean = centeringReduction(square.getLhs(), ReduceKind::Mean);
+  if (!mean)
+    return false;
+  OpBuilder b(mean);
+  auto merged =
+      MomentsOp::create(b, deviations.getLoc(), mean.getType(), mean.getType(),
+                        deviations.getKind(), mean.getInput());
+  replacePair(mean, deviations, merged);
+  return true;
+}
+
+struct FuseMergeReductionsPass
+    : tilefuse::impl::FuseMergeReductionsBase<FuseMergeReductionsPass> {
+  void runOnOperation() override {
+    KernelOp kernel = getOperation();
+    if (auto tile = kernel->getAttrOfType<DictionaryAttr>("fuse.tile"))
+      if (auto onChip = tile.getAs<BoolAttr>("row_on_chip");
+          onChip && onChip.getValue())
+        return;
+    SmallVector<ReduceOp> candidates;
+    kernel.walk([&](ReduceOp reduce) {
+      if (reduce.isRowReduction() && (reduce.getKind() == ReduceKind::Sum ||
+                                      reduce.getKind() == ReduceKind::Mean))
+        candidates.push_back(reduce);
+    });
+    for (ReduceOp reduce : candidates)
+      if (!mergeMaxSumExp(reduce))
+        mergeMoments(reduce);
+  }
+};
+
+} // namespace

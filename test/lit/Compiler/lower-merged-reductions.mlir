@@ -1,0 +1,79 @@
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=131072}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=GPU
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=4096}, fuse-select-tiles{target=cpu}, fuse-merge-reductions), fuse-lower-to-cpu, canonicalize, cse)' | FileCheck %s --check-prefix=CPU
+
+// A streamed row's log-sum-exp in one pass: the chunks are folded in blocks
+// of 16 (blocked accumulation), each carrying the running max and sum (one
+// exp per element; on the GPU per lane, on the CPU on the vector), then
+// lanes and threads merge their states. On the GPU the innermost loop is
+// unrolled by 2: two independent loads in flight per thread.
+// GPU-LABEL: gpu.func @logsumexp
+// GPU: scf.for %{{.+}} = %c0 to %c2 step %c1 iter_args(%{{.+}} = %[[NEG_INF:.+]], %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>)
+// GPU: scf.for %{{.+}} step %c2 iter_args
+// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// bf16 storage: exp(x) as exp2(x * log2(e)) (ex2.approx.f32 in PTX).
+// GPU-COUNT-8: math.exp2 %{{.+}} : f32
+// GPU: arith.cmpf oeq, %{{.+}}, %[[NEG_INF]] : vector<8xf32>
+// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU: scf.yield %{{.+}}, %{{.+}} : vector<8xf32>, vector<8xf32>
+// GPU: gpu.shuffle  xor
+// GPU-NOT: llvm.load {{.+}} vector<8xbf16>
+// GPU: gpu.barrier
+// GPU: math.absf
+// GPU: gpu.return
+// CPU-LABEL: func.func @logsumexp
+// CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>)
+// CPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr -> vector<8xf32>
+// CPU: math.exp %{{.+}} : vector<8xf32>
+// CPU: scf.yield
+// CPU-NOT: llvm.load {{.+}} vector<8xf32>
+// CPU: math.absf
+// CPU: return
+fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
+  %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
+  %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
+  %shifted = fuse.sub %x, %max_f : !fuse.full<f32>
+  %e = fuse.exp %shifted : !fuse.full<f32>
+  %sum = fuse.reduce sum %e : !fuse.full<f32> to !fuse.row<f32>
+  %log = fuse.log %sum : !fuse.row<f32>
+  %lse = fuse.add %max, %log : !fuse.row<f32>
+  fuse.yield %lse : !fuse.row<f32>
+}
+
+// -----
+
+// LayerNorm over a streamed row in two passes (moments, then the output)
+// instead of three: the moments pass carries Welford's (count, mean, M2) of
+// x - x[row, 0], one reciprocal of the count per chunk; blocks of 16 chunks
+// merge by Chan's formula (a vector division per block).
+// GPU-LABEL: gpu.func @layer_norm
+// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO:.+]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]]) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>)
+// GPU: scf.for %{{.+}} step %c2 iter_args
+// GPU-COUNT-2: arith.divf %{{.+}}, %{{.+}} : f32
+// GPU-NOT: arith.divf
+// GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}} : vector<8xf32>, vector<8xf32>, vector<8xf32>
+// GPU: arith.divf %{{.+}}, %{{.+}} : vector<8xf32>
+// GPU: gpu.shuffle  xor
+// GPU: scf.for
+// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// GPU: gpu.return
+// CPU-LABEL: func.func @layer_norm
+// CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>)
+// CPU: llvm.load
+// CPU: scf.yield
+// CPU: llvm.store
+// CPU: return
+fuse.kernel @layer_norm(%x: !fuse.full<f32>, %eps: !fuse.scalar<f32>) -> (y: !fuse.full<f32>, mean: !fuse.row<f32>) {
+  %mean = fuse.reduce mean %x : !fuse.full<f32> to !fuse.row<f32>
+  %mean_f = fuse.broadcast %mean : !fuse.row<f32> to !fuse.full<f32>
+  %xc = fuse.sub %x, %mean_f : !fuse.full<f32>
+  %sq = fuse.mul %xc, %xc : !fuse.full<f32>
+  %var = fuse.reduce mean %sq : !fuse.full<f32> to !fuse.row<f32>
+  %eps_r = fuse.broadcast %eps : !fuse.scalar<f32> to !fuse.row<f32>
+  %v = fuse.add %var, %eps_r : !fuse.row<f32>
+  %rstd = fuse.rsqrt %v : !fuse.row<f32>
+  %rstd_f = fuse.broadcast %rstd : !fuse.row<f32> to !fuse.full<f32>
+  %y = fuse.mul %xc, %rstd_f : !fuse.full<f32>
+  fuse.yield %y, %mean : !fuse.full<f32>, !fuse.row<f32>
+}
