@@ -34,10 +34,6 @@ def _normalized(loss, num_items_in_batch):
 # at::Reduction's values, as the kernel-level ops take them.
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 _cross_entropy_fwd = torch.ops.tilefuse.cross_entropy_fwd.default
-# Whether the kernel op takes the cross-entropy options (class weights,
-# z-loss, softcap: the ce branch's schema) or only ignore_index and label
-# smoothing (main's until it lands). Read here: torch.compile cannot.
-_WEIGHTED_SCHEMA = _cross_entropy_fwd._schema.arguments[2].name == "weight"
 
 
 def _float32_cross_entropy(logits, target, ignore_index: int, reduction: str):
@@ -45,10 +41,8 @@ def _float32_cross_entropy(logits, target, ignore_index: int, reduction: str):
     gives it. tilefuse.functional.cross_entropy rounds it to the logits' dtype
     (torch's rule: a bf16 loss is off by up to 0.016 at 5), so this calls the
     differentiable kernel-level op below it, which computes in float32."""
-    if _WEIGHTED_SCHEMA:
-        return _cross_entropy_fwd(logits, target, None, ignore_index, 0.0, 0.0, None,
-                                  _REDUCTIONS[reduction])[0]
-    return _cross_entropy_fwd(logits, target, ignore_index, 0.0, _REDUCTIONS[reduction])[0]
+    return _cross_entropy_fwd(logits, target, None, ignore_index, 0.0, 0.0, None,
+                              _REDUCTIONS[reduction])[0]
 
 
 def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,
