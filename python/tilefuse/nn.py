@@ -13,25 +13,13 @@ from torch import Tensor, nn
 
 from . import _dsl, functional
 
-__all__ = ["CrossEntropyLoss", "GeGLU", "LayerNorm", "RMSNorm", "SwiGLU"]
-
-
-def _last_dimension(module: nn.Module) -> None:
-    """The fused norms normalize over the last dimension only."""
-    if len(module.normalized_shape) != 1:
-        raise ValueError(f"tilefuse.nn.{type(module).__name__} normalizes over the last "
-                         f"dimension: normalized_shape must have one dimension, got "
-                         f"{list(module.normalized_shape)}")
+__all__ = ["CrossEntropyLoss", "GeGLU", "LayerNorm", "LinearCrossEntropyLoss", "RMSNorm",
+           "SwiGLU"]
 
 
 class RMSNorm(nn.RMSNorm):
-    """torch.nn.RMSNorm over the last dimension (parameter `weight`), fused:
-    one kernel forward, one backward."""
-
-    def __init__(self, normalized_shape, eps: float | None = None,
-                 elementwise_affine: bool = True, device=None, dtype=None):
-        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
-        _last_dimension(self)
+    """torch.nn.RMSNorm (parameter `weight`), fused: one kernel forward, one
+    backward."""
 
     def forward(self, input: Tensor) -> Tensor:
         return functional.rms_norm(input, self.normalized_shape, self.weight, self.eps)
@@ -41,13 +29,8 @@ class RMSNorm(nn.RMSNorm):
 
 
 class LayerNorm(nn.LayerNorm):
-    """torch.nn.LayerNorm over the last dimension (parameters `weight` and
-    `bias`), fused: one kernel forward, one backward."""
-
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, device=None, dtype=None):
-        super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype)
-        _last_dimension(self)
+    """torch.nn.LayerNorm (parameters `weight` and `bias`), fused: one kernel
+    forward, one backward."""
 
     def forward(self, input: Tensor) -> Tensor:
         return functional.layer_norm(input, self.normalized_shape, self.weight, self.bias,
@@ -71,6 +54,38 @@ class CrossEntropyLoss(nn.CrossEntropyLoss):
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction}, "
                 f"label_smoothing={self.label_smoothing}, "
                 "fused=tilefuse.functional.cross_entropy")
+
+
+class LinearCrossEntropyLoss(nn.Module):
+    """The loss of a language model's head, cross_entropy(input @ weight.T +
+    bias, target), without the [tokens, vocab] logits (Liger's fused linear
+    cross-entropy). The head's `weight` and `bias` are the forward's
+    arguments, so they stay the model's parameters; `ce_weight` are class
+    weights (a buffer, as torch.nn.CrossEntropyLoss keeps `weight`)."""
+
+    def __init__(self, ce_weight: Tensor | None = None, ignore_index: int = -100,
+                 reduction: str = "mean", label_smoothing: float = 0.0,
+                 lse_square_scale: float = 0.0, softcap: float | None = None,
+                 return_z_loss: bool = False):
+        super().__init__()
+        self.register_buffer("ce_weight", ce_weight)
+        self.ignore_index, self.reduction = ignore_index, reduction
+        self.label_smoothing, self.lse_square_scale = label_smoothing, lse_square_scale
+        self.softcap, self.return_z_loss = softcap, return_z_loss
+
+    def forward(self, input: Tensor, weight: Tensor, target: Tensor,
+                bias: Tensor | None = None):
+        return functional.linear_cross_entropy(
+            input, weight, target, bias, ce_weight=self.ce_weight,
+            ignore_index=self.ignore_index, reduction=self.reduction,
+            label_smoothing=self.label_smoothing, lse_square_scale=self.lse_square_scale,
+            softcap=self.softcap, return_z_loss=self.return_z_loss)
+
+    def extra_repr(self) -> str:
+        return (f"ignore_index={self.ignore_index}, reduction={self.reduction}, "
+                f"label_smoothing={self.label_smoothing}, "
+                f"lse_square_scale={self.lse_square_scale}, softcap={self.softcap}, "
+                "fused=tilefuse.functional.linear_cross_entropy")
 
 
 @_dsl.fusion

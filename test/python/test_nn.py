@@ -2,7 +2,6 @@
 gradients, and state_dicts loaded both ways (Hugging Face's LlamaRMSNorm
 and LlamaMLP names too)."""
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -51,9 +50,11 @@ def test_layer_norm_with_and_without_bias():
                            randomized(nn.LayerNorm(40, bias=bias)), torch.randn(6, 40))
 
 
-def test_norms_over_several_dimensions_are_refused():
-    with pytest.raises(ValueError, match="RMSNorm normalizes over the last dimension"):
-        tilefuse.nn.RMSNorm((4, 8))
+def test_norms_over_several_dimensions():
+    x = torch.randn(3, 4, 8)
+    assert_same_module(randomized(tilefuse.nn.RMSNorm((4, 8))), randomized(nn.RMSNorm((4, 8))), x)
+    assert_same_module(randomized(tilefuse.nn.LayerNorm((4, 8))),
+                       randomized(nn.LayerNorm((4, 8))), x)
 
 
 def test_cross_entropy_loss():
@@ -62,6 +63,31 @@ def test_cross_entropy_loss():
     for options in (dict(), dict(label_smoothing=0.1, reduction="sum")):
         assert_same_module(tilefuse.nn.CrossEntropyLoss(**options),
                            nn.CrossEntropyLoss(**options), logits, target)
+
+
+class _UnfusedLinearCrossEntropy(nn.Module):
+    def __init__(self, ce_weight=None, **options):
+        super().__init__()
+        self.register_buffer("ce_weight", ce_weight)
+        self.options = options
+
+    def forward(self, input, weight, target, bias=None):
+        return F.cross_entropy(F.linear(input, weight, bias), target, self.ce_weight,
+                               **self.options)
+
+
+def test_linear_cross_entropy_loss():
+    hidden, weight, bias = torch.randn(2, 7, 16), torch.randn(50, 16), torch.randn(50)
+    target = torch.randint(0, 50, (2, 7))
+    target[0, 3] = -100
+    class_weights = torch.rand(50) + 0.5
+    for options in (dict(), dict(label_smoothing=0.1, reduction="sum"),
+                    dict(reduction="none", ce_weight=class_weights)):
+        ours = tilefuse.nn.LinearCrossEntropyLoss(**options)
+        theirs = _UnfusedLinearCrossEntropy(**options)
+        assert_same_module(ours, theirs, hidden.view(-1, 16), weight, target.view(-1), bias)
+    assert "fused=tilefuse.functional.linear_cross_entropy" in repr(ours)
+    assert ours.state_dict().keys() == {"ce_weight"}
 
 
 class LlamaRMSNorm(nn.Module):
