@@ -38,17 +38,21 @@ ReduceOp centeringReduction(Value centered, ReduceKind kind) {
              : ReduceOp();
 }
 
-/// Erases `op` if nothing uses it, then the producers of its operands that
-/// this leaves unused.
-void eraseIfDead(Operation *op) {
-  if (!op || !op->use_empty() || !isPure(op))
-    return;
-  SmallVector<Operation *> producers;
-  for (Value operand : op->getOperands())
-    producers.push_back(operand.getDefiningOp());
-  op->erase();
-  for (Operation *producer : producers)
-    eraseIfDead(producer);
+/// Erases the ops of `roots` that nothing uses, then the producers of their
+/// operands that this leaves unused. An op is visited once even when it
+/// feeds several of them (x * x, or `first` feeding `second`).
+void eraseDead(ArrayRef<Operation *> roots) {
+  SmallVector<Operation *> worklist(roots);
+  llvm::SmallPtrSet<Operation *, 16> erased;
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val();
+    if (!op || erased.contains(op) || !op->use_empty() || !isPure(op))
+      continue;
+    for (Value operand : op->getOperands())
+      worklist.push_back(operand.getDefiningOp());
+    erased.insert(op);
+    op->erase();
+  }
 }
 
 /// Replaces `first` and `second` by the results of `merged` (created at
@@ -56,8 +60,7 @@ void eraseIfDead(Operation *op) {
 void replacePair(ReduceOp first, ReduceOp second, Operation *merged) {
   first.getResult().replaceAllUsesWith(merged->getResult(0));
   second.getResult().replaceAllUsesWith(merged->getResult(1));
-  eraseIfDead(second);
-  eraseIfDead(first);
+  eraseDead({second.getOperation(), first.getOperation()});
 }
 
 /// sum(exp(x - max x)) -> max_sum_exp x.
