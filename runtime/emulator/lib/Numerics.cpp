@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cstring>
 #include <limits>
 
 using namespace tilefuse::emulator;

@@ -20,32 +20,22 @@
 
 #include "Program.h"
 
+#include "llvm/ADT/bit.h"
+
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 namespace tilefuse::emulator::numerics {
 
 inline float toFloat(uint64_t bits) {
-  uint32_t word = static_cast<uint32_t>(bits);
-  float value;
-  std::memcpy(&value, &word, 4);
-  return value;
+  return llvm::bit_cast<float>(static_cast<uint32_t>(bits));
 }
 inline uint64_t fromFloat(float value) {
-  uint32_t word;
-  std::memcpy(&word, &value, 4);
-  return word;
+  return llvm::bit_cast<uint32_t>(value);
 }
-inline double toDouble(uint64_t bits) {
-  double value;
-  std::memcpy(&value, &bits, 8);
-  return value;
-}
+inline double toDouble(uint64_t bits) { return llvm::bit_cast<double>(bits); }
 inline uint64_t fromDouble(double value) {
-  uint64_t bits;
-  std::memcpy(&bits, &value, 8);
-  return bits;
+  return llvm::bit_cast<uint64_t>(value);
 }
 
 /// The canonical NaN PTX instructions produce, per format.
