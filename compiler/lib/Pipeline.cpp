@@ -424,9 +424,12 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
     return finish();
 
   if (isCPU(options)) {
+    // arith-expand rounds f32 -> bf16 with integer operations: x86 without
+    // AVX512-BF16 would call __truncsfbf2, which libgcc before GCC 13 lacks.
     if (failed(runPipeline(
             module,
-            "fuse-approximate-math, convert-scf-to-cf, convert-math-to-llvm, "
+            "fuse-approximate-math, arith-expand{include-bf16=true}, "
+            "convert-scf-to-cf, convert-math-to-llvm, "
             "convert-math-to-libm, "
             "convert-to-llvm, "
             "reconcile-unrealized-casts, canonicalize, cse",
