@@ -117,6 +117,32 @@ def FuseMergeReductions : Pass<"fuse-merge-reductions", "::tilefuse::fuse::Kerne
   let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
 }
 
+def FuseReciprocalDivisions : Pass<"fuse-reciprocal-divisions", "::tilefuse::fuse::KernelOp"> {
+  let summary = "Divide a full value by a per-row value through its reciprocal";
+  let description = [{
+    An IEEE division is an SFU seed and about eight refining instructions
+    per element on a GPU (a libm-exact vector division on the CPU); a
+    division by a per-row value (softmax's `e / sum(e)`) repeats it n times
+    for one divisor. This pass computes the reciprocal once per row and
+    multiplies:
+    ```mlir
+    %sf = fuse.broadcast %s : !fuse.row<f32> to !fuse.full<f32>
+    %y = fuse.div %e, %sf : !fuse.full<f32>
+    // becomes
+    %one = fuse.constant 1.0 : !fuse.row<f32>
+    %r = fuse.div %one, %s : !fuse.row<f32>
+    %rf = fuse.broadcast %r : !fuse.row<f32> to !fuse.full<f32>
+    %y = fuse.mul %e, %rf : !fuse.full<f32>
+    ```
+    The product rounds twice: at most 1.5 ulp from the quotient (half an
+    ulp for the division), far inside every numerics tolerance. Divisions
+    by scalars stay divisions, so that the optimizers and soft-capping
+    round as `torch.optim` and PyTorch do (the f32 AdamW step matches
+    `torch.optim.AdamW` bit for bit).
+  }];
+  let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
+}
+
 def FuseLowerToGPU : Pass<"fuse-lower-to-gpu", "::mlir::ModuleOp"> {
   let summary = "Lower tiled fuse kernels to gpu.func kernels (see KernelABI.h)";
   let description = [{
