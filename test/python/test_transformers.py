@@ -306,12 +306,24 @@ def test_convergence(family, precision):
     patched = copy.deepcopy(model)
     TT.apply_tilefuse(patched, **({"linear_cross_entropy": True} if linear else {}))
     inputs, autocast = batch(family), precision == "bf16"
+    exact = copy.deepcopy(model).double() if autocast else None
     expected = train(model, inputs, CONVERGENCE_STEPS, autocast)
     losses = train(patched, inputs, CONVERGENCE_STEPS, autocast)
     assert expected[-1] < expected[0] - 0.1  # it learns
-    tolerance = 1e-4 if precision == "f32" else 3e-3
-    differences = [abs(a - b) for a, b in zip(losses, expected)]
-    assert max(differences) <= tolerance, differences
+    if not autocast:
+        differences = [abs(a - b) for a, b in zip(losses, expected)]
+        assert max(differences) <= 1e-4, differences
+        return
+    # Under bf16 both runs drift from the exact trajectory, and 30 steps
+    # amplify each rounding chaotically (eager's drift alone varies 1-3e-3
+    # with the CPU's bf16 kernels), so both are measured against float64:
+    # the patched run may drift at most 3x as far as eager does. That still
+    # fails when the norm weights get no gradient; subtler errors (a permuted
+    # norm-weight gradient) are the f32 cases' to catch, and they do.
+    reference = train(exact, inputs, CONVERGENCE_STEPS, autocast=False)
+    eager_drift = max(abs(a - b) for a, b in zip(expected, reference))
+    drift = [abs(a - b) for a, b in zip(losses, reference)]
+    assert max(drift) <= 3 * eager_drift, (eager_drift, drift)
 
 
 def test_patched_model_compiles_without_graph_breaks():
