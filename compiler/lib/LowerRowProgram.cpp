@@ -408,27 +408,30 @@ SmallVector<Value> emitBlockedAccumulation(
   return emitLevel(levels - 1, indexConstant(b, loc, 0));
 }
 
-/// Marks the reduction loops over a streamed row's chunks until
-/// unrollStreamLoops.
+/// Marks the loops over a streamed row's chunks with their unroll factor
+/// until unrollStreamLoops.
 constexpr StringLiteral kStreamLoopAttr = "tilefuse.stream_loop";
 
-/// Chunks of a streamed row a GPU thread loads per iteration. 4 kept more
-/// in flight but made ptxas spill 8-12 bytes in the streamed cross-entropy
-/// (sm_90, n = 32000-262144).
-constexpr uint64_t kStreamUnroll = 2;
+/// Chunks of a streamed row a GPU thread loads per iteration of a merged
+/// reduction's pass over global memory. 4 kept more in flight but made
+/// ptxas spill 8-12 bytes in the streamed cross-entropy (sm_90, n =
+/// 32000-262144). Loops over staged chunks unroll kStagedUnroll times.
+constexpr int64_t kStreamUnroll = 2;
 
 /// Unrolls the marked loops under `root` on a GPU, so that a thread has
-/// kStreamUnroll independent loads in flight rather than one (a streamed
-/// row was latency-bound); on the CPU only drops the marks.
+/// several independent loads in flight rather than one (a streamed row was
+/// latency-bound); on the CPU only drops the marks.
 void unrollStreamLoops(Operation *root, bool unroll) {
-  SmallVector<scf::ForOp> loops;
+  SmallVector<std::pair<scf::ForOp, int64_t>> loops;
   root->walk([&](scf::ForOp loop) {
-    if (loop->removeAttr(kStreamLoopAttr))
-      loops.push_back(loop);
+    if (auto factor = loop->getAttrOfType<IntegerAttr>(kStreamLoopAttr)) {
+      loops.push_back({loop, factor.getInt()});
+      loop->removeAttr(kStreamLoopAttr);
+    }
   });
   if (unroll)
-    for (scf::ForOp loop : loops)
-      (void)loopUnrollByFactor(loop, kStreamUnroll);
+    for (auto [loop, factor] : loops)
+      (void)loopUnrollByFactor(loop, factor);
 }
 
 /// Where rows, lanes and row groups come from, and how a row reduction
@@ -467,6 +470,10 @@ public:
   void bindOutput(unsigned index, Value pointer) { outputs[index] = pointer; }
 
   LogicalResult checkSupported();
+  /// Staged rows (TileConfig.h): `groupBase` points to this row group's
+  /// dynamic shared memory, where the re-read inputs' regions follow one
+  /// another.
+  void bindStage(Value groupBase);
   /// Fills this row group's column-reduction partials with the identity.
   void emitPartialsInit(Value rowGroup);
   /// Emits the whole program for `row` (valid rows only store).
@@ -483,6 +490,8 @@ private:
   struct Chunk {
     Value base;  // first column of this thread's vector
     Value valid; // i1: base < n (null when every chunk is full)
+    Value slot;  // chunk * threads_per_row + lane, unclamped
+    bool staged = false; // its re-read inputs live in shared memory
     DenseMap<Value, Value> values;
   };
 
@@ -496,8 +505,12 @@ private:
   }
   Value pointerAt(Value pointer, Type elementType, Value offset);
   unsigned alignment(Type type);
-  Value load(Value pointer, Type type, Value offset);
-  void store(Value value, Value pointer, Value offset);
+  Value load(Value pointer, Type type, Value offset, unsigned align = 0);
+  void store(Value value, Value pointer, Value offset, unsigned align = 0);
+  Value loadInput(Chunk &chunk, BlockArgument input, Value offset);
+  void streamChunks(int64_t first, int64_t count, bool staged,
+                    ArrayRef<RowReduction> reductions, bool isFinal,
+                    SmallVectorImpl<ReductionState> &accumulators);
   Value flatOffset(Value row, Value column);
 
   LogicalResult emitRowScopeOps(int level);
@@ -533,6 +546,9 @@ private:
   DenseMap<Value, Value> rowValues;        // per-row and scalar values
   DenseMap<Operation *, Value> momentShifts; // fuse.moments -> its row's shift
   SmallVector<Chunk> onChipChunks;         // reused by every pass
+  DenseMap<Value, Value> stagePointers;    // re-read input -> its region
+  DenseSet<Value> inSharedMemory;          // staged by an earlier pass
+  DenseSet<Value> stagedThisPass;
   Value row, rowValid, rowGroup;
   int maxLevel = 0;
   int finalLevel = 0;
@@ -609,15 +625,49 @@ unsigned RowProgramEmitter::alignment(Type type) {
   return std::min<unsigned>(16, vector.getNumElements() * elementBytes);
 }
 
-Value RowProgramEmitter::load(Value pointer, Type type, Value offset) {
+Value RowProgramEmitter::load(Value pointer, Type type, Value offset,
+                              unsigned align) {
   Value address = pointerAt(pointer, getElementTypeOrSelf(type), offset);
-  return LLVM::LoadOp::create(b, loc, type, address, alignment(type));
+  return LLVM::LoadOp::create(b, loc, type, address,
+                              align ? align : alignment(type));
 }
 
-void RowProgramEmitter::store(Value value, Value pointer, Value offset) {
+void RowProgramEmitter::store(Value value, Value pointer, Value offset,
+                              unsigned align) {
   Type type = value.getType();
   Value address = pointerAt(pointer, getElementTypeOrSelf(type), offset);
-  LLVM::StoreOp::create(b, loc, value, address, alignment(type));
+  LLVM::StoreOp::create(b, loc, value, address,
+                        align ? align : alignment(type));
+}
+
+void RowProgramEmitter::bindStage(Value groupBase) {
+  Type i8 = b.getI8Type();
+  int64_t offset = 0;
+  for (BlockArgument input : rereadFullInputs(kernel)) {
+    stagePointers[input] = pointerAt(groupBase, i8, indexConstant(b, loc, offset));
+    offset += stageRegionBytes(config, valueType(input).getElementType());
+  }
+}
+
+/// A full input's vector for `chunk`: from global memory, or from shared
+/// memory where an earlier pass staged it (a staged chunk's first load
+/// writes it there). A thread reads back only the slots it wrote.
+Value RowProgramEmitter::loadInput(Chunk &chunk, BlockArgument input,
+                                   Value offset) {
+  VectorType type = chunkType(valueType(input).getElementType());
+  Value stage = chunk.staged ? stagePointers.lookup(input) : Value();
+  if (!stage)
+    return load(inputs.lookup(input), type, offset);
+  Value stageOffset = arith::MulIOp::create(
+      b, loc, chunk.slot, indexConstant(b, loc, config.vectorWidth));
+  unsigned vectorBytes =
+      type.getNumElements() * type.getElementTypeBitWidth() / 8;
+  if (inSharedMemory.contains(input))
+    return load(stage, type, stageOffset, vectorBytes);
+  Value loaded = load(inputs.lookup(input), type, offset);
+  store(loaded, stage, stageOffset, vectorBytes);
+  stagedThisPass.insert(input);
+  return loaded;
 }
 
 Value RowProgramEmitter::flatOffset(Value rowIndex, Value column) {
@@ -657,6 +707,7 @@ RowProgramEmitter::Chunk RowProgramEmitter::makeChunk(Value chunkIndex) {
       mapping.lane());
   Value base = arith::MulIOp::create(
       b, loc, slot, indexConstant(b, loc, config.vectorWidth));
+  chunk.slot = slot;
   if (n % (config.threadsPerRow * config.vectorWidth) == 0) {
     chunk.base = base;
     return chunk;
@@ -850,10 +901,10 @@ Value RowProgramEmitter::emitInChunk(Chunk &chunk, Value value) {
     return known;
   Value lowered;
   if (auto arg = dyn_cast<BlockArgument>(value)) {
-    Value offset = type.getKind() == ValueKind::Full
-                       ? flatOffset(row, chunk.base)
-                       : chunk.base;
-    lowered = load(inputs.lookup(arg), chunkType(type.getElementType()), offset);
+    lowered = type.getKind() == ValueKind::Full
+                  ? loadInput(chunk, arg, flatOffset(row, chunk.base))
+                  : load(inputs.lookup(arg), chunkType(type.getElementType()),
+                         chunk.base);
   } else {
     Operation *op = value.getDefiningOp();
     if (auto constant = dyn_cast<ConstantOp>(op)) {
@@ -1047,58 +1098,23 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
         b, loc, head.getType(), vector::ExtractOp::create(b, loc, head, 0));
   }
   SmallVector<ReductionState> accumulators;
-  for (const RowReduction &reduction : reductions)
-    accumulators.push_back(identityState(reduction));
-
   if (config.rowOnChip) {
+    for (const RowReduction &reduction : reductions)
+      accumulators.push_back(identityState(reduction));
     for (Chunk &chunk : onChipChunks)
       emitChunkWork(chunk, isFinal, reductions, accumulators);
   } else {
-    // Streamed: each thread folds its chunks in blocks (accuracy over long
-    // rows); a pass without reductions is one plain loop. The loops carry
-    // every state's values, flattened in order.
-    auto unflatten = [&](ValueRange flat) {
-      SmallVector<ReductionState> states;
-      for (const RowReduction &reduction : reductions) {
-        states.emplace_back(flat.take_front(reduction.stateSize()));
-        flat = flat.drop_front(reduction.stateSize());
-      }
-      return states;
-    };
-    auto flatten = [](ArrayRef<ReductionState> states) {
-      SmallVector<Value> flat;
-      for (const ReductionState &state : states)
-        flat.append(state.begin(), state.end());
-      return flat;
-    };
-    accumulators = unflatten(emitBlockedAccumulation(
-        b, loc, indexConstant(b, loc, config.chunks),
-        reductions.empty() ? 1 : config.chunks, flatten(accumulators),
-        [&](Value chunkIndex, ValueRange carried) {
-          // A merged reduction's pass only loads: unrolling the innermost
-          // loop keeps more loads in flight (the model put it latency-bound).
-          // Plain reduction passes gained nothing and spilled (rms_norm_fwd
-          // bf16, n = 262144: 24 bytes); a pass that stores waits at its
-          // guarded stores anyway.
-          if (llvm::any_of(reductions, [](const RowReduction &reduction) {
-                return reduction.form == RowReduction::Form::MaxSumExp ||
-                       reduction.form == RowReduction::Form::Moments;
-              }))
-            b.getInsertionBlock()->getParentOp()->setAttr(kStreamLoopAttr,
-                                                          b.getUnitAttr());
-          Chunk chunk = makeChunk(chunkIndex);
-          SmallVector<ReductionState> states = unflatten(carried);
-          emitChunkWork(chunk, isFinal, reductions, states);
-          return flatten(states);
-        },
-        [&](ValueRange lhs, ValueRange rhs) {
-          SmallVector<ReductionState> combined;
-          for (auto [reduction, left, right] :
-               llvm::zip(reductions, unflatten(lhs), unflatten(rhs)))
-            combined.push_back(
-                combineStates(b, loc, reduction, left, right, expLowering));
-          return flatten(combined);
-        }));
+    // Streamed: the staged chunks (from shared memory once a pass staged
+    // them), then the rest of the row (from global memory every pass).
+    stagedThisPass.clear();
+    int64_t staged = config.stagedChunks;
+    if (staged)
+      streamChunks(0, staged, /*staged=*/true, reductions, isFinal,
+                   accumulators);
+    if (staged < config.chunks)
+      streamChunks(staged, config.chunks - staged, /*staged=*/false,
+                   reductions, isFinal, accumulators);
+    inSharedMemory.insert(stagedThisPass.begin(), stagedThisPass.end());
   }
 
   if (reductions.empty())
@@ -1154,6 +1170,75 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
   return success();
 }
 
+/// Folds chunks [first, first + count) of a streamed row into
+/// `accumulators` (which hold chunks [0, first)): each thread folds its
+/// chunks in blocks (accuracy over long rows); a pass without reductions is
+/// one plain loop. The loops carry every state's values, flattened in order.
+void RowProgramEmitter::streamChunks(
+    int64_t first, int64_t count, bool staged,
+    ArrayRef<RowReduction> reductions, bool isFinal,
+    SmallVectorImpl<ReductionState> &accumulators) {
+  auto unflatten = [&](ValueRange flat) {
+    SmallVector<ReductionState> states;
+    for (const RowReduction &reduction : reductions) {
+      states.emplace_back(flat.take_front(reduction.stateSize()));
+      flat = flat.drop_front(reduction.stateSize());
+    }
+    return states;
+  };
+  auto flatten = [](ArrayRef<ReductionState> states) {
+    SmallVector<Value> flat;
+    for (const ReductionState &state : states)
+      flat.append(state.begin(), state.end());
+    return flat;
+  };
+  auto combine = [&](ArrayRef<ReductionState> lhs,
+                     ArrayRef<ReductionState> rhs) {
+    SmallVector<ReductionState> combined;
+    for (auto [reduction, left, right] : llvm::zip(reductions, lhs, rhs))
+      combined.push_back(
+          combineStates(b, loc, reduction, left, right, expLowering));
+    return combined;
+  };
+  // A merged reduction's pass over global memory only loads: unrolling the
+  // innermost loop keeps more loads in flight (the model put it
+  // latency-bound). Plain reduction passes gained nothing and spilled
+  // (rms_norm_fwd bf16, n = 262144: 24 bytes); a pass that stores waits at
+  // its guarded stores anyway. Staged chunks unroll further: their later
+  // passes read shared memory, and their register budget is the whole SM's.
+  bool merged = llvm::any_of(reductions, [](const RowReduction &reduction) {
+    return reduction.form == RowReduction::Form::MaxSumExp ||
+           reduction.form == RowReduction::Form::Moments;
+  });
+  int64_t unroll = staged ? kStagedUnroll : merged ? kStreamUnroll : 1;
+  SmallVector<ReductionState> identities;
+  for (const RowReduction &reduction : reductions)
+    identities.push_back(identityState(reduction));
+  SmallVector<ReductionState> folded = unflatten(emitBlockedAccumulation(
+      b, loc, indexConstant(b, loc, count), reductions.empty() ? 1 : count,
+      flatten(identities),
+      [&](Value index, ValueRange carried) {
+        if (unroll > 1)
+          b.getInsertionBlock()->getParentOp()->setAttr(
+              kStreamLoopAttr, b.getI64IntegerAttr(unroll));
+        Chunk chunk = makeChunk(
+            first ? arith::AddIOp::create(b, loc, index,
+                                          indexConstant(b, loc, first))
+                        .getResult()
+                  : index);
+        chunk.staged = staged;
+        SmallVector<ReductionState> states = unflatten(carried);
+        emitChunkWork(chunk, isFinal, reductions, states);
+        return flatten(states);
+      },
+      [&](ValueRange lhs, ValueRange rhs) {
+        return flatten(combine(unflatten(lhs), unflatten(rhs)));
+      }));
+  if (first != 0)
+    folded = combine(accumulators, folded);
+  accumulators.assign(folded.begin(), folded.end());
+}
+
 void RowProgramEmitter::emitPartialsInit(Value rowGroupIndex) {
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
   for (auto [index, output] : llvm::enumerate(yield.getValues())) {
@@ -1187,6 +1272,7 @@ LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
   rowGroup = group;
   rowValues.clear();
   onChipChunks.clear();
+  inSharedMemory.clear(); // each row stages its own chunks
   for (BlockArgument arg : kernel.getEntryBlock().getArguments()) {
     ValueType type = valueType(arg);
     if (type.getKind() == ValueKind::Scalar)
@@ -1511,6 +1597,31 @@ int64_t maxReductionsPerPass(KernelOp kernel) {
   return most;
 }
 
+/// The launch's dynamic shared memory (`.extern .shared` in PTX, sized by
+/// the launch), declared once per module.
+constexpr StringLiteral kStageSymbol = "tilefuse_stage";
+
+/// Where row group `groupInBlock` of a staged kernel keeps its chunks.
+Value stagedRowGroupBase(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
+                         Value groupInBlock, int64_t groupBytes) {
+  if (!module.lookupSymbol(kStageSymbol)) {
+    OpBuilder::InsertionGuard insertion(b);
+    b.setInsertionPointToStart(module.getBody());
+    LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                           /*isConstant=*/false, LLVM::Linkage::External,
+                           kStageSymbol, Attribute(), /*alignment=*/16,
+                           /*addrSpace=*/3);
+  }
+  auto shared = LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/3);
+  Value base = LLVM::AddressOfOp::create(b, loc, shared, kStageSymbol);
+  Value offset = arith::IndexCastOp::create(
+      b, loc, b.getI64Type(),
+      arith::MulIOp::create(b, loc, groupInBlock,
+                            indexConstant(b, loc, groupBytes)));
+  return LLVM::GEPOp::create(b, loc, shared, b.getI8Type(), base,
+                             ValueRange{offset});
+}
+
 LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   FailureOr<TileConfig> config = TileConfig::fromKernel(kernel);
   FailureOr<KernelShape> shape = getKernelShape(kernel);
@@ -1573,6 +1684,9 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   if (failed(emitter.checkSupported()))
     return failure();
   bindArguments(emitter, b, loc, kernel, *abi, entry.getArguments());
+  if (config->stageBytes)
+    emitter.bindStage(stagedRowGroupBase(
+        b, loc, module, group, config->stageBytes / config->rowsPerBlock));
   emitter.emitPartialsInit(rowGroup);
 
   // Every thread of a block runs the same number of row iterations (the

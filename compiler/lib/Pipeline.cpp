@@ -93,7 +93,8 @@ std::string tilePipeline(const CompileOptions &options) {
   return llvm::formatv("fuse.kernel(fuse-select-tiles{{target={0} "
                        "threads-per-row={1} rows-per-block={2} "
                        "vector-width={3} row-on-chip={4}}, "
-                       "fuse-merge-reductions, fuse-reciprocal-divisions)",
+                       "fuse-merge-reductions, fuse-reciprocal-divisions, "
+                       "fuse-stage-rows)",
                        options.target, options.threadsPerRow,
                        options.rowsPerBlock, options.vectorWidth,
                        options.rowOnChip)

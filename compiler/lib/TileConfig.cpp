@@ -8,6 +8,8 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <set>
+
 namespace tilefuse {
 #define GEN_PASS_DEF_FUSESELECTTILES
 #include "tilefuse/Compiler/Passes.h.inc"
@@ -38,6 +40,22 @@ static bool fitsInRegisters(const KernelShape &shape, const TileConfig &config) 
   int64_t budget = std::min<int64_t>(
       255, kRegistersPerSM / config.threadsPerBlock());
   return config.chunks * config.vectorWidth * shape.fullInputs <= budget / 2;
+}
+
+int64_t tilefuse::maxSharedBytesPerBlock(StringRef target) {
+  return llvm::StringSwitch<int64_t>(target)
+      .Case("sm_80", 163 * 1024)
+      .Cases({"sm_86", "sm_89"}, 99 * 1024)
+      .Case("sm_90", 227 * 1024)
+      .Default(0);
+}
+
+int64_t tilefuse::stageRegionBytes(const TileConfig &config,
+                                   Type elementType) {
+  int64_t elementBytes = elementType.getIntOrFloatBitWidth() / 8;
+  return llvm::alignTo(config.stagedChunks * config.threadsPerRow *
+                           config.vectorWidth * elementBytes,
+                       16);
 }
 
 bool tilefuse::isKnownTarget(StringRef target) {
@@ -102,6 +120,12 @@ DictionaryAttr TileConfig::toAttr(MLIRContext *context) const {
   if (chunkElements)
     fields.push_back(
         b.getNamedAttr("chunk_elements", b.getI64IntegerAttr(chunkElements)));
+  if (stageBytes) {
+    fields.push_back(
+        b.getNamedAttr("staged_chunks", b.getI64IntegerAttr(stagedChunks)));
+    fields.push_back(
+        b.getNamedAttr("stage_bytes", b.getI64IntegerAttr(stageBytes)));
+  }
   if (isGPU()) {
     fields.push_back(
         b.getNamedAttr("threads_per_row", b.getI64IntegerAttr(threadsPerRow)));
@@ -142,6 +166,8 @@ FailureOr<TileConfig> TileConfig::fromKernel(KernelOp kernel) {
   config.blocksPerSM = integer("blocks_per_sm", 0);
   config.rowsPerTask = integer("rows_per_task", 0);
   config.chunkElements = integer("chunk_elements", 0);
+  config.stagedChunks = integer("staged_chunks", 0);
+  config.stageBytes = integer("stage_bytes", 0);
   return config;
 }
 
@@ -159,6 +185,69 @@ DenseMap<Value, int> tilefuse::rowLevels(KernelOp kernel) {
       levels[result] = level;
   }
   return levels;
+}
+
+SmallVector<int> tilefuse::passLevels(KernelOp kernel) {
+  DenseMap<Value, int> levels = rowLevels(kernel);
+  int finalLevel = 0;
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  for (Value value : yield.getValues())
+    if (cast<ValueType>(value.getType()).getKind() == ValueKind::Full)
+      finalLevel = std::max(finalLevel, levels.lookup(value));
+  std::set<int> passes = {};
+  kernel.walk([&](Operation *op) {
+    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && !reduce.isRowReduction())
+      finalLevel = std::max(finalLevel, levels.lookup(reduce.getInput()));
+    else if (isRowReduction(op))
+      passes.insert(levels.lookup(op->getOperand(0)));
+  });
+  passes.insert(finalLevel);
+  return SmallVector<int>(passes.begin(), passes.end());
+}
+
+SmallVector<BlockArgument> tilefuse::rereadFullInputs(KernelOp kernel) {
+  DenseMap<Value, int> levels = rowLevels(kernel);
+  SmallVector<int> passes = passLevels(kernel);
+  // What each pass computes per chunk: its row reductions' inputs, and in
+  // the final pass the full outputs and column reductions' inputs.
+  DenseMap<int, SmallVector<Value>> roots;
+  kernel.walk([&](Operation *op) {
+    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && !reduce.isRowReduction())
+      roots[passes.back()].push_back(reduce.getInput());
+    else if (isRowReduction(op))
+      roots[levels.lookup(op->getOperand(0))].push_back(op->getOperand(0));
+  });
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  for (Value value : yield.getValues())
+    if (cast<ValueType>(value.getType()).getKind() == ValueKind::Full)
+      roots[passes.back()].push_back(value);
+  // A pass recomputes the per-chunk values its roots need from the inputs
+  // (per-row values come from earlier passes).
+  DenseMap<Value, int> readingPasses;
+  for (int pass : passes) {
+    llvm::SmallPtrSet<Value, 16> seen;
+    SmallVector<Value> worklist(roots.lookup(pass));
+    while (!worklist.empty()) {
+      Value value = worklist.pop_back_val();
+      ValueKind kind = cast<ValueType>(value.getType()).getKind();
+      if ((kind != ValueKind::Full && kind != ValueKind::Col) ||
+          !seen.insert(value).second)
+        continue;
+      if (isa<BlockArgument>(value)) {
+        if (kind == ValueKind::Full)
+          ++readingPasses[value];
+        continue;
+      }
+      Operation *op = value.getDefiningOp();
+      if (!isRowReduction(op))
+        llvm::append_range(worklist, op->getOperands());
+    }
+  }
+  SmallVector<BlockArgument> reread;
+  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
+    if (readingPasses.lookup(arg) > 1)
+      reread.push_back(arg);
+  return reread;
 }
 
 std::string KernelAbi::str() const {

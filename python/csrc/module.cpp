@@ -215,6 +215,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("threads_per_row", [](const GpuKernel &k) { return k.info.tile.threadsPerRow; })
       .def_property_readonly("rows_per_block", [](const GpuKernel &k) { return k.info.tile.rowsPerBlock; })
       .def_property_readonly("blocks_per_sm", [](const GpuKernel &k) { return k.info.tile.blocksPerSM; })
+      .def_property_readonly("staged_chunks", [](const GpuKernel &k) { return k.info.tile.stagedChunks; })
+      .def_property_readonly("stage_bytes", [](const GpuKernel &k) { return k.info.tile.stageBytes; })
       .def_property_readonly("finalize_name", [](const GpuKernel &k) {
         return k.info.name + kFinalizeSuffix;
       })

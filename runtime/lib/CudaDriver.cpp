@@ -35,6 +35,8 @@ constexpr size_t kJitLogBytes = 1 << 16;
 constexpr int kMultiprocessorCount = 16;
 constexpr int kComputeCapabilityMajor = 75;
 constexpr int kComputeCapabilityMinor = 76;
+// CUfunction_attribute: past 48 KiB, dynamic shared memory is opted into.
+constexpr int kMaxDynamicSharedSizeBytes = 8;
 } // namespace
 
 struct CudaDriver::Api {
@@ -52,6 +54,7 @@ struct CudaDriver::Api {
                                void **) = nullptr;
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*moduleUnload)(CUmodule);
+  CUresult (*funcSetAttribute)(CUfunction, int, int);
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, unsigned, CUstream, void **,
                            void **);
@@ -88,6 +91,7 @@ CudaDriver::load(const std::string &library) {
   resolve(api->moduleLoadData, "cuModuleLoadData");
   resolve(api->moduleGetFunction, "cuModuleGetFunction");
   resolve(api->moduleUnload, "cuModuleUnload");
+  resolve(api->funcSetAttribute, "cuFuncSetAttribute");
   resolve(api->launchKernel, "cuLaunchKernel");
   api->moduleLoadDataEx = reinterpret_cast<decltype(api->moduleLoadDataEx)>(
       dlsym(api->library, "cuModuleLoadDataEx"));
@@ -269,6 +273,10 @@ CudaDriver::functions(void *context,
     error = check(api->moduleGetFunction(&loaded.main, loaded.module,
                                          name.c_str()),
                   "cuModuleGetFunction", name);
+  if (!error && kernel->info.tile.stageBytes)
+    error = check(api->funcSetAttribute(loaded.main, kMaxDynamicSharedSizeBytes,
+                                        kernel->info.tile.stageBytes),
+                  "cuFuncSetAttribute", name);
   std::string finalizeName = name + kFinalizeSuffix;
   if (!error && kernel->info.hasColumnReduction())
     error = check(api->moduleGetFunction(&loaded.finalize, loaded.module,
@@ -317,7 +325,8 @@ llvm::Error CudaDriver::loadModule(void **module, const GpuKernel &kernel) {
 
 llvm::Error CudaDriver::launchOne(void *function, const std::string &name,
                                   unsigned blocks, unsigned threads,
-                                  void *stream, std::vector<void *> &params,
+                                  unsigned sharedBytes, void *stream,
+                                  std::vector<void *> &params,
                                   const std::vector<Buffer> &buffers) {
   countKernelLaunch();
   if (api->setBuffers) {
@@ -326,8 +335,8 @@ llvm::Error CudaDriver::launchOne(void *function, const std::string &name,
       described.push_back({buffer.name, buffer.base, buffer.bytes});
     api->setBuffers(described.data(), described.size());
   }
-  return check(api->launchKernel(function, blocks, 1, 1, threads, 1, 1, 0,
-                                 stream, params.data(), nullptr),
+  return check(api->launchKernel(function, blocks, 1, 1, threads, 1, 1,
+                                 sharedBytes, stream, params.data(), nullptr),
                "cuLaunchKernel", name);
 }
 
@@ -405,14 +414,14 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
   if (blocks > 0)
     if (llvm::Error error =
             launchOne(loaded->main, info.name, blocks,
-                      tile.threadsPerRow * tile.rowsPerBlock, stream, params,
-                      buffers))
+                      tile.threadsPerRow * tile.rowsPerBlock, tile.stageBytes,
+                      stream, params, buffers))
       return error;
   if (!loaded->finalize)
     return llvm::Error::success();
   unsigned finalizeBlocks = (info.n + kFinalizeThreads - 1) / kFinalizeThreads;
   return launchOne(loaded->finalize, info.name + kFinalizeSuffix,
-                   finalizeBlocks, kFinalizeThreads, stream, finalizeParams,
+                   finalizeBlocks, kFinalizeThreads, 0, stream, finalizeParams,
                    finalizeBuffers);
 }
 
@@ -521,8 +530,8 @@ CudaDriver::launchMultiTensor(std::shared_ptr<const GpuKernel> kernel,
     }
     unsigned blocks = std::min<int64_t>(chunks, info.tile.blocksPerSM * *sms);
     if (llvm::Error error = launchOne(loaded->main, info.name, blocks,
-                                      info.tile.threadsPerRow, stream, params,
-                                      buffers))
+                                      info.tile.threadsPerRow, 0, stream,
+                                      params, buffers))
       return error;
   }
   return llvm::Error::success();

@@ -88,7 +88,8 @@ std::string tilefuse::serializeArtifact(const KernelInfo &info,
      << tile.threadsPerRow << " " << tile.rowsPerBlock << " "
      << tile.vectorWidth << " " << tile.chunks << " " << tile.rowOnChip << " "
      << tile.blocksPerSM << " " << tile.rowsPerTask << " "
-     << tile.chunkElements << " " << info.multiTensor << " "
+     << tile.chunkElements << " " << tile.stagedChunks << " "
+     << tile.stageBytes << " " << info.multiTensor << " "
      << (info.skipIf.empty() ? "-" : info.skipIf) << "\n";
   auto field = [](const std::string &text) {
     return text.empty() ? "-" : text;
@@ -121,7 +122,7 @@ tilefuse::deserializeArtifact(llvm::StringRef artifact) {
   llvm::SmallVector<llvm::StringRef> fields;
   lines.front().split(fields, ' ');
   unsigned onChip = 0, multiTensor = 0;
-  if (fields.size() != 13 || fields[1].getAsInteger(10, info.n) ||
+  if (fields.size() != 15 || fields[1].getAsInteger(10, info.n) ||
       fields[3].getAsInteger(10, tile.threadsPerRow) ||
       fields[4].getAsInteger(10, tile.rowsPerBlock) ||
       fields[5].getAsInteger(10, tile.vectorWidth) ||
@@ -130,14 +131,16 @@ tilefuse::deserializeArtifact(llvm::StringRef artifact) {
       fields[8].getAsInteger(10, tile.blocksPerSM) ||
       fields[9].getAsInteger(10, tile.rowsPerTask) ||
       fields[10].getAsInteger(10, tile.chunkElements) ||
-      fields[11].getAsInteger(10, multiTensor))
+      fields[11].getAsInteger(10, tile.stagedChunks) ||
+      fields[12].getAsInteger(10, tile.stageBytes) ||
+      fields[13].getAsInteger(10, multiTensor))
     return malformed();
   info.name = fields[0].str();
   tile.target = fields[2].str();
   tile.rowOnChip = onChip;
   info.multiTensor = multiTensor;
-  if (fields[12] != "-")
-    info.skipIf = fields[12].str();
+  if (fields[14] != "-")
+    info.skipIf = fields[14].str();
   auto optional = [](llvm::StringRef text) {
     return text == "-" ? std::string() : text.str();
   };

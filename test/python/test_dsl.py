@@ -188,3 +188,28 @@ def test_streamed_rows_merge_their_reductions():
     torch.testing.assert_close(out["mean"].double(), finite.double().mean(-1), atol=1e-5, rtol=1e-6)
     with_inf = moments(x32[4:], 0.0)
     assert with_inf["var"].isnan().all() and with_inf["normalized"].isnan().all()
+
+
+def test_streamed_rows_partly_staged():
+    # f32 rows of 65537: scalar accesses, 129 chunks per thread, of which a
+    # GPU keeps 113 in shared memory between the passes (fuse-stage-rows on
+    # sm_90); the others and the masked tail are read again. Softmax with
+    # -inf entries, and moments with a large mean, against float64.
+    n = 65537
+    x = torch.randn(4, n, dtype=torch.float64)
+    x[1] += 1e4
+    x[2, ::5] = float("-inf")
+    x[3, -7:] = float("-inf")
+    x32 = x.float()
+    torch.testing.assert_close(softmax(x32), torch.softmax(x32.double(), -1).float(),
+                               atol=1e-9, rtol=1e-5)
+    finite = x32[:2]
+    out = moments(finite, 0.0)
+    torch.testing.assert_close(out["mean"].double(), finite.double().mean(-1), atol=1e-5, rtol=1e-6)
+    want = finite.double().var(-1, unbiased=False)
+    assert ((out["var"].double() - want).abs() <= 2e-6 * want).all(), (out["var"], want)
+    # The output pass: x (staged chunks from shared memory, the rest from
+    # global memory) normalized by the row's own mean and variance.
+    mean, var = out["mean"].double()[:, None], out["var"].double()[:, None]
+    torch.testing.assert_close(out["normalized"].double(), (finite.double() - mean) * var.rsqrt(),
+                               atol=1e-5, rtol=1e-5)

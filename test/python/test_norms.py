@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import tilefuse
 import tilefuse.functional as TF
-from conftest import assert_close, assert_compiled_matches_eager, float64_grads
+from conftest import TOLERANCES, assert_close, assert_compiled_matches_eager, float64_grads
 
 EPS = 1e-6
 MODES = ["gemma", "llama", "none"]
@@ -106,6 +107,64 @@ def test_forward_and_gradients_against_float64(dtype, shape, normalized, casting
     assert_close(out, ref, dtype)
     assert_close(dx, rdx, dtype)
     assert_close(dweight, rdweight, dtype)
+
+
+def assert_no_worse_than_torch(actual, eager, want, dtype):
+    """`actual` is within eager PyTorch's own error against the float64
+    `want`, plus the dtype's tolerance."""
+    atol, rtol = TOLERANCES[dtype]
+    error = (actual.double() - want).abs().max()
+    torch_error = (eager.double() - want).abs().max()
+    assert error <= torch_error + atol + rtol * want.abs().max(), (error, torch_error)
+
+
+@pytest.mark.parametrize("dtype,n", [(torch.float32, 32000), (torch.float32, 32001),
+                                     (torch.float32, 65536), (torch.bfloat16, 128256)],
+                         ids=["f32-32000", "f32-32001", "f32-65536", "bf16-128256"])
+def test_norms_over_staged_rows(dtype, n):
+    # Streamed rows that a GPU keeps in shared memory between passes
+    # (fuse-stage-rows): whole at f32 32000 (and 32001, scalar accesses with
+    # a masked tail), 28 of 32 chunks per thread at f32 65536 and bf16
+    # 128256 on sm_90, the rest read again. Rows with a large mean; both
+    # norms, forward and backward, against float64.
+    x = torch.randn(3, n, dtype=torch.float64)
+    x[1] += 100
+    x[2] = 1e3 + 0.1 * x[2]
+    x = x.to(dtype)
+    weight = (1 + 0.1 * torch.randn(n)).to(dtype)
+    bias = (0.1 * torch.randn(n)).to(dtype)
+    upstream = torch.randn(3, n).to(dtype)
+    cases = [
+        (lambda x, w: TF.rms_norm(x, (n,), w, EPS),
+         lambda x, w: F.rms_norm(x, (n,), w, EPS), (x, weight)),
+        (lambda x, w, b: TF.layer_norm(x, (n,), w, b, EPS),
+         lambda x, w, b: F.layer_norm(x, (n,), w, b, EPS), (x, weight, bias)),
+    ]
+    for fused, eager, inputs in cases:
+        out, grads = fused_grads(fused, *inputs, upstream=upstream)
+        ref, ref_grads = float64_grads(eager, *inputs, upstream=upstream)
+        eager_out, eager_grads = fused_grads(eager, *inputs, upstream=upstream)
+        assert_no_worse_than_torch(out, eager_out, ref, dtype)
+        for grad, eager_grad, want in zip(grads, eager_grads, ref_grads):
+            assert_no_worse_than_torch(grad, eager_grad, want, dtype)
+
+
+def test_staged_row_crosses_hbm_once():
+    # rms_norm's forward reads x twice (its reduction, then the output):
+    # staged whole (f32 n = 32768, 16 chunks), x is loaded from global
+    # memory once; at f32 n = 65536 (28 of 32 chunks staged) the second pass
+    # reads the last 4 chunks again.
+    if not tilefuse.emulator.active():
+        pytest.skip("global traffic is counted by the PTX emulator (TILEFUSE_TARGET=emulate)")
+    for n, reread in [(32768, 0), (65536, 4 * 512 * 4)]:
+        x, weight = torch.randn(2, n), torch.randn(n)
+        tilefuse.emulator.last_launches()
+        torch.testing.assert_close(TF.rms_norm(x, (n,), weight, EPS), F.rms_norm(x, (n,), weight, EPS),
+                                   atol=1e-5, rtol=1e-5)
+        (launch,) = tilefuse.emulator.last_launches()
+        buffers = {b["name"]: b for b in launch["buffers"]}
+        assert buffers["x"]["loaded_bytes"] == 2 * (n + reread) * 4, (n, buffers["x"])
+        assert launch["shared_bytes"] >= min(n, 28 * 512 * 4) * 4, launch["shared_bytes"]
 
 
 @pytest.mark.parametrize("casting_mode", MODES)

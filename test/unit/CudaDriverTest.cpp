@@ -142,6 +142,39 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
                                                     uint64_t(rows)}));
 }
 
+TEST_F(CudaDriverTest, StagedRowOptsIntoItsDynamicSharedMemory) {
+  // f32 n = 32000 streams (16 chunks of 512 threads x 4 lanes) and reads x
+  // twice: the whole row is staged, past the default 48 KiB.
+  auto staged = kernel("rms_norm_fwd", "f32", 32000);
+  EXPECT_EQ(staged->info.tile.stagedChunks, 16);
+  EXPECT_EQ(staged->info.tile.stageBytes, 16 * 512 * 4 * 4);
+  fakeCudaState().paramsPerLaunch = {7, 7};
+  float epsilon = 1e-6f, offset = 0.0f;
+  uint64_t epsSlot = bits(epsilon), offsetSlot = bits(offset);
+  std::vector<void *> arguments = {
+      reinterpret_cast<void *>(0x1000), reinterpret_cast<void *>(0x2000),
+      &epsSlot, &offsetSlot, reinterpret_cast<void *>(0x3000),
+      reinterpret_cast<void *>(0x4000)};
+  ASSERT_FALSE(static_cast<bool>(
+      driver->launch(staged, arguments, {}, 3, 0, nullptr)));
+  ASSERT_EQ(fakeCudaState().sharedOptIns.size(), 1u);
+  EXPECT_EQ(fakeCudaState().sharedOptIns[0].function, "rms_norm_fwd");
+  EXPECT_EQ(fakeCudaState().sharedOptIns[0].attribute,
+            8); // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  EXPECT_EQ(fakeCudaState().sharedOptIns[0].value, 131072);
+  ASSERT_EQ(fakeCudaState().launches.size(), 1u);
+  EXPECT_EQ(fakeCudaState().launches[0].dynamicSharedBytes, 131072u);
+
+  // A row that stays in registers stages nothing and opts into nothing.
+  auto onChip = kernel("rms_norm_fwd", "f32", 1000);
+  EXPECT_EQ(onChip->info.tile.stageBytes, 0);
+  ASSERT_FALSE(static_cast<bool>(
+      driver->launch(onChip, arguments, {}, 3, 0, nullptr)));
+  EXPECT_EQ(fakeCudaState().sharedOptIns.size(), 1u);
+  ASSERT_EQ(fakeCudaState().launches.size(), 2u);
+  EXPECT_EQ(fakeCudaState().launches[1].dynamicSharedBytes, 0u);
+}
+
 TEST_F(CudaDriverTest, ModulesLoadOncePerContext) {
   auto swiglu = kernel("swiglu_fwd", "f32", 1024);
   fakeCudaState().paramsPerLaunch = {4, 4, 4};

@@ -73,13 +73,20 @@ int cuModuleGetFunction(void **function, void *, const char *name) {
   return 0;
 }
 int cuModuleUnload(void *) { return 0; }
+int cuFuncSetAttribute(void *function, int attribute, int value) {
+  state.sharedOptIns.push_back(
+      {state.functions[reinterpret_cast<size_t>(function) - 1], attribute,
+       value});
+  return 0;
+}
 int cuLaunchKernel(void *function, unsigned gridX, unsigned, unsigned,
-                   unsigned blockX, unsigned, unsigned, unsigned, void *stream,
-                   void **params, void **) {
+                   unsigned blockX, unsigned, unsigned, unsigned sharedBytes,
+                   void *stream, void **params, void **) {
   FakeCudaState::Launch launch;
   launch.function = state.functions[reinterpret_cast<size_t>(function) - 1];
   launch.grid = gridX;
   launch.block = blockX;
+  launch.dynamicSharedBytes = sharedBytes;
   launch.stream = stream;
   for (int i = 0; i < state.paramsPerLaunch[state.launches.size()]; ++i) {
     uint64_t value = 0;

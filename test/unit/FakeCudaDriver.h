@@ -10,7 +10,7 @@
 struct FakeCudaState {
   struct Launch {
     std::string function;
-    unsigned grid = 0, block = 0;
+    unsigned grid = 0, block = 0, dynamicSharedBytes = 0;
     void *stream = nullptr;
     /// Each parameter's first 8 bytes (pass scalars in 8-byte slots).
     std::vector<uint64_t> params;
@@ -31,6 +31,12 @@ struct FakeCudaState {
   const char *lastImage = nullptr;
   std::vector<std::string> functions;
   std::vector<Launch> launches;
+  /// cuFuncSetAttribute's calls: function, attribute, value.
+  struct Attribute {
+    std::string function;
+    int attribute = 0, value = 0;
+  };
+  std::vector<Attribute> sharedOptIns;
 };
 
 FakeCudaState &fakeCudaState();

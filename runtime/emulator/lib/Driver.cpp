@@ -31,9 +31,14 @@ struct Device {
 };
 
 struct LoadedModule;
+/// The default limit on a launch's dynamic shared memory; past it a
+/// function opts in with cuFuncSetAttribute, up to its chip's sharedOptIn.
+constexpr uint32_t kDefaultSharedPerBlock = 49152;
+
 struct LoadedFunction {
   LoadedModule *module;
   const Function *function;
+  uint32_t maxDynamicSharedBytes;
 };
 struct LoadedModule {
   std::unique_ptr<Module> module;
@@ -402,8 +407,39 @@ int cuModuleGetFunction(void **function, void *module, const char *name) {
   if (!found || !found->entry || !found->hasBody)
     return failWith(kNotFound, llvm::formatv("the module has no kernel {0}",
                                              name));
-  loaded->functions.push_back({loaded, found});
+  uint32_t staticBytes = found->staticSharedBytes;
+  loaded->functions.push_back(
+      {loaded, found,
+       staticBytes < kDefaultSharedPerBlock
+           ? kDefaultSharedPerBlock - staticBytes
+           : 0});
   *function = &loaded->functions.back();
+  return kSuccess;
+}
+
+int cuFuncSetAttribute(void *function, int attribute, int value) {
+  if (!function)
+    return failWith(kInvalidHandle, "null function");
+  auto &loaded = *static_cast<LoadedFunction *>(function);
+  if (attribute != 8) // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    return failWith(kInvalidValue,
+                    llvm::formatv("function attribute {0} is not emulated",
+                                  attribute));
+  State &s = state();
+  int64_t optIn;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    optIn = chipNamed(s.device.chip)->sharedOptIn;
+  }
+  int64_t allowed = optIn - loaded.function->staticSharedBytes;
+  if (value < 0 || value > allowed)
+    return failWith(kInvalidValue,
+                    llvm::formatv("{0}: {1} bytes of dynamic shared memory; "
+                                  "the device allows {2} beside its {3} static "
+                                  "bytes",
+                                  loaded.function->name, value, allowed,
+                                  loaded.function->staticSharedBytes));
+  loaded.maxDynamicSharedBytes = value;
   return kSuccess;
 }
 
@@ -459,12 +495,18 @@ int cuLaunchKernel(void *function, unsigned gridX, unsigned gridY,
                     llvm::formatv("{0}: {1} bytes of dynamic shared memory for "
                                   "a kernel without an .extern .shared array",
                                   kernel.name, sharedBytes));
-  if (kernel.staticSharedBytes + sharedBytes > 49152)
+  if (kernel.staticSharedBytes > kDefaultSharedPerBlock)
     return failWith(kLaunchOutOfResources,
-                    llvm::formatv("{0}: {1} bytes of shared memory exceed "
-                                  "48 KiB per block",
-                                  kernel.name,
-                                  kernel.staticSharedBytes + sharedBytes));
+                    llvm::formatv("{0}: {1} bytes of static shared memory "
+                                  "exceed 48 KiB per block",
+                                  kernel.name, kernel.staticSharedBytes));
+  if (sharedBytes > loaded.maxDynamicSharedBytes)
+    return failWith(kInvalidValue,
+                    llvm::formatv("{0}: {1} bytes of dynamic shared memory "
+                                  "exceed the function's {2} (past 48 KiB "
+                                  "per block, cuFuncSetAttribute opts in)",
+                                  kernel.name, sharedBytes,
+                                  loaded.maxDynamicSharedBytes));
   if (!params && !kernel.params.empty())
     return failWith(kInvalidValue, llvm::formatv("{0}: no kernel parameters",
                                                  kernel.name));

@@ -143,6 +143,24 @@ def FuseReciprocalDivisions : Pass<"fuse-reciprocal-divisions", "::tilefuse::fus
   let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
 }
 
+def FuseStageRows : Pass<"fuse-stage-rows", "::tilefuse::fuse::KernelOp"> {
+  let summary = "Keep a streamed row's re-read inputs in shared memory between passes";
+  let description = [{
+    A row that does not stay in registers is read from global memory once
+    per pass over it (after fuse-merge-reductions: the norms' backward, a
+    softmax, RMSNorm's reduction and output). For the full inputs that more
+    than one pass reads, this pass records in `fuse.tile` how many chunks
+    per thread a block keeps in dynamic shared memory (`staged_chunks`) and
+    that memory's size (`stage_bytes`): as many as the target lets a block
+    opt into, less the reductions' static workgroup memory. The lowering
+    writes those chunks to shared memory in the first pass that loads them
+    and reads them back in the later ones; the rest of the row is read from
+    global memory again. GPU targets only; rows kept in registers, rows read
+    in one pass and multi-tensor kernels are left alone (the fields are
+    dropped). Runs after fuse-select-tiles and fuse-merge-reductions.
+  }];
+}
+
 def FuseLowerToGPU : Pass<"fuse-lower-to-gpu", "::mlir::ModuleOp"> {
   let summary = "Lower tiled fuse kernels to gpu.func kernels (see KernelABI.h)";
   let description = [{

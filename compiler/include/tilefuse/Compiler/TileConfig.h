@@ -19,6 +19,19 @@
 //    128k-256k vocabulary) stream in chunks and recompute instead of
 //    failing. A fusion without row reductions makes one pass, so it streams:
 //    unrolling would only lengthen live ranges.
+//  - staging (fuse-stage-rows, after the passes that change how many times
+//    a row is read): a streamed row whose full inputs are read in more than
+//    one pass keeps its first `staged_chunks` chunks per thread of those
+//    inputs in dynamic shared memory, written by the first pass that loads
+//    them and read back by the later ones, so HBM sees each byte once. A
+//    thread reads back only the slots it wrote itself (no barrier). As many
+//    chunks as the chip lets one block opt into (sm_80 163 KiB, sm_86/89
+//    99 KiB, sm_90 227 KiB, less the reductions' static workgroup memory):
+//    an f32 row of 32000 fits whole, a bf16 row of 128256 in 28 of its 32
+//    chunks. Occupancy: such a block takes the SM's shared memory, so one
+//    512-thread block runs per SM; its loops over staged chunks are unrolled
+//    4 times (512 threads x 4 x 16 bytes = 32 KiB of loads in flight per
+//    SM), which is what a streamed row needs to stay at the bandwidth limit.
 //  - a fusion with a column reduction runs a persistent grid
 //    (blocks_per_sm blocks per SM, striding over rows) so that the partials
 //    it leaves for the final reduction are bounded; others launch one
@@ -70,6 +83,8 @@ class KernelOp;
 constexpr int64_t kMaxRowLength = int64_t(1) << 40;
 constexpr int64_t kMaxUnrolledChunks = 64;
 constexpr int64_t kMaxEmittedOps = int64_t(1) << 17;
+/// How many times a loop over staged chunks is unrolled (above).
+constexpr int64_t kStagedUnroll = 4;
 
 struct TileConfig {
   std::string target; // "sm_80", "sm_90", ..., or "cpu"
@@ -85,6 +100,11 @@ struct TileConfig {
   int64_t rowsPerTask = 0;
   /// Multi-tensor kernels: the elements of a chunk (0 otherwise).
   int64_t chunkElements = 0;
+  /// Streamed rows (fuse-stage-rows): the chunks per thread of each re-read
+  /// full input kept in dynamic shared memory, and that memory's bytes per
+  /// block (0: nothing staged).
+  int64_t stagedChunks = 0;
+  int64_t stageBytes = 0;
 
   bool isGPU() const { return target != "cpu"; }
   int64_t threadsPerBlock() const { return threadsPerRow * rowsPerBlock; }
@@ -120,6 +140,13 @@ bool isKnownTarget(llvm::StringRef target);
 /// The heuristic above.
 TileConfig chooseTileConfig(const KernelShape &shape, llvm::StringRef target);
 
+/// The dynamic shared memory one block of `target` may opt into (bytes).
+int64_t maxSharedBytesPerBlock(llvm::StringRef target);
+
+/// The bytes one row group's staged chunks of an input of `elementType`
+/// take (a multiple of 16, so that every region starts 16-byte aligned).
+int64_t stageRegionBytes(const TileConfig &config, mlir::Type elementType);
+
 /// The shape of a kernel that fuse-specialize has run on; emits an error and
 /// fails otherwise.
 mlir::FailureOr<KernelShape> getKernelShape(fuse::KernelOp kernel);
@@ -128,6 +155,15 @@ mlir::FailureOr<KernelShape> getKernelShape(fuse::KernelOp kernel);
 /// inputs at level 0, a row reduction's result one level above its input,
 /// anything else at the highest level of its operands.
 llvm::DenseMap<mlir::Value, int> rowLevels(fuse::KernelOp kernel);
+
+/// The levels at which the lowering makes a pass over a streamed row: each
+/// level with row reductions of an input at that level, and the final level
+/// (that of the full outputs and column reductions).
+llvm::SmallVector<int> passLevels(fuse::KernelOp kernel);
+
+/// The full inputs (as entry-block arguments) that a streamed row program
+/// reads in more than one of its passes: what staging keeps on chip.
+llvm::SmallVector<mlir::BlockArgument> rereadFullInputs(fuse::KernelOp kernel);
 
 } // namespace tilefuse
 

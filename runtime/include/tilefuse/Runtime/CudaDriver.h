@@ -115,9 +115,11 @@ private:
   /// JIT-compiles `kernel`'s PTX into the current context; a failure
   /// carries the JIT's error log in full.
   llvm::Error loadModule(void **module, const GpuKernel &kernel);
+  /// Launches `blocks` blocks of `threads` threads with `sharedBytes` of
+  /// dynamic shared memory (staged rows, TileConfig.h).
   llvm::Error launchOne(void *function, const std::string &name,
-                        unsigned blocks, unsigned threads, void *stream,
-                        std::vector<void *> &params,
+                        unsigned blocks, unsigned threads, unsigned sharedBytes,
+                        void *stream, std::vector<void *> &params,
                         const std::vector<Buffer> &buffers);
 
   std::unique_ptr<Api> api;

@@ -1,0 +1,104 @@
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=F32
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=128256}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=BF16
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_86}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=SM86
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=NONE
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=cpu}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=NONE
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=GPU
+// Staging is a property of the tiled kernel: a second run chooses the same.
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows, fuse-stage-rows))' | FileCheck %s --check-prefix=F32
+
+// RMSNorm reads x twice (its mean square, then the output). f32 n = 32000
+// on sm_90: 16 chunks of 512 threads x 4 lanes, all of them staged (128
+// KiB); bf16 n = 128256: 28 of 32 chunks (224 KiB of the 227 KiB a block
+// may opt into); sm_86 (99 KiB): 12 of 16.
+// F32-LABEL: fuse.kernel @rms_norm
+// F32-SAME: chunks = 16 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 131072 : i64, staged_chunks = 16 : i64
+// BF16-LABEL: fuse.kernel @rms_norm
+// BF16-SAME: chunks = 32 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 229376 : i64, staged_chunks = 28 : i64
+// SM86-LABEL: fuse.kernel @rms_norm
+// SM86-SAME: stage_bytes = 98304 : i64, staged_chunks = 12 : i64
+// Lowered: the launch's dynamic shared memory; the first pass stores each
+// vector of x it loads there (loops unrolled 4 times), the second reads it
+// back (a thread its own slots: no barrier) and loads only the weight from
+// global memory.
+// GPU: llvm.mlir.global external @tilefuse_stage() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<0 x i8>
+// GPU-LABEL: gpu.func @rms_norm
+// GPU: llvm.mlir.addressof @tilefuse_stage : !llvm.ptr<3>
+// GPU: scf.for %{{.+}} = %c0 to %c16 step %c4 iter_args
+// GPU-COUNT-4: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
+// GPU: gpu.barrier
+// GPU: scf.for %{{.+}} = %c0 to %c16 step %c4 {
+// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
+// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xf32>
+// GPU: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<1>
+// GPU-COUNT-3: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
+// GPU-NOT: llvm.store %{{.+}} !llvm.ptr<3>
+// GPU: gpu.return
+// A row on chip, and the CPU, stage nothing.
+// NONE-LABEL: fuse.kernel @rms_norm
+// NONE-NOT: stage
+fuse.kernel @rms_norm(%x: !fuse.full<f32>, %weight: !fuse.col<f32>) -> (y: !fuse.full<f32>) {
+  %sq = fuse.mul %x, %x : !fuse.full<f32>
+  %ms = fuse.reduce mean %sq : !fuse.full<f32> to !fuse.row<f32>
+  %r = fuse.rsqrt %ms : !fuse.row<f32>
+  %rf = fuse.broadcast %r : !fuse.row<f32> to !fuse.full<f32>
+  %w = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
+  %xr = fuse.mul %x, %rf : !fuse.full<f32>
+  %y = fuse.mul %xr, %w : !fuse.full<f32>
+  fuse.yield %y : !fuse.full<f32>
+}
+
+// -----
+
+// After fuse-merge-reductions a log-sum-exp reads its row once: nothing to
+// stage.
+// F32-LABEL: fuse.kernel @logsumexp
+// F32-NOT: stage
+// BF16-LABEL: fuse.kernel @logsumexp
+// BF16-NOT: stage
+fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
+  %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
+  %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
+  %shifted = fuse.sub %x, %max_f : !fuse.full<f32>
+  %e = fuse.exp %shifted : !fuse.full<f32>
+  %sum = fuse.reduce sum %e : !fuse.full<f32> to !fuse.row<f32>
+  %log = fuse.log %sum : !fuse.row<f32>
+  %lse = fuse.add %max, %log : !fuse.row<f32>
+  fuse.yield %lse : !fuse.row<f32>
+}
+
+// -----
+
+// A norm's backward reads dy and x in both passes: both are staged, 14 of
+// 16 chunks of each at f32 n = 32000 (16 KiB a chunk: 224 KiB), 14 of 32
+// at bf16 n = 128256.
+// F32-LABEL: fuse.kernel @norm_bwd
+// F32-SAME: stage_bytes = 229376 : i64, staged_chunks = 14 : i64
+// BF16-LABEL: fuse.kernel @norm_bwd
+// BF16-SAME: stage_bytes = 229376 : i64, staged_chunks = 14 : i64
+fuse.kernel @norm_bwd(%dy: !fuse.full<f32>, %x: !fuse.full<f32>, %rstd: !fuse.row<f32>) -> (dx: !fuse.full<f32>, dw: !fuse.col<f32>) {
+  %rf = fuse.broadcast %rstd : !fuse.row<f32> to !fuse.full<f32>
+  %xhat = fuse.mul %x, %rf : !fuse.full<f32>
+  %g = fuse.mul %dy, %xhat : !fuse.full<f32>
+  %c = fuse.reduce mean %g : !fuse.full<f32> to !fuse.row<f32>
+  %cf = fuse.broadcast %c : !fuse.row<f32> to !fuse.full<f32>
+  %t = fuse.mul %xhat, %cf : !fuse.full<f32>
+  %d = fuse.sub %dy, %t : !fuse.full<f32>
+  %dx = fuse.mul %d, %rf : !fuse.full<f32>
+  %dw = fuse.reduce sum %g : !fuse.full<f32> to !fuse.col<f32>
+  fuse.yield %dx, %dw : !fuse.full<f32>, !fuse.col<f32>
+}
+
+// -----
+
+// Only what two passes read is staged: z, read by the output pass alone,
+// streams from global memory (x alone: the same 128 KiB as @rms_norm).
+// F32-LABEL: fuse.kernel @read_once
+// F32-SAME: stage_bytes = 131072 : i64, staged_chunks = 16 : i64
+fuse.kernel @read_once(%x: !fuse.full<f32>, %z: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
+  %s = fuse.reduce sum %x : !fuse.full<f32> to !fuse.row<f32>
+  %sf = fuse.broadcast %s : !fuse.row<f32> to !fuse.full<f32>
+  %xs = fuse.mul %x, %sf : !fuse.full<f32>
+  %y = fuse.add %xs, %z : !fuse.full<f32>
+  fuse.yield %y : !fuse.full<f32>
+}
