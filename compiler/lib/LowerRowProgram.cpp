@@ -470,12 +470,14 @@ public:
   void bindOutput(unsigned index, Value pointer) { outputs[index] = pointer; }
 
   LogicalResult checkSupported();
-  /// Staged rows (TileConfig.h): `groupBase` points to this row group's
-  /// dynamic shared memory, where the re-read inputs' regions follow one
-  /// another.
+  /// Staged rows and on-chip partials (TileConfig.h): `groupBase` points
+  /// to this row group's dynamic shared memory, where the column partials'
+  /// regions come first, then the re-read inputs'.
   void bindStage(Value groupBase);
   /// Fills this row group's column-reduction partials with the identity.
   void emitPartialsInit(Value rowGroup);
+  /// Partials on chip: writes them to this row group's global partials.
+  void emitPartialsFlush(Value rowGroup);
   /// Emits the whole program for `row` (valid rows only store).
   LogicalResult emitRow(Value row, Value rowValid, Value rowGroup);
 
@@ -508,6 +510,9 @@ private:
   Value load(Value pointer, Type type, Value offset, unsigned align = 0);
   void store(Value value, Value pointer, Value offset, unsigned align = 0);
   Value loadInput(Chunk &chunk, BlockArgument input, Value offset);
+  Value sharedOffset(const Chunk &chunk);
+  /// A loop over this thread's chunks, `body(chunk)` in it.
+  void forEachChunk(function_ref<void(Chunk &)> body);
   void streamChunks(int64_t first, int64_t count, bool staged,
                     ArrayRef<RowReduction> reductions, bool isFinal,
                     SmallVectorImpl<ReductionState> &accumulators);
@@ -547,6 +552,7 @@ private:
   DenseMap<Operation *, Value> momentShifts; // fuse.moments -> its row's shift
   SmallVector<Chunk> onChipChunks;         // reused by every pass
   DenseMap<Value, Value> stagePointers;    // re-read input -> its region
+  DenseMap<unsigned, Value> partialPointers; // column output -> its region
   DenseSet<Value> inSharedMemory;          // staged by an earlier pass
   DenseSet<Value> stagedThisPass;
   Value row, rowValid, rowGroup;
@@ -643,10 +649,37 @@ void RowProgramEmitter::store(Value value, Value pointer, Value offset,
 void RowProgramEmitter::bindStage(Value groupBase) {
   Type i8 = b.getI8Type();
   int64_t offset = 0;
-  for (BlockArgument input : rereadFullInputs(kernel)) {
-    stagePointers[input] = pointerAt(groupBase, i8, indexConstant(b, loc, offset));
-    offset += stageRegionBytes(config, valueType(input).getElementType());
-  }
+  auto region = [&](int64_t chunks, Type elementType) {
+    Value pointer = pointerAt(groupBase, i8, indexConstant(b, loc, offset));
+    offset += sharedRegionBytes(config, chunks, elementType);
+    return pointer;
+  };
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  if (config.partialsOnChip)
+    for (auto [index, output] : llvm::enumerate(yield.getValues()))
+      if (ReduceOp reduce = columnReductionOf(output))
+        partialPointers[index] = region(
+            config.chunks, valueType(reduce.getInput()).getElementType());
+  if (config.stagedChunks)
+    for (BlockArgument input : rereadFullInputs(kernel))
+      stagePointers[input] =
+          region(config.stagedChunks, valueType(input).getElementType());
+}
+
+/// Where `chunk` of this thread lives in a shared-memory region (in
+/// elements): its own slot, whatever its columns, so that no two threads
+/// share one.
+Value RowProgramEmitter::sharedOffset(const Chunk &chunk) {
+  return arith::MulIOp::create(b, loc, chunk.slot,
+                               indexConstant(b, loc, config.vectorWidth));
+}
+
+/// Vectors in shared memory are aligned to their size, at most 16 bytes
+/// (the regions' alignment).
+static unsigned sharedAlignment(Type type) {
+  auto vector = cast<VectorType>(type);
+  return std::min<unsigned>(
+      16, vector.getNumElements() * vector.getElementTypeBitWidth() / 8);
 }
 
 /// A full input's vector for `chunk`: from global memory, or from shared
@@ -658,14 +691,11 @@ Value RowProgramEmitter::loadInput(Chunk &chunk, BlockArgument input,
   Value stage = chunk.staged ? stagePointers.lookup(input) : Value();
   if (!stage)
     return load(inputs.lookup(input), type, offset);
-  Value stageOffset = arith::MulIOp::create(
-      b, loc, chunk.slot, indexConstant(b, loc, config.vectorWidth));
-  unsigned vectorBytes =
-      type.getNumElements() * type.getElementTypeBitWidth() / 8;
+  Value stageOffset = sharedOffset(chunk);
   if (inSharedMemory.contains(input))
-    return load(stage, type, stageOffset, vectorBytes);
+    return load(stage, type, stageOffset, sharedAlignment(type));
   Value loaded = load(inputs.lookup(input), type, offset);
-  store(loaded, stage, stageOffset, vectorBytes);
+  store(loaded, stage, stageOffset, sharedAlignment(type));
   stagedThisPass.insert(input);
   return loaded;
 }
@@ -1047,15 +1077,20 @@ void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
       emitGuarded(b, loc, storeCondition,
                   [&] { store(value, outputs.lookup(index), offset); });
     } else if (kind == ValueKind::Col) {
-      // Accumulate into this row group's partials row.
+      // Accumulate into this row group's partials: on chip, or its row of
+      // the global partials.
       ReduceOp reduce = columnReductionOf(output);
       Value value = emitInChunk(chunk, reduce.getInput());
-      Value partials = outputs.lookup(index);
-      Value offset = flatOffset(rowGroup, chunk.base);
+      Value partials = partialPointers.lookup(index);
+      Value offset = partials ? sharedOffset(chunk)
+                              : flatOffset(rowGroup, chunk.base);
+      unsigned align = partials ? sharedAlignment(value.getType()) : 0;
+      if (!partials)
+        partials = outputs.lookup(index);
       emitGuarded(b, loc, storeCondition, [&] {
-        Value old = load(partials, value.getType(), offset);
+        Value old = load(partials, value.getType(), offset, align);
         store(combineReduction(b, loc, reduce.getKind(), old, value), partials,
-              offset);
+              offset, align);
       });
     }
   }
@@ -1239,29 +1274,57 @@ void RowProgramEmitter::streamChunks(
   accumulators.assign(folded.begin(), folded.end());
 }
 
+void RowProgramEmitter::forEachChunk(function_ref<void(Chunk &)> body) {
+  auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
+                                 indexConstant(b, loc, config.chunks),
+                                 indexConstant(b, loc, 1));
+  OpBuilder::InsertionGuard insertion(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Chunk chunk = makeChunk(loop.getInductionVar());
+  body(chunk);
+}
+
 void RowProgramEmitter::emitPartialsInit(Value rowGroupIndex) {
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
   for (auto [index, output] : llvm::enumerate(yield.getValues())) {
-    if (valueType(output).getKind() != ValueKind::Col)
-      continue;
     ReduceOp reduce = columnReductionOf(output);
+    if (!reduce)
+      continue;
     Type elementType = valueType(reduce.getInput()).getElementType();
-    auto emitInit = [&](Value chunkIndex) {
-      Chunk chunk = makeChunk(chunkIndex);
+    Value onChip = partialPointers.lookup(index);
+    forEachChunk([&](Chunk &chunk) {
       Value identity = arith::ConstantOp::create(
           b, loc,
           SplatElementsAttr::get(chunkType(elementType),
                                  reductionIdentity(reduce.getKind(), elementType)));
+      if (onChip) {
+        store(identity, onChip, sharedOffset(chunk),
+              sharedAlignment(identity.getType()));
+        return;
+      }
       Value offset = flatOffset(rowGroupIndex, chunk.base);
       emitGuarded(b, loc, chunk.valid,
                   [&] { store(identity, outputs.lookup(index), offset); });
-    };
-    auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
-                                   indexConstant(b, loc, config.chunks),
-                                   indexConstant(b, loc, 1));
-    OpBuilder::InsertionGuard insertion(b);
-    b.setInsertionPointToStart(loop.getBody());
-    emitInit(loop.getInductionVar());
+    });
+  }
+}
+
+void RowProgramEmitter::emitPartialsFlush(Value rowGroupIndex) {
+  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+  for (auto [index, output] : llvm::enumerate(yield.getValues())) {
+    Value onChip = partialPointers.lookup(index);
+    if (!onChip)
+      continue;
+    ReduceOp reduce = columnReductionOf(output);
+    VectorType type =
+        chunkType(valueType(reduce.getInput()).getElementType());
+    forEachChunk([&](Chunk &chunk) {
+      Value partial =
+          load(onChip, type, sharedOffset(chunk), sharedAlignment(type));
+      Value offset = flatOffset(rowGroupIndex, chunk.base);
+      emitGuarded(b, loc, chunk.valid,
+                  [&] { store(partial, outputs.lookup(index), offset); });
+    });
   }
 }
 
@@ -1407,26 +1470,32 @@ SmallVector<std::pair<ReduceOp, Type>> columnReductions(KernelOp kernel) {
 /// one per kCpuRowsPerPartial rows.
 constexpr int64_t kMaxFinalizedRowGroups = int64_t(1) << 24;
 
-/// out[column] = combine over row groups g of partials[g, column], in order
-/// and in blocks; mean divides by rows. `arguments`: (partials, output) per column
-/// reduction, then row_groups and rows (i64).
-void emitFinalizeColumn(OpBuilder &b, Location loc, KernelOp kernel,
-                        ValueRange arguments, Value column, int64_t n) {
-  auto reductions = columnReductions(kernel);
-  Value rowGroups = arith::IndexCastOp::create(
-      b, loc, b.getIndexType(), arguments[2 * reductions.size()]);
-  Value rows = arguments[2 * reductions.size() + 1];
-  for (auto [position, entry] : llvm::enumerate(reductions)) {
-    auto [reduce, storage] = entry;
+/// A finalize's arguments: (partials, output) per column reduction, then
+/// row_groups and rows (i64).
+Value finalizeRowGroups(OpBuilder &b, Location loc, KernelOp kernel,
+                        ValueRange arguments) {
+  return arith::IndexCastOp::create(
+      b, loc, b.getIndexType(),
+      arguments[2 * columnReductions(kernel).size()]);
+}
+
+/// For each column reduction: the combination of partials[g, column] over
+/// row groups g in [first, first + count), in order and in blocks.
+SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
+                                   ValueRange arguments, Value column,
+                                   int64_t n, Value first, Value count) {
+  SmallVector<Value> totals;
+  for (auto [position, entry] : llvm::enumerate(columnReductions(kernel))) {
+    ReduceOp reduce = entry.first;
     Value partials = arguments[2 * position];
-    Value output = arguments[2 * position + 1];
     Type compute = valueType(reduce.getInput()).getElementType();
     Value identity = arith::ConstantOp::create(
         b, loc, reductionIdentity(reduce.getKind(), compute));
     ReduceKind kind = reduce.getKind();
-    Value total = emitBlockedAccumulation(
-        b, loc, rowGroups, kMaxFinalizedRowGroups, identity,
-        [&](Value group, ValueRange carried) -> SmallVector<Value> {
+    totals.push_back(emitBlockedAccumulation(
+        b, loc, count, kMaxFinalizedRowGroups, identity,
+        [&](Value index, ValueRange carried) -> SmallVector<Value> {
+          Value group = arith::AddIOp::create(b, loc, first, index);
           Value offset = arith::AddIOp::create(
               b, loc,
               arith::MulIOp::create(b, loc, group, indexConstant(b, loc, n)),
@@ -1441,15 +1510,30 @@ void emitFinalizeColumn(OpBuilder &b, Location loc, KernelOp kernel,
         },
         [&](ValueRange lhs, ValueRange rhs) -> SmallVector<Value> {
           return {combineReduction(b, loc, kind, lhs[0], rhs[0])};
-        })[0];
+        })[0]);
+  }
+  return totals;
+}
+
+/// out[column] = total (a mean divided by rows), in the output's dtype.
+void storeFinalized(OpBuilder &b, Location loc, KernelOp kernel,
+                    ValueRange arguments, Value column,
+                    ArrayRef<Value> totals) {
+  auto reductions = columnReductions(kernel);
+  Value rows = arguments[2 * reductions.size() + 1];
+  for (auto [position, entry, total] : llvm::enumerate(reductions, totals)) {
+    auto [reduce, storage] = entry;
+    Value output = arguments[2 * position + 1];
+    Type compute = valueType(reduce.getInput()).getElementType();
+    Value value = total;
     if (reduce.getKind() == ReduceKind::Mean)
-      total = arith::DivFOp::create(
-          b, loc, total, arith::SIToFPOp::create(b, loc, compute, rows));
-    total = castFloat(b, loc, total, storage);
+      value = arith::DivFOp::create(
+          b, loc, value, arith::SIToFPOp::create(b, loc, compute, rows));
+    value = castFloat(b, loc, value, storage);
     Value column64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), column);
     Value address = LLVM::GEPOp::create(b, loc, output.getType(), storage,
                                         output, ValueRange{column64});
-    LLVM::StoreOp::create(b, loc, total, address);
+    LLVM::StoreOp::create(b, loc, value, address);
   }
 }
 
@@ -1597,6 +1681,86 @@ int64_t maxReductionsPerPass(KernelOp kernel) {
   return most;
 }
 
+/// `@<name>_finalize` (KernelABI.h): each block finalizes kFinalizeColumns
+/// columns with kFinalizeSlices threads per column. Slice s combines its
+/// contiguous share of the row groups (coalesced: a warp reads 32
+/// consecutive columns of one row group), then slice 0 combines the
+/// slices' results in order: the same result for the same partials, and
+/// enough blocks to fill the chip (a block per 32 columns, not per 256).
+void emitGPUFinalize(OpBuilder &b, Location loc, KernelOp kernel,
+                     gpu::GPUModuleOp module, Type pointer, int64_t n) {
+  MLIRContext *context = kernel.getContext();
+  auto reductions = columnReductions(kernel);
+  SmallVector<Type> slotTypes;
+  for (auto [reduce, storage] : reductions)
+    slotTypes.push_back(MemRefType::get(
+        {kFinalizeThreads}, valueType(reduce.getInput()).getElementType(),
+        MemRefLayoutAttrInterface{},
+        gpu::AddressSpaceAttr::get(context, gpu::AddressSpace::Workgroup)));
+  auto finalize = gpu::GPUFuncOp::create(
+      b, loc, (kernel.getSymName() + kFinalizeSuffix).str(),
+      b.getFunctionType(finalizeParameters(kernel, pointer), {}), slotTypes,
+      TypeRange{});
+  finalize->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  finalize.setKnownBlockSizeAttr(
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(kFinalizeThreads), 1, 1}));
+  Block &entry = finalize.getBody().front();
+  OpBuilder::InsertionGuard insertion(b);
+  b.setInsertionPointToStart(&entry);
+  ValueRange arguments =
+      entry.getArguments().take_front(finalize.getNumArguments());
+  Value thread = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  Value columns = indexConstant(b, loc, kFinalizeColumns);
+  Value lane = arith::RemUIOp::create(b, loc, thread, columns);
+  Value slice = arith::DivUIOp::create(b, loc, thread, columns);
+  Value column = arith::AddIOp::create(
+      b, loc,
+      arith::MulIOp::create(b, loc,
+                            gpu::BlockIdOp::create(b, loc, gpu::Dimension::x),
+                            columns),
+      lane);
+  // Threads past the last column combine no row group (every thread
+  // reaches the barrier) and store nothing.
+  Value inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                        column, indexConstant(b, loc, n));
+  Value rowGroups = finalizeRowGroups(b, loc, kernel, arguments);
+  Value share = arith::CeilDivUIOp::create(
+      b, loc, rowGroups, indexConstant(b, loc, kFinalizeSlices));
+  Value first = arith::MinUIOp::create(
+      b, loc, arith::MulIOp::create(b, loc, slice, share), rowGroups);
+  Value count = arith::SelectOp::create(
+      b, loc, inRange,
+      arith::MinUIOp::create(b, loc, share,
+                             arith::SubIOp::create(b, loc, rowGroups, first)),
+      indexConstant(b, loc, 0));
+  SmallVector<Value> totals = combinePartials(b, loc, kernel, arguments,
+                                              column, n, first, count);
+  ValueRange slots = finalize.getWorkgroupAttributions();
+  for (auto [total, slot] : llvm::zip(totals, slots))
+    memref::StoreOp::create(b, loc, total, slot, thread);
+  gpu::BarrierOp::create(b, loc);
+  Value isFirstSlice = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::eq, slice, indexConstant(b, loc, 0));
+  emitGuarded(b, loc, andConditions(b, loc, isFirstSlice, inRange), [&] {
+    SmallVector<Value> combined;
+    for (auto [entry, slot] : llvm::zip(reductions, slots)) {
+      Value total;
+      for (int64_t s = 0; s < kFinalizeSlices; ++s) {
+        Value part = memref::LoadOp::create(
+            b, loc, slot,
+            ValueRange{arith::AddIOp::create(
+                b, loc, lane, indexConstant(b, loc, s * kFinalizeColumns))});
+        total = s == 0 ? part
+                       : combineReduction(b, loc, entry.first.getKind(),
+                                          total, part);
+      }
+      combined.push_back(total);
+    }
+    storeFinalized(b, loc, kernel, arguments, column, combined);
+  });
+  gpu::ReturnOp::create(b, loc);
+}
+
 /// The launch's dynamic shared memory (`.extern .shared` in PTX, sized by
 /// the launch), declared once per module.
 constexpr StringLiteral kStageSymbol = "tilefuse_stage";
@@ -1709,36 +1873,16 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   if (failed(emitter.emitRow(clamped, rowValid, rowGroup)))
     return failure();
   b.setInsertionPointToEnd(&entry);
+  emitter.emitPartialsFlush(rowGroup);
   gpu::ReturnOp::create(b, loc);
   unrollStreamLoops(function, /*unroll=*/true);
 
   if (columnReductions(kernel).empty())
     return success();
   b.setInsertionPointToEnd(module.getBody());
-  auto finalize = gpu::GPUFuncOp::create(
-      b, loc, (kernel.getSymName() + kFinalizeSuffix).str(),
-      b.getFunctionType(finalizeParameters(kernel, pointer), {}));
-  finalize->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-  finalize.setKnownBlockSizeAttr(
-      b.getDenseI32ArrayAttr({static_cast<int32_t>(kFinalizeThreads), 1, 1}));
-  Block &finalizeEntry = finalize.getBody().front();
-  b.setInsertionPointToStart(&finalizeEntry);
-  Value column = arith::AddIOp::create(
-      b, loc,
-      arith::MulIOp::create(b, loc,
-                            gpu::BlockIdOp::create(b, loc, gpu::Dimension::x),
-                            indexConstant(b, loc, kFinalizeThreads)),
-      gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
-  Value inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                        column, indexConstant(b, loc, shape->n));
-  emitGuarded(b, loc, inRange, [&] {
-    emitFinalizeColumn(b, loc, kernel, finalizeEntry.getArguments(), column,
-                       shape->n);
-  });
-  gpu::ReturnOp::create(b, loc);
+  emitGPUFinalize(b, loc, kernel, module, pointer, shape->n);
   return success();
 }
-
 
 /// Lowers a row program or, for a multi-tensor kernel, its multi-tensor
 /// form (below, after the CPU's row mapping).
@@ -2275,8 +2419,13 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
                                     indexConstant(b, loc, shape->n),
                                     indexConstant(b, loc, 1));
   b.setInsertionPointToStart(columns.getBody());
-  emitFinalizeColumn(b, loc, kernel, finalizeEntry->getArguments(),
-                     columns.getInductionVar(), shape->n);
+  ValueRange arguments = finalizeEntry->getArguments();
+  Value column = columns.getInductionVar();
+  storeFinalized(
+      b, loc, kernel, arguments, column,
+      combinePartials(b, loc, kernel, arguments, column, shape->n,
+                      indexConstant(b, loc, 0),
+                      finalizeRowGroups(b, loc, kernel, arguments)));
   b.setInsertionPointToEnd(finalizeEntry);
   func::ReturnOp::create(b, loc);
   return success();

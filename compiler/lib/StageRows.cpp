@@ -1,9 +1,9 @@
 //===- StageRows.cpp - keep a streamed row's re-read inputs on chip -------===//
 //
-// Chooses how many chunks of each re-read full input a streamed row keeps in
-// dynamic shared memory (TileConfig.h). It runs after the passes that change
-// how many times a row is read (fuse-merge-reductions), so that a row read
-// once is not staged.
+// Chooses what a block keeps in dynamic shared memory (TileConfig.h): its
+// column partials, and chunks of each re-read full input of a streamed row.
+// It runs after the passes that change how many times a row is read
+// (fuse-merge-reductions), so that a row read once is not staged.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +31,15 @@ int64_t reductionSharedBytes(KernelOp kernel, const TileConfig &config) {
   return warps * std::max<int64_t>(1, reductions) * 3 * 8;
 }
 
+/// The bytes the staged chunks of `reread` take per block.
+int64_t stagedBytes(const TileConfig &config, ArrayRef<BlockArgument> reread) {
+  int64_t bytes = 0;
+  for (BlockArgument input : reread)
+    bytes += sharedRegionBytes(config, config.stagedChunks,
+                               cast<ValueType>(input.getType()).getElementType());
+  return bytes * config.rowsPerBlock;
+}
+
 struct FuseStageRowsPass
     : tilefuse::impl::FuseStageRowsBase<FuseStageRowsPass> {
   void runOnOperation() override {
@@ -40,41 +49,44 @@ struct FuseStageRowsPass
     if (failed(config) || failed(shape))
       return signalPassFailure();
     config->stagedChunks = config->stageBytes = 0;
-    SmallVector<BlockArgument> reread;
-    if (config->isGPU() && !config->rowOnChip && !shape->multiTensor)
-      reread = rereadFullInputs(kernel);
+    config->partialsOnChip = false;
+    if (config->isGPU() && !shape->multiTensor)
+      choose(kernel, *shape, *config);
+    kernel->setAttr("fuse.tile", config->toAttr(&getContext()));
+  }
+
+  void choose(KernelOp kernel, const KernelShape &shape, TileConfig &config) {
+    int64_t budget = maxSharedBytesPerBlock(config.target) -
+                     reductionSharedBytes(kernel, config);
+    // Column partials first: each is read and written for every row.
+    int64_t partialBytes = 0;
+    kernel.walk([&](ReduceOp reduce) {
+      if (!reduce.isRowReduction())
+        partialBytes += sharedRegionBytes(
+            config, config.chunks,
+            cast<ValueType>(reduce.getInput().getType()).getElementType());
+    });
+    partialBytes *= config.rowsPerBlock;
+    if (partialBytes && partialBytes <= budget) {
+      config.partialsOnChip = true;
+      config.stageBytes = partialBytes;
+      budget -= partialBytes;
+    }
+    if (config.rowOnChip)
+      return;
     // The staged loops' unrolled copies count against the compile-work
     // limit; a kernel past it streams as before.
-    bool bounded = shape->ops * shape->passes * (kStagedUnroll + 2) *
-                       config->vectorWidth <=
-                   kMaxEmittedOps;
-    if (!reread.empty() && bounded) {
-      int64_t budget = maxSharedBytesPerBlock(config->target) -
-                       reductionSharedBytes(kernel, *config);
-      int64_t bytesPerChunk = 0;
-      for (BlockArgument input : reread)
-        bytesPerChunk += config->threadsPerRow * config->vectorWidth *
-                         cast<ValueType>(input.getType())
-                                 .getElementType()
-                                 .getIntOrFloatBitWidth() /
-                         8;
-      bytesPerChunk *= config->rowsPerBlock;
-      config->stagedChunks =
-          std::min<int64_t>(config->chunks, budget / bytesPerChunk);
-      // Rounding each region up to 16 bytes may take a chunk back.
-      for (; config->stagedChunks > 0; --config->stagedChunks) {
-        config->stageBytes = 0;
-        for (BlockArgument input : reread)
-          config->stageBytes += stageRegionBytes(
-              *config, cast<ValueType>(input.getType()).getElementType());
-        config->stageBytes *= config->rowsPerBlock;
-        if (config->stageBytes <= budget)
-          break;
-      }
-      if (!config->stagedChunks)
-        config->stageBytes = 0;
-    }
-    kernel->setAttr("fuse.tile", config->toAttr(&getContext()));
+    if (shape.ops * shape.passes * (kStagedUnroll + 2) * config.vectorWidth >
+        kMaxEmittedOps)
+      return;
+    SmallVector<BlockArgument> reread = rereadFullInputs(kernel);
+    if (reread.empty())
+      return;
+    config.stagedChunks = config.chunks;
+    // Rounding each region up to 16 bytes may take a chunk back.
+    while (config.stagedChunks > 0 && stagedBytes(config, reread) > budget)
+      --config.stagedChunks;
+    config.stageBytes += stagedBytes(config, reread);
   }
 };
 

@@ -50,12 +50,11 @@ int64_t tilefuse::maxSharedBytesPerBlock(StringRef target) {
       .Default(0);
 }
 
-int64_t tilefuse::stageRegionBytes(const TileConfig &config,
-                                   Type elementType) {
+int64_t tilefuse::sharedRegionBytes(const TileConfig &config, int64_t chunks,
+                                    Type elementType) {
   int64_t elementBytes = elementType.getIntOrFloatBitWidth() / 8;
-  return llvm::alignTo(config.stagedChunks * config.threadsPerRow *
-                           config.vectorWidth * elementBytes,
-                       16);
+  return llvm::alignTo(
+      chunks * config.threadsPerRow * config.vectorWidth * elementBytes, 16);
 }
 
 bool tilefuse::isKnownTarget(StringRef target) {
@@ -126,6 +125,8 @@ DictionaryAttr TileConfig::toAttr(MLIRContext *context) const {
     fields.push_back(
         b.getNamedAttr("stage_bytes", b.getI64IntegerAttr(stageBytes)));
   }
+  if (partialsOnChip)
+    fields.push_back(b.getNamedAttr("partials_on_chip", b.getBoolAttr(true)));
   if (isGPU()) {
     fields.push_back(
         b.getNamedAttr("threads_per_row", b.getI64IntegerAttr(threadsPerRow)));
@@ -168,6 +169,8 @@ FailureOr<TileConfig> TileConfig::fromKernel(KernelOp kernel) {
   config.chunkElements = integer("chunk_elements", 0);
   config.stagedChunks = integer("staged_chunks", 0);
   config.stageBytes = integer("stage_bytes", 0);
+  if (auto partials = attr.getAs<BoolAttr>("partials_on_chip"))
+    config.partialsOnChip = partials.getValue();
   return config;
 }
 

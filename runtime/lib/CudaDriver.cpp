@@ -419,7 +419,7 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
       return error;
   if (!loaded->finalize)
     return llvm::Error::success();
-  unsigned finalizeBlocks = (info.n + kFinalizeThreads - 1) / kFinalizeThreads;
+  unsigned finalizeBlocks = (info.n + kFinalizeColumns - 1) / kFinalizeColumns;
   return launchOne(loaded->finalize, info.name + kFinalizeSuffix,
                    finalizeBlocks, kFinalizeThreads, 0, stream, finalizeParams,
                    finalizeBuffers);

@@ -89,7 +89,8 @@ std::string tilefuse::serializeArtifact(const KernelInfo &info,
      << tile.vectorWidth << " " << tile.chunks << " " << tile.rowOnChip << " "
      << tile.blocksPerSM << " " << tile.rowsPerTask << " "
      << tile.chunkElements << " " << tile.stagedChunks << " "
-     << tile.stageBytes << " " << info.multiTensor << " "
+     << tile.stageBytes << " " << tile.partialsOnChip << " "
+     << info.multiTensor << " "
      << (info.skipIf.empty() ? "-" : info.skipIf) << "\n";
   auto field = [](const std::string &text) {
     return text.empty() ? "-" : text;
@@ -121,8 +122,8 @@ tilefuse::deserializeArtifact(llvm::StringRef artifact) {
   TileConfig &tile = info.tile;
   llvm::SmallVector<llvm::StringRef> fields;
   lines.front().split(fields, ' ');
-  unsigned onChip = 0, multiTensor = 0;
-  if (fields.size() != 15 || fields[1].getAsInteger(10, info.n) ||
+  unsigned onChip = 0, partialsOnChip = 0, multiTensor = 0;
+  if (fields.size() != 16 || fields[1].getAsInteger(10, info.n) ||
       fields[3].getAsInteger(10, tile.threadsPerRow) ||
       fields[4].getAsInteger(10, tile.rowsPerBlock) ||
       fields[5].getAsInteger(10, tile.vectorWidth) ||
@@ -133,14 +134,16 @@ tilefuse::deserializeArtifact(llvm::StringRef artifact) {
       fields[10].getAsInteger(10, tile.chunkElements) ||
       fields[11].getAsInteger(10, tile.stagedChunks) ||
       fields[12].getAsInteger(10, tile.stageBytes) ||
-      fields[13].getAsInteger(10, multiTensor))
+      fields[13].getAsInteger(10, partialsOnChip) ||
+      fields[14].getAsInteger(10, multiTensor))
     return malformed();
   info.name = fields[0].str();
   tile.target = fields[2].str();
   tile.rowOnChip = onChip;
   info.multiTensor = multiTensor;
-  if (fields[14] != "-")
-    info.skipIf = fields[14].str();
+  tile.partialsOnChip = partialsOnChip;
+  if (fields[15] != "-")
+    info.skipIf = fields[15].str();
   auto optional = [](llvm::StringRef text) {
     return text == "-" ? std::string() : text.str();
   };

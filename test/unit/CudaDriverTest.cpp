@@ -136,7 +136,7 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
                                                 uint64_t(rows)}));
   const FakeCudaState::Launch &finalize = fakeCudaState().launches[1];
   EXPECT_EQ(finalize.function, "rms_norm_bwd_finalize");
-  EXPECT_EQ(finalize.grid, 8192u / 256u);
+  EXPECT_EQ(finalize.grid, 8192u / 32u); // 32 columns a block, 8 threads each
   EXPECT_EQ(finalize.block, 256u);
   EXPECT_EQ(finalize.params, (std::vector<uint64_t>{0x70, 0x60, uint64_t(*groups),
                                                     uint64_t(rows)}));

@@ -199,12 +199,14 @@ TEST_F(EmulatedNumerics, LongRows) {
 
 /// With 2 SMs, column reductions run a persistent grid of fewer blocks
 /// than rows: blocks loop over rows, and the last row group's rows clamp.
+/// Their partials stay in shared memory across the rows (n = 32000: beside
+/// staged chunks of the streamed row) and reach global memory once.
 TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
   auto driver = driverFor("sm_90", 2);
   ASSERT_TRUE(driver);
   for (const char *name : {"rms_norm_bwd", "layer_norm_bwd"})
     for (Dtype dtype : {Dtype::F32, Dtype::BF16})
-      for (int64_t n : {7, 1000}) {
+      for (int64_t n : {7, 1000, 32000}) {
         auto kernel = compile(name, dtype, n, true, "sm_90");
         ASSERT_TRUE(kernel);
         const TileConfig &tile = kernel->info.tile;
@@ -217,9 +219,20 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
         ASSERT_EQ(launches.size(), 2u) << "the kernel, then its finalize";
         EXPECT_EQ(launches[0].grid[0], blocks);
         EXPECT_LT(launches[0].grid[0] * tile.rowsPerBlock, rows);
-        // The finalize reads each row group's partials once and writes each
-        // column result once.
+        // The kernel writes each row group's partials once (they stay on
+        // chip across its rows), except layer_norm_bwd's at n = 32000: two
+        // partials of 128 KiB per block do not fit, and are read-modified-
+        // written in global memory per row. The finalize reads them once
+        // and writes each column result once.
         uint64_t groups = blocks * tile.rowsPerBlock;
+        bool onChip = n < 32000 || name == std::string("rms_norm_bwd");
+        EXPECT_EQ(tile.partialsOnChip, onChip);
+        for (const emulator::BufferTraffic &buffer : launches[0].buffers)
+          if (onChip && llvm::StringRef(buffer.name).ends_with("partials")) {
+            SCOPED_TRACE(buffer.name);
+            EXPECT_EQ(buffer.loadedBytes, 0u);
+            EXPECT_EQ(buffer.storedBytes, groups * n * 4);
+          }
         EXPECT_EQ(launches[1].buffers.size(),
                   name == std::string("rms_norm_bwd") ? 2u : 4u)
             << "each column output and its partials";

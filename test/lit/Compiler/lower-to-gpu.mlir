@@ -33,10 +33,23 @@
 // CHECK: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xf32>
 // CHECK: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xf32>, !llvm.ptr<1>
 // CHECK: gpu.return
-// The final reduction: one thread per column, row groups in order.
-// CHECK: gpu.func @softmax_colsum_finalize(%{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: i64, %{{.+}}: i64) kernel
+// The final reduction: 32 columns per block, 8 threads per column, each
+// combining its contiguous share of the row groups in order; after a
+// barrier the first of them combines the 8 shares in order.
+// CHECK: gpu.func @softmax_colsum_finalize(%{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %[[GROUPS:.+]]: i64, %{{.+}}: i64) workgroup(%[[SHARES:.+]] : memref<256xf32, #gpu.address_space<workgroup>>) kernel
+// CHECK: %[[COLUMN:.+]] = arith.remui %[[THREAD:.+]], %c32
+// CHECK: %[[SLICE:.+]] = arith.divui %[[THREAD]], %c32
+// CHECK: %[[IN_RANGE:.+]] = arith.cmpi ult, %{{.+}}, %c2048
+// CHECK: %[[SHARE:.+]] = arith.ceildivui %{{.+}}, %c8
+// CHECK: arith.muli %[[SLICE]], %[[SHARE]]
+// CHECK: arith.select %[[IN_RANGE]], %{{.+}}, %c0
 // CHECK: scf.for
+// CHECK: llvm.load %{{.+}} : !llvm.ptr<1> -> f32
 // CHECK: arith.addf
+// CHECK: memref.store %{{.+}}, %[[SHARES]][%[[THREAD]]]
+// CHECK: gpu.barrier
+// CHECK: scf.if
+// CHECK-COUNT-8: memref.load %[[SHARES]]
 // CHECK: arith.truncf %{{.+}} : f32 to bf16
 
 // Streamed: chunks loop with the partial reductions carried.

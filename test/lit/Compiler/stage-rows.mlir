@@ -1,8 +1,9 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=F32
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=128256}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=BF16
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_86}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=SM86
-// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=NONE
-// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=cpu}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=NONE
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=ONCHIP
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=PARTIALS
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=cpu}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=CPU
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=GPU
 // Staging is a property of the tiled kernel: a second run chooses the same.
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows, fuse-stage-rows))' | FileCheck %s --check-prefix=F32
@@ -34,9 +35,11 @@
 // GPU-COUNT-3: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
 // GPU-NOT: llvm.store %{{.+}} !llvm.ptr<3>
 // GPU: gpu.return
-// A row on chip, and the CPU, stage nothing.
-// NONE-LABEL: fuse.kernel @rms_norm
-// NONE-NOT: stage
+// A row on chip stages nothing; nor does the CPU.
+// ONCHIP-LABEL: fuse.kernel @rms_norm
+// ONCHIP-NOT: stage
+// CPU-NOT: stage
+// CPU-NOT: partials
 fuse.kernel @rms_norm(%x: !fuse.full<f32>, %weight: !fuse.col<f32>) -> (y: !fuse.full<f32>) {
   %sq = fuse.mul %x, %x : !fuse.full<f32>
   %ms = fuse.reduce mean %sq : !fuse.full<f32> to !fuse.row<f32>
@@ -69,13 +72,39 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 
 // -----
 
-// A norm's backward reads dy and x in both passes: both are staged, 14 of
-// 16 chunks of each at f32 n = 32000 (16 KiB a chunk: 224 KiB), 14 of 32
-// at bf16 n = 128256.
+// A norm's backward: its column partials (dw, read-modified-written for
+// every row) stay on chip first, then dy and x, read in both passes, are
+// staged. f32 n = 32000: the partials take 128 KiB, 6 of 16 chunks of dy
+// and x the rest (16 KiB a chunk); bf16 n = 128256: the partials (512 KiB)
+// do not fit, 14 of 32 chunks of dy and x do. n = 1024: the row stays in
+// registers, the partials (4 rows of 4 KiB) in shared memory.
 // F32-LABEL: fuse.kernel @norm_bwd
-// F32-SAME: stage_bytes = 229376 : i64, staged_chunks = 14 : i64
+// F32-SAME: partials_on_chip = true, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 229376 : i64, staged_chunks = 6 : i64
 // BF16-LABEL: fuse.kernel @norm_bwd
+// BF16-NOT: partials_on_chip
 // BF16-SAME: stage_bytes = 229376 : i64, staged_chunks = 14 : i64
+// ONCHIP-LABEL: fuse.kernel @norm_bwd
+// ONCHIP-SAME: partials_on_chip = true, row_on_chip = true, rows_per_block = 4 : i64, stage_bytes = 16384 : i64, staged_chunks = 0 : i64
+// Lowered: the partials start as the identity in shared memory, each row
+// adds to them there (the thread that owns the columns, guarded by the
+// row's validity), and after its last row the block writes them to its row
+// of the global partials once (n = 1024 fills every chunk: no guard).
+// PARTIALS-LABEL: gpu.func @norm_bwd
+// PARTIALS: scf.for
+// PARTIALS: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
+// PARTIALS: scf.for
+// PARTIALS: scf.if
+// PARTIALS: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
+// PARTIALS-NEXT: arith.addf
+// PARTIALS-NEXT: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
+// PARTIALS-COUNT-3: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
+// PARTIALS-NEXT: }
+// PARTIALS-NEXT: }
+// PARTIALS-NEXT: scf.for
+// PARTIALS: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
+// PARTIALS: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<1>
+// PARTIALS-NOT: llvm.load %{{.+}} !llvm.ptr<1>
+// PARTIALS: gpu.return
 fuse.kernel @norm_bwd(%dy: !fuse.full<f32>, %x: !fuse.full<f32>, %rstd: !fuse.row<f32>) -> (dx: !fuse.full<f32>, dw: !fuse.col<f32>) {
   %rf = fuse.broadcast %rstd : !fuse.row<f32> to !fuse.full<f32>
   %xhat = fuse.mul %x, %rf : !fuse.full<f32>

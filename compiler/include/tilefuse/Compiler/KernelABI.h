@@ -12,15 +12,18 @@
 //   when blocks_per_sm > 0; row_groups = grid * rows_per_block.
 // Column reductions then run `@<name>_finalize`: for each column-reduction
 //   output, (partials, output) pointers, then row_groups (i64) and rows (i64);
-//   one thread per column, blocks of kFinalizeThreads; it combines the
-//   partials in row-group order, so results do not vary run to run.
+//   blocks of kFinalizeThreads threads, ceil(n / kFinalizeColumns) of them:
+//   kFinalizeSlices threads per column each combine a contiguous share of
+//   the row groups, in order, then the shares are combined in order, so
+//   results do not vary run to run.
 //
 // CPU function `@<name>`: the same parameters (plain pointers), then
 //   row_begin, row_end, row_group (i64): it runs rows [row_begin, row_end)
 //   and accumulates column reductions into partials row `row_group`; a
 //   kernel with column reductions is given at most kCpuRowsPerPartial rows
 //   per row group, so that no partial sums many rows in sequence.
-//   `@<name>_finalize` as on the GPU, run once for all columns.
+//   `@<name>_finalize`: the same parameters, run once for all columns, each
+//   combining every row group's partial in order.
 //
 // A scalar bound by pointer (KernelAbi::scalarPointers) is passed as a
 //   global pointer to a one-element tensor of the pointee dtype instead of
@@ -65,6 +68,8 @@
 
 namespace tilefuse {
 constexpr int64_t kFinalizeThreads = 256;
+constexpr int64_t kFinalizeColumns = 32;
+constexpr int64_t kFinalizeSlices = kFinalizeThreads / kFinalizeColumns;
 constexpr int64_t kCpuRowsPerPartial = 64;
 constexpr const char *kFinalizeSuffix = "_finalize";
 constexpr const char *kGPUModuleName = "tilefuse_kernels";

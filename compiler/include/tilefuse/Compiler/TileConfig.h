@@ -32,6 +32,13 @@
 //    512-thread block runs per SM; its loops over staged chunks are unrolled
 //    4 times (512 threads x 4 x 16 bytes = 32 KiB of loads in flight per
 //    SM), which is what a streamed row needs to stay at the bandwidth limit.
+//  - column partials on chip (fuse-stage-rows too): a fusion with a column
+//    reduction keeps the partial of every column a thread owns in dynamic
+//    shared memory across the rows of its persistent loop (read-modified-
+//    written per row by the one thread that owns it, no barrier) and writes
+//    it to global memory once, at the end, when they fit beside the
+//    reductions' workgroup memory; they go first, staged inputs get what is
+//    left.
 //  - a fusion with a column reduction runs a persistent grid
 //    (blocks_per_sm blocks per SM, striding over rows) so that the partials
 //    it leaves for the final reduction are bounded; others launch one
@@ -105,6 +112,8 @@ struct TileConfig {
   /// block (0: nothing staged).
   int64_t stagedChunks = 0;
   int64_t stageBytes = 0;
+  /// The column partials live in that memory too (fuse-stage-rows).
+  bool partialsOnChip = false;
 
   bool isGPU() const { return target != "cpu"; }
   int64_t threadsPerBlock() const { return threadsPerRow * rowsPerBlock; }
@@ -143,9 +152,11 @@ TileConfig chooseTileConfig(const KernelShape &shape, llvm::StringRef target);
 /// The dynamic shared memory one block of `target` may opt into (bytes).
 int64_t maxSharedBytesPerBlock(llvm::StringRef target);
 
-/// The bytes one row group's staged chunks of an input of `elementType`
-/// take (a multiple of 16, so that every region starts 16-byte aligned).
-int64_t stageRegionBytes(const TileConfig &config, mlir::Type elementType);
+/// The bytes `chunks` chunks per thread of one row group take in shared
+/// memory as `elementType` (a multiple of 16, so that every region starts
+/// 16-byte aligned): a staged input, or a column reduction's partials.
+int64_t sharedRegionBytes(const TileConfig &config, int64_t chunks,
+                          mlir::Type elementType);
 
 /// The shape of a kernel that fuse-specialize has run on; emits an error and
 /// fails otherwise.
