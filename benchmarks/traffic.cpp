@@ -337,7 +337,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
     arguments.push_back(tensor.data);
     extents.push_back({port.name.c_str(), tensor.data, tensor.bytes});
   }
-  llvm::Expected<int64_t> groups = (*driver)->rowGroups(*kernel, rows, 0);
+  llvm::Expected<int64_t> groups = (*driver)->partialRows(*kernel, rows, 0);
   if (!groups)
     return groups.takeError();
   std::vector<HostTensor> partials;

@@ -470,14 +470,16 @@ public:
   void bindOutput(unsigned index, Value pointer) { outputs[index] = pointer; }
 
   LogicalResult checkSupported();
-  /// Staged rows and on-chip partials (TileConfig.h): `groupBase` points
-  /// to this row group's dynamic shared memory, where the column partials'
-  /// regions come first, then the re-read inputs'.
-  void bindStage(Value groupBase);
+  /// Staged rows and on-chip partials (TileConfig.h): `blockBase` points to
+  /// the block's dynamic shared memory, `groupBytes` of it per row group
+  /// (this thread's is `groupInBlock`): the column partials' regions first,
+  /// then the re-read inputs'.
+  void bindStage(Value blockBase, Value groupInBlock, int64_t groupBytes);
   /// Fills this row group's column-reduction partials with the identity.
   void emitPartialsInit(Value rowGroup);
-  /// Partials on chip: writes them to this row group's global partials.
-  void emitPartialsFlush(Value rowGroup);
+  /// Partials on chip: the block's row groups' combined in order, written
+  /// to row `partialRow` of the global partials.
+  void emitPartialsFlush(Value partialRow);
   /// Emits the whole program for `row` (valid rows only store).
   LogicalResult emitRow(Value row, Value rowValid, Value rowGroup);
 
@@ -553,6 +555,9 @@ private:
   SmallVector<Chunk> onChipChunks;         // reused by every pass
   DenseMap<Value, Value> stagePointers;    // re-read input -> its region
   DenseMap<unsigned, Value> partialPointers; // column output -> its region
+  DenseMap<unsigned, int64_t> partialOffsets; // ... its offset in a group's
+  Value stageBase, groupInBlock;
+  int64_t stageGroupBytes = 0;
   DenseSet<Value> inSharedMemory;          // staged by an earlier pass
   DenseSet<Value> stagedThisPass;
   Value row, rowValid, rowGroup;
@@ -646,8 +651,15 @@ void RowProgramEmitter::store(Value value, Value pointer, Value offset,
                         align ? align : alignment(type));
 }
 
-void RowProgramEmitter::bindStage(Value groupBase) {
+void RowProgramEmitter::bindStage(Value blockBase, Value group,
+                                  int64_t groupBytes) {
+  stageBase = blockBase;
+  groupInBlock = group;
+  stageGroupBytes = groupBytes;
   Type i8 = b.getI8Type();
+  Value groupBase = pointerAt(
+      blockBase, i8,
+      arith::MulIOp::create(b, loc, group, indexConstant(b, loc, groupBytes)));
   int64_t offset = 0;
   auto region = [&](int64_t chunks, Type elementType) {
     Value pointer = pointerAt(groupBase, i8, indexConstant(b, loc, offset));
@@ -657,9 +669,11 @@ void RowProgramEmitter::bindStage(Value groupBase) {
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
   if (config.partialsOnChip)
     for (auto [index, output] : llvm::enumerate(yield.getValues()))
-      if (ReduceOp reduce = columnReductionOf(output))
+      if (ReduceOp reduce = columnReductionOf(output)) {
+        partialOffsets[index] = offset;
         partialPointers[index] = region(
             config.chunks, valueType(reduce.getInput()).getElementType());
+      }
   if (config.stagedChunks)
     for (BlockArgument input : rereadFullInputs(kernel))
       stagePointers[input] =
@@ -1309,23 +1323,60 @@ void RowProgramEmitter::emitPartialsInit(Value rowGroupIndex) {
   }
 }
 
-void RowProgramEmitter::emitPartialsFlush(Value rowGroupIndex) {
+void RowProgramEmitter::emitPartialsFlush(Value partialRow) {
+  if (partialPointers.empty())
+    return;
+  // The first row group's threads combine every row group's partials once
+  // all of them have added their last row.
+  bool grouped = config.rowsPerBlock > 1;
+  if (grouped)
+    gpu::BarrierOp::create(b, loc);
+  Value isFirstGroup =
+      grouped ? arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                      groupInBlock, indexConstant(b, loc, 0))
+                    .getResult()
+              : Value();
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
-  for (auto [index, output] : llvm::enumerate(yield.getValues())) {
-    Value onChip = partialPointers.lookup(index);
-    if (!onChip)
-      continue;
-    ReduceOp reduce = columnReductionOf(output);
-    VectorType type =
-        chunkType(valueType(reduce.getInput()).getElementType());
-    forEachChunk([&](Chunk &chunk) {
-      Value partial =
-          load(onChip, type, sharedOffset(chunk), sharedAlignment(type));
-      Value offset = flatOffset(rowGroupIndex, chunk.base);
-      emitGuarded(b, loc, chunk.valid,
-                  [&] { store(partial, outputs.lookup(index), offset); });
-    });
-  }
+  emitGuarded(b, loc, isFirstGroup, [&] {
+    for (auto [index, output] : llvm::enumerate(yield.getValues())) {
+      if (!partialPointers.count(index))
+        continue;
+      ReduceOp reduce = columnReductionOf(output);
+      VectorType type =
+          chunkType(valueType(reduce.getInput()).getElementType());
+      forEachChunk([&](Chunk &chunk) {
+        Value slot = sharedOffset(chunk);
+        auto partialOf = [&](Value group) {
+          Value region = pointerAt(
+              stageBase, b.getI8Type(),
+              arith::AddIOp::create(
+                  b, loc,
+                  arith::MulIOp::create(b, loc, group,
+                                        indexConstant(b, loc, stageGroupBytes)),
+                  indexConstant(b, loc, partialOffsets.lookup(index))));
+          return load(region, type, slot, sharedAlignment(type));
+        };
+        Value total = partialOf(indexConstant(b, loc, 0));
+        if (grouped) {
+          auto groups = scf::ForOp::create(
+              b, loc, indexConstant(b, loc, 1),
+              indexConstant(b, loc, config.rowsPerBlock),
+              indexConstant(b, loc, 1), ValueRange{total});
+          OpBuilder::InsertionGuard insertion(b);
+          b.setInsertionPointToStart(groups.getBody());
+          scf::YieldOp::create(
+              b, loc,
+              combineReduction(b, loc, reduce.getKind(),
+                               groups.getRegionIterArgs()[0],
+                               partialOf(groups.getInductionVar())));
+          total = groups.getResult(0);
+        }
+        Value offset = flatOffset(partialRow, chunk.base);
+        emitGuarded(b, loc, chunk.valid,
+                    [&] { store(total, outputs.lookup(index), offset); });
+      });
+    }
+  });
 }
 
 LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
@@ -1480,10 +1531,12 @@ Value finalizeRowGroups(OpBuilder &b, Location loc, KernelOp kernel,
 }
 
 /// For each column reduction: the combination of partials[g, column] over
-/// row groups g in [first, first + count), in order and in blocks.
+/// row groups g in [first, first + count), in order and in blocks; a GPU
+/// unrolls the innermost loop `unroll` times (independent loads in flight).
 SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
                                    ValueRange arguments, Value column,
-                                   int64_t n, Value first, Value count) {
+                                   int64_t n, Value first, Value count,
+                                   int64_t unroll = 1) {
   SmallVector<Value> totals;
   for (auto [position, entry] : llvm::enumerate(columnReductions(kernel))) {
     ReduceOp reduce = entry.first;
@@ -1495,6 +1548,9 @@ SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
     totals.push_back(emitBlockedAccumulation(
         b, loc, count, kMaxFinalizedRowGroups, identity,
         [&](Value index, ValueRange carried) -> SmallVector<Value> {
+          if (unroll > 1)
+            b.getInsertionBlock()->getParentOp()->setAttr(
+                kStreamLoopAttr, b.getI64IntegerAttr(unroll));
           Value group = arith::AddIOp::create(b, loc, first, index);
           Value offset = arith::AddIOp::create(
               b, loc,
@@ -1681,6 +1737,10 @@ int64_t maxReductionsPerPass(KernelOp kernel) {
   return most;
 }
 
+/// Row groups a finalize thread loads per iteration: each load's round trip
+/// to memory otherwise waits for the previous one.
+constexpr int64_t kFinalizeUnroll = 8;
+
 /// `@<name>_finalize` (KernelABI.h): each block finalizes kFinalizeColumns
 /// columns with kFinalizeSlices threads per column. Slice s combines its
 /// contiguous share of the row groups (coalesced: a warp reads 32
@@ -1733,8 +1793,9 @@ void emitGPUFinalize(OpBuilder &b, Location loc, KernelOp kernel,
       arith::MinUIOp::create(b, loc, share,
                              arith::SubIOp::create(b, loc, rowGroups, first)),
       indexConstant(b, loc, 0));
-  SmallVector<Value> totals = combinePartials(b, loc, kernel, arguments,
-                                              column, n, first, count);
+  SmallVector<Value> totals =
+      combinePartials(b, loc, kernel, arguments, column, n, first, count,
+                      kFinalizeUnroll);
   ValueRange slots = finalize.getWorkgroupAttributions();
   for (auto [total, slot] : llvm::zip(totals, slots))
     memref::StoreOp::create(b, loc, total, slot, thread);
@@ -1759,15 +1820,16 @@ void emitGPUFinalize(OpBuilder &b, Location loc, KernelOp kernel,
     storeFinalized(b, loc, kernel, arguments, column, combined);
   });
   gpu::ReturnOp::create(b, loc);
+  unrollStreamLoops(finalize, /*unroll=*/true);
 }
 
 /// The launch's dynamic shared memory (`.extern .shared` in PTX, sized by
 /// the launch), declared once per module.
 constexpr StringLiteral kStageSymbol = "tilefuse_stage";
 
-/// Where row group `groupInBlock` of a staged kernel keeps its chunks.
-Value stagedRowGroupBase(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
-                         Value groupInBlock, int64_t groupBytes) {
+/// The launch's dynamic shared memory.
+Value dynamicSharedMemory(OpBuilder &b, Location loc,
+                          gpu::GPUModuleOp module) {
   if (!module.lookupSymbol(kStageSymbol)) {
     OpBuilder::InsertionGuard insertion(b);
     b.setInsertionPointToStart(module.getBody());
@@ -1776,14 +1838,9 @@ Value stagedRowGroupBase(OpBuilder &b, Location loc, gpu::GPUModuleOp module,
                            kStageSymbol, Attribute(), /*alignment=*/16,
                            /*addrSpace=*/3);
   }
-  auto shared = LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/3);
-  Value base = LLVM::AddressOfOp::create(b, loc, shared, kStageSymbol);
-  Value offset = arith::IndexCastOp::create(
-      b, loc, b.getI64Type(),
-      arith::MulIOp::create(b, loc, groupInBlock,
-                            indexConstant(b, loc, groupBytes)));
-  return LLVM::GEPOp::create(b, loc, shared, b.getI8Type(), base,
-                             ValueRange{offset});
+  return LLVM::AddressOfOp::create(
+      b, loc, LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/3),
+      kStageSymbol);
 }
 
 LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
@@ -1849,8 +1906,8 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
     return failure();
   bindArguments(emitter, b, loc, kernel, *abi, entry.getArguments());
   if (config->stageBytes)
-    emitter.bindStage(stagedRowGroupBase(
-        b, loc, module, group, config->stageBytes / config->rowsPerBlock));
+    emitter.bindStage(dynamicSharedMemory(b, loc, module), group,
+                      config->stageBytes / config->rowsPerBlock);
   emitter.emitPartialsInit(rowGroup);
 
   // Every thread of a block runs the same number of row iterations (the
@@ -1873,7 +1930,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   if (failed(emitter.emitRow(clamped, rowValid, rowGroup)))
     return failure();
   b.setInsertionPointToEnd(&entry);
-  emitter.emitPartialsFlush(rowGroup);
+  emitter.emitPartialsFlush(block);
   gpu::ReturnOp::create(b, loc);
   unrollStreamLoops(function, /*unroll=*/true);
 

@@ -340,13 +340,13 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
     return outputs;
   }
   // Column reductions leave partials in their compute type, one row per
-  // row group.
+  // block or per row group (CudaDriver::partialRows).
   int deviceIndex = emulate ? 0 : device.index();
   std::vector<at::Tensor> workspaces;
   std::vector<void *> workspacePointers;
   if (info.hasColumnReduction()) {
     llvm::Expected<int64_t> groups =
-        driver->rowGroups(*gpuKernel, rows, deviceIndex);
+        driver->partialRows(*gpuKernel, rows, deviceIndex);
     TORCH_CHECK(static_cast<bool>(groups), "tilefuse.", op, ": ",
                 llvm::toString(groups.takeError()));
     for (const PortInfo &port : info.outputs) {

@@ -245,8 +245,8 @@ llvm::Expected<std::string> CudaDriver::target(int device) {
       *major, *minor));
 }
 
-llvm::Expected<int64_t> CudaDriver::rowGroups(const GpuKernel &kernel,
-                                              int64_t rows, int device) {
+llvm::Expected<int64_t> CudaDriver::blocks(const GpuKernel &kernel,
+                                           int64_t rows, int device) {
   const TileConfig &tile = kernel.info.tile;
   int64_t blocks = (rows + tile.rowsPerBlock - 1) / tile.rowsPerBlock;
   if (tile.blocksPerSM > 0) {
@@ -255,7 +255,15 @@ llvm::Expected<int64_t> CudaDriver::rowGroups(const GpuKernel &kernel,
       return sms.takeError();
     blocks = std::min<int64_t>(blocks, tile.blocksPerSM * *sms);
   }
-  return blocks * tile.rowsPerBlock;
+  return blocks;
+}
+
+llvm::Expected<int64_t> CudaDriver::partialRows(const GpuKernel &kernel,
+                                                int64_t rows, int device) {
+  llvm::Expected<int64_t> count = blocks(kernel, rows, device);
+  if (!count || kernel.info.tile.partialsOnChip)
+    return count;
+  return *count * kernel.info.tile.rowsPerBlock;
 }
 
 llvm::Expected<CudaDriver::Loaded>
@@ -364,10 +372,13 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
   llvm::Expected<Loaded> loaded = functions(*current, kernel);
   if (!loaded)
     return loaded.takeError();
-  llvm::Expected<int64_t> groups = rowGroups(*kernel, rows, device);
-  if (!groups)
-    return groups.takeError();
-  int64_t rowGroupCount = *groups;
+  llvm::Expected<int64_t> blockCount = blocks(*kernel, rows, device);
+  llvm::Expected<int64_t> partials = partialRows(*kernel, rows, device);
+  if (!blockCount)
+    return blockCount.takeError();
+  if (!partials)
+    return partials.takeError();
+  int64_t partialRowCount = *partials;
 
   // cuLaunchKernel takes the address of each parameter's value.
   auto address = [](void *const &slot) {
@@ -406,14 +417,13 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
     finalizeParams.push_back(address(output));
   }
   params.push_back(&rows);
-  finalizeParams.push_back(&rowGroupCount);
+  finalizeParams.push_back(&partialRowCount);
   finalizeParams.push_back(&rows);
 
   const TileConfig &tile = info.tile;
-  unsigned blocks = rowGroupCount / tile.rowsPerBlock;
-  if (blocks > 0)
+  if (*blockCount > 0)
     if (llvm::Error error =
-            launchOne(loaded->main, info.name, blocks,
+            launchOne(loaded->main, info.name, *blockCount,
                       tile.threadsPerRow * tile.rowsPerBlock, tile.stageBytes,
                       stream, params, buffers))
       return error;

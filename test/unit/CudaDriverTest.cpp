@@ -107,7 +107,7 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
   const TileConfig &tile = backward->info.tile;
   ASSERT_GT(tile.blocksPerSM, 0) << "column reductions use a persistent grid";
   int64_t rows = 100000;
-  auto groups = driver->rowGroups(*backward, rows, 0);
+  auto groups = driver->partialRows(*backward, rows, 0);
   ASSERT_TRUE(static_cast<bool>(groups));
   int64_t blocks = std::min<int64_t>((rows + tile.rowsPerBlock - 1) / tile.rowsPerBlock,
                                      tile.blocksPerSM * 132);

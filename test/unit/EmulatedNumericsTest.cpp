@@ -102,7 +102,7 @@ protected:
     }
     // Column reductions: partials in the accumulator's dtype, one row per
     // row group.
-    llvm::Expected<int64_t> groups = driver.rowGroups(*kernel, rows, 0);
+    llvm::Expected<int64_t> groups = driver.partialRows(*kernel, rows, 0);
     EXPECT_TRUE(static_cast<bool>(groups));
     std::vector<HostBuffer> partials;
     std::vector<std::string> names;
@@ -219,14 +219,15 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
         ASSERT_EQ(launches.size(), 2u) << "the kernel, then its finalize";
         EXPECT_EQ(launches[0].grid[0], blocks);
         EXPECT_LT(launches[0].grid[0] * tile.rowsPerBlock, rows);
-        // The kernel writes each row group's partials once (they stay on
-        // chip across its rows), except layer_norm_bwd's at n = 32000: two
-        // partials of 128 KiB per block do not fit, and are read-modified-
-        // written in global memory per row. The finalize reads them once
-        // and writes each column result once.
-        uint64_t groups = blocks * tile.rowsPerBlock;
+        // Each block writes its partials once (they stay on chip across its
+        // rows; its row groups' combined), except layer_norm_bwd's at n =
+        // 32000: two partials of 128 KiB per block do not fit, and are
+        // read-modified-written in global memory per row, a row of them per
+        // row group. The finalize reads them once and writes each column
+        // result once.
         bool onChip = n < 32000 || name == std::string("rms_norm_bwd");
         EXPECT_EQ(tile.partialsOnChip, onChip);
+        uint64_t groups = onChip ? blocks : blocks * tile.rowsPerBlock;
         for (const emulator::BufferTraffic &buffer : launches[0].buffers)
           if (onChip && llvm::StringRef(buffer.name).ends_with("partials")) {
             SCOPED_TRACE(buffer.name);

@@ -87,8 +87,10 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 // ONCHIP-SAME: partials_on_chip = true, row_on_chip = true, rows_per_block = 4 : i64, stage_bytes = 16384 : i64, staged_chunks = 0 : i64
 // Lowered: the partials start as the identity in shared memory, each row
 // adds to them there (the thread that owns the columns, guarded by the
-// row's validity), and after its last row the block writes them to its row
-// of the global partials once (n = 1024 fills every chunk: no guard).
+// row's validity); after the last row a barrier, then the first row
+// group's threads combine the 4 row groups' partials in order and write
+// the block's row of the global partials once (n = 1024 fills every
+// chunk: no guard).
 // PARTIALS-LABEL: gpu.func @norm_bwd
 // PARTIALS: scf.for
 // PARTIALS: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
@@ -100,8 +102,14 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 // PARTIALS-COUNT-3: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
 // PARTIALS-NEXT: }
 // PARTIALS-NEXT: }
-// PARTIALS-NEXT: scf.for
+// PARTIALS-NEXT: gpu.barrier
+// PARTIALS-NEXT: %[[FIRST:.+]] = arith.cmpi eq, %{{.+}}, %c0
+// PARTIALS-NEXT: scf.if %[[FIRST]]
 // PARTIALS: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
+// PARTIALS: scf.for %{{.+}} = %c1 to %c4 step %c1 iter_args
+// PARTIALS: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
+// PARTIALS-NEXT: arith.addf
+// PARTIALS: %[[ROW:.+]] = arith.muli %block_id_x, %c1024
 // PARTIALS: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<1>
 // PARTIALS-NOT: llvm.load %{{.+}} !llvm.ptr<1>
 // PARTIALS: gpu.return

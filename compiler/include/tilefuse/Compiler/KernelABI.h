@@ -4,17 +4,20 @@
 //   1. each input, in declaration order: a global pointer for a full,
 //      per-row or per-column tensor (row-major [rows, n], [rows], [n]); the
 //      value itself for a scalar;
-//   2. each output: a global pointer; for a column-reduction output, the f32
-//      partials workspace [row_groups, n] instead;
+//   2. each output: a global pointer; for a column-reduction output, the
+//      partials workspace [partial_rows, n] (its compute dtype) instead: a
+//      row per block when the partials stay on chip (TileConfig.h), else a
+//      row per row group;
 //   3. rows (i64).
 //   Launch: block = threads_per_row * rows_per_block threads;
 //   grid = ceil(rows / rows_per_block) blocks, capped at blocks_per_sm * SMs
 //   when blocks_per_sm > 0; row_groups = grid * rows_per_block.
 // Column reductions then run `@<name>_finalize`: for each column-reduction
-//   output, (partials, output) pointers, then row_groups (i64) and rows (i64);
+//   output, (partials, output) pointers, then partial_rows (i64) and rows
+//   (i64);
 //   blocks of kFinalizeThreads threads, ceil(n / kFinalizeColumns) of them:
 //   kFinalizeSlices threads per column each combine a contiguous share of
-//   the row groups, in order, then the shares are combined in order, so
+//   the partial rows, in order, then the shares are combined in order, so
 //   results do not vary run to run.
 //
 // CPU function `@<name>`: the same parameters (plain pointers), then

@@ -68,10 +68,11 @@ public:
   /// 9.x); other devices are an error.
   llvm::Expected<std::string> target(int device);
 
-  /// Row groups `kernel` runs as for `rows` rows on `device`: the rows of
-  /// the f32 partials each column-reduction output needs.
-  llvm::Expected<int64_t> rowGroups(const GpuKernel &kernel, int64_t rows,
-                                    int device);
+  /// The rows of the partials each column-reduction output of `kernel`
+  /// needs for `rows` rows on `device`: one per block when its partials stay
+  /// on chip (the block combines its row groups'), else one per row group.
+  llvm::Expected<int64_t> partialRows(const GpuKernel &kernel, int64_t rows,
+                                      int device);
 
   /// Launches `kernel` over `rows` rows on `stream` of `device`, then its
   /// finalize kernel when it has column reductions. A thread with no
@@ -115,6 +116,9 @@ private:
   /// JIT-compiles `kernel`'s PTX into the current context; a failure
   /// carries the JIT's error log in full.
   llvm::Error loadModule(void **module, const GpuKernel &kernel);
+  /// The blocks a launch of `kernel` over `rows` rows takes.
+  llvm::Expected<int64_t> blocks(const GpuKernel &kernel, int64_t rows,
+                                 int device);
   /// Launches `blocks` blocks of `threads` threads with `sharedBytes` of
   /// dynamic shared memory (staged rows, TileConfig.h).
   llvm::Error launchOne(void *function, const std::string &name,
