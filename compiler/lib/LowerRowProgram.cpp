@@ -1516,10 +1516,14 @@ SmallVector<std::pair<ReduceOp, Type>> columnReductions(KernelOp kernel) {
   return result;
 }
 
-/// How many row groups a finalize's blocked accumulation is laid out for
-/// (more still add up right): a GPU has at most a few thousand, the CPU
-/// one per kCpuRowsPerPartial rows.
-constexpr int64_t kMaxFinalizedRowGroups = int64_t(1) << 24;
+/// How many partial rows a finalize's blocked accumulation is laid out for
+/// (more still add up right, the top level taking them all; each level
+/// costs loop bounds in every thread): the CPU has one per
+/// kCpuRowsPerPartial rows; a GPU slice a kFinalizeSlices-th of at most
+/// 4 blocks per SM (or of their row groups, for partials that do not fit
+/// on chip): a few hundred on today's chips.
+constexpr int64_t kMaxCpuPartialRows = int64_t(1) << 24;
+constexpr int64_t kMaxSliceRows = 256;
 
 /// A finalize's arguments: (partials, output) per column reduction, then
 /// row_groups and rows (i64).
@@ -1531,12 +1535,13 @@ Value finalizeRowGroups(OpBuilder &b, Location loc, KernelOp kernel,
 }
 
 /// For each column reduction: the combination of partials[g, column] over
-/// row groups g in [first, first + count), in order and in blocks; a GPU
-/// unrolls the innermost loop `unroll` times (independent loads in flight).
+/// partial rows g in [first, first + count), in order and in blocks laid
+/// out for `maxCount` rows; a GPU unrolls the innermost loop `unroll` times
+/// (independent loads in flight).
 SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
                                    ValueRange arguments, Value column,
                                    int64_t n, Value first, Value count,
-                                   int64_t unroll = 1) {
+                                   int64_t maxCount, int64_t unroll = 1) {
   SmallVector<Value> totals;
   for (auto [position, entry] : llvm::enumerate(columnReductions(kernel))) {
     ReduceOp reduce = entry.first;
@@ -1546,7 +1551,7 @@ SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
         b, loc, reductionIdentity(reduce.getKind(), compute));
     ReduceKind kind = reduce.getKind();
     totals.push_back(emitBlockedAccumulation(
-        b, loc, count, kMaxFinalizedRowGroups, identity,
+        b, loc, count, maxCount, identity,
         [&](Value index, ValueRange carried) -> SmallVector<Value> {
           if (unroll > 1)
             b.getInsertionBlock()->getParentOp()->setAttr(
@@ -1795,7 +1800,7 @@ void emitGPUFinalize(OpBuilder &b, Location loc, KernelOp kernel,
       indexConstant(b, loc, 0));
   SmallVector<Value> totals =
       combinePartials(b, loc, kernel, arguments, column, n, first, count,
-                      kFinalizeUnroll);
+                      kMaxSliceRows, kFinalizeUnroll);
   ValueRange slots = finalize.getWorkgroupAttributions();
   for (auto [total, slot] : llvm::zip(totals, slots))
     memref::StoreOp::create(b, loc, total, slot, thread);
@@ -2482,7 +2487,8 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
       b, loc, kernel, arguments, column,
       combinePartials(b, loc, kernel, arguments, column, shape->n,
                       indexConstant(b, loc, 0),
-                      finalizeRowGroups(b, loc, kernel, arguments)));
+                      finalizeRowGroups(b, loc, kernel, arguments),
+                      kMaxCpuPartialRows));
   b.setInsertionPointToEnd(finalizeEntry);
   func::ReturnOp::create(b, loc);
   return success();
