@@ -513,6 +513,8 @@ private:
   void store(Value value, Value pointer, Value offset, unsigned align = 0);
   Value loadInput(Chunk &chunk, BlockArgument input, Value offset);
   Value sharedOffset(const Chunk &chunk);
+  /// Row group `group`'s region at `offset` bytes into its shared memory.
+  Value sharedRegion(Value group, int64_t offset);
   /// A loop over this thread's chunks, `body(chunk)` in it.
   void forEachChunk(function_ref<void(Chunk &)> body);
   void streamChunks(int64_t first, int64_t count, bool staged,
@@ -569,14 +571,7 @@ void RowProgramEmitter::computeLevels() {
   levels = rowLevels(kernel);
   for (auto [value, level] : levels)
     maxLevel = std::max(maxLevel, level);
-  auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
-  for (Value value : yield.getValues())
-    if (valueType(value).getKind() == ValueKind::Full)
-      finalLevel = std::max(finalLevel, levels.lookup(value));
-  kernel.walk([&](ReduceOp reduce) {
-    if (!reduce.isRowReduction())
-      finalLevel = std::max(finalLevel, levels.lookup(reduce.getInput()));
-  });
+  finalLevel = finalPassLevel(kernel, levels);
 }
 
 LogicalResult RowProgramEmitter::checkSupported() {
@@ -656,13 +651,9 @@ void RowProgramEmitter::bindStage(Value blockBase, Value group,
   stageBase = blockBase;
   groupInBlock = group;
   stageGroupBytes = groupBytes;
-  Type i8 = b.getI8Type();
-  Value groupBase = pointerAt(
-      blockBase, i8,
-      arith::MulIOp::create(b, loc, group, indexConstant(b, loc, groupBytes)));
   int64_t offset = 0;
   auto region = [&](int64_t chunks, Type elementType) {
-    Value pointer = pointerAt(groupBase, i8, indexConstant(b, loc, offset));
+    Value pointer = sharedRegion(group, offset);
     offset += sharedRegionBytes(config, chunks, elementType);
     return pointer;
   };
@@ -678,6 +669,15 @@ void RowProgramEmitter::bindStage(Value blockBase, Value group,
     for (BlockArgument input : rereadFullInputs(kernel))
       stagePointers[input] =
           region(config.stagedChunks, valueType(input).getElementType());
+}
+
+Value RowProgramEmitter::sharedRegion(Value group, int64_t offset) {
+  Value bytes = arith::AddIOp::create(
+      b, loc,
+      arith::MulIOp::create(b, loc, group,
+                            indexConstant(b, loc, stageGroupBytes)),
+      indexConstant(b, loc, offset));
+  return pointerAt(stageBase, b.getI8Type(), bytes);
 }
 
 /// Where `chunk` of this thread lives in a shared-memory region (in
@@ -1347,14 +1347,8 @@ void RowProgramEmitter::emitPartialsFlush(Value partialRow) {
       forEachChunk([&](Chunk &chunk) {
         Value slot = sharedOffset(chunk);
         auto partialOf = [&](Value group) {
-          Value region = pointerAt(
-              stageBase, b.getI8Type(),
-              arith::AddIOp::create(
-                  b, loc,
-                  arith::MulIOp::create(b, loc, group,
-                                        indexConstant(b, loc, stageGroupBytes)),
-                  indexConstant(b, loc, partialOffsets.lookup(index))));
-          return load(region, type, slot, sharedAlignment(type));
+          return load(sharedRegion(group, partialOffsets.lookup(index)), type,
+                      slot, sharedAlignment(type));
         };
         Value total = partialOf(indexConstant(b, loc, 0));
         if (grouped) {

@@ -190,40 +190,47 @@ DenseMap<Value, int> tilefuse::rowLevels(KernelOp kernel) {
   return levels;
 }
 
-SmallVector<int> tilefuse::passLevels(KernelOp kernel) {
-  DenseMap<Value, int> levels = rowLevels(kernel);
+int tilefuse::finalPassLevel(KernelOp kernel,
+                             const DenseMap<Value, int> &levels) {
   int finalLevel = 0;
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
   for (Value value : yield.getValues())
     if (cast<ValueType>(value.getType()).getKind() == ValueKind::Full)
       finalLevel = std::max(finalLevel, levels.lookup(value));
-  std::set<int> passes = {};
-  kernel.walk([&](Operation *op) {
-    if (auto reduce = dyn_cast<ReduceOp>(op); reduce && !reduce.isRowReduction())
+  kernel.walk([&](ReduceOp reduce) {
+    if (!reduce.isRowReduction())
       finalLevel = std::max(finalLevel, levels.lookup(reduce.getInput()));
-    else if (isRowReduction(op))
+  });
+  return finalLevel;
+}
+
+SmallVector<int> tilefuse::passLevels(KernelOp kernel) {
+  DenseMap<Value, int> levels = rowLevels(kernel);
+  std::set<int> passes = {finalPassLevel(kernel, levels)};
+  kernel.walk([&](Operation *op) {
+    if (isRowReduction(op))
       passes.insert(levels.lookup(op->getOperand(0)));
   });
-  passes.insert(finalLevel);
   return SmallVector<int>(passes.begin(), passes.end());
 }
 
 SmallVector<BlockArgument> tilefuse::rereadFullInputs(KernelOp kernel) {
   DenseMap<Value, int> levels = rowLevels(kernel);
   SmallVector<int> passes = passLevels(kernel);
+  int finalLevel = finalPassLevel(kernel, levels);
   // What each pass computes per chunk: its row reductions' inputs, and in
   // the final pass the full outputs and column reductions' inputs.
   DenseMap<int, SmallVector<Value>> roots;
   kernel.walk([&](Operation *op) {
     if (auto reduce = dyn_cast<ReduceOp>(op); reduce && !reduce.isRowReduction())
-      roots[passes.back()].push_back(reduce.getInput());
+      roots[finalLevel].push_back(reduce.getInput());
     else if (isRowReduction(op))
       roots[levels.lookup(op->getOperand(0))].push_back(op->getOperand(0));
   });
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
   for (Value value : yield.getValues())
     if (cast<ValueType>(value.getType()).getKind() == ValueKind::Full)
-      roots[passes.back()].push_back(value);
+      roots[finalLevel].push_back(value);
   // A pass recomputes the per-chunk values its roots need from the inputs
   // (per-row values come from earlier passes).
   DenseMap<Value, int> readingPasses;

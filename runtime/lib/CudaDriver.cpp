@@ -258,12 +258,17 @@ llvm::Expected<int64_t> CudaDriver::blocks(const GpuKernel &kernel,
   return blocks;
 }
 
+/// A row of partials per block when they stay on chip, else per row group.
+static int64_t partialRowsOf(const TileConfig &tile, int64_t blocks) {
+  return tile.partialsOnChip ? blocks : blocks * tile.rowsPerBlock;
+}
+
 llvm::Expected<int64_t> CudaDriver::partialRows(const GpuKernel &kernel,
                                                 int64_t rows, int device) {
   llvm::Expected<int64_t> count = blocks(kernel, rows, device);
-  if (!count || kernel.info.tile.partialsOnChip)
-    return count;
-  return *count * kernel.info.tile.rowsPerBlock;
+  if (!count)
+    return count.takeError();
+  return partialRowsOf(kernel.info.tile, *count);
 }
 
 llvm::Expected<CudaDriver::Loaded>
@@ -373,12 +378,9 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
   if (!loaded)
     return loaded.takeError();
   llvm::Expected<int64_t> blockCount = blocks(*kernel, rows, device);
-  llvm::Expected<int64_t> partials = partialRows(*kernel, rows, device);
   if (!blockCount)
     return blockCount.takeError();
-  if (!partials)
-    return partials.takeError();
-  int64_t partialRowCount = *partials;
+  int64_t partialRowCount = partialRowsOf(info.tile, *blockCount);
 
   // cuLaunchKernel takes the address of each parameter's value.
   auto address = [](void *const &slot) {

@@ -167,6 +167,11 @@ mlir::FailureOr<KernelShape> getKernelShape(fuse::KernelOp kernel);
 /// anything else at the highest level of its operands.
 llvm::DenseMap<mlir::Value, int> rowLevels(fuse::KernelOp kernel);
 
+/// The level of the pass that stores the full outputs and accumulates the
+/// column reductions (the highest of their inputs' levels).
+int finalPassLevel(fuse::KernelOp kernel,
+                   const llvm::DenseMap<mlir::Value, int> &levels);
+
 /// The levels at which the lowering makes a pass over a streamed row: each
 /// level with row reductions of an input at that level, and the final level
 /// (that of the full outputs and column reductions).
