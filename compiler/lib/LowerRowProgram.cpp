@@ -622,8 +622,19 @@ Value RowProgramEmitter::pointerAt(Value pointer, Type elementType,
                              ValueRange{offset64});
 }
 
+/// How `type` is laid out in memory: a mask (i1) one byte per element, as a
+/// torch.bool (LLVM would pack a vector of i1 into bits).
+static Type memoryType(Type type) {
+  if (!getElementTypeOrSelf(type).isInteger(1))
+    return type;
+  Type byte = IntegerType::get(type.getContext(), 8);
+  if (auto vector = dyn_cast<VectorType>(type))
+    return vector.clone(byte);
+  return byte;
+}
+
 unsigned RowProgramEmitter::alignment(Type type) {
-  unsigned elementBytes = getElementTypeOrSelf(type).getIntOrFloatBitWidth() / 8;
+  unsigned elementBytes = storageBytes(getElementTypeOrSelf(type));
   auto vector = dyn_cast<VectorType>(type);
   if (!vector || !aligned)
     return elementBytes;
@@ -633,17 +644,24 @@ unsigned RowProgramEmitter::alignment(Type type) {
 
 Value RowProgramEmitter::load(Value pointer, Type type, Value offset,
                               unsigned align) {
-  Value address = pointerAt(pointer, getElementTypeOrSelf(type), offset);
-  return LLVM::LoadOp::create(b, loc, type, address,
-                              align ? align : alignment(type));
+  Type stored = memoryType(type);
+  Value address = pointerAt(pointer, getElementTypeOrSelf(stored), offset);
+  Value value = LLVM::LoadOp::create(b, loc, stored, address,
+                                     align ? align : alignment(stored));
+  if (stored == type)
+    return value;
+  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(stored));
+  return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, value, zero);
 }
 
 void RowProgramEmitter::store(Value value, Value pointer, Value offset,
                               unsigned align) {
-  Type type = value.getType();
-  Value address = pointerAt(pointer, getElementTypeOrSelf(type), offset);
+  Type stored = memoryType(value.getType());
+  if (stored != value.getType())
+    value = arith::ExtUIOp::create(b, loc, stored, value);
+  Value address = pointerAt(pointer, getElementTypeOrSelf(stored), offset);
   LLVM::StoreOp::create(b, loc, value, address,
-                        align ? align : alignment(type));
+                        align ? align : alignment(stored));
 }
 
 void RowProgramEmitter::bindStage(Value blockBase, Value group,
@@ -692,8 +710,8 @@ Value RowProgramEmitter::sharedOffset(const Chunk &chunk) {
 /// (the regions' alignment).
 static unsigned sharedAlignment(Type type) {
   auto vector = cast<VectorType>(type);
-  return std::min<unsigned>(
-      16, vector.getNumElements() * vector.getElementTypeBitWidth() / 8);
+  return std::min<int64_t>(
+      16, vector.getNumElements() * storageBytes(vector.getElementType()));
 }
 
 /// A full input's vector for `chunk`: from global memory, or from shared

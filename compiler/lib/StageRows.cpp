@@ -31,12 +31,15 @@ int64_t reductionSharedBytes(KernelOp kernel, const TileConfig &config) {
   return warps * std::max<int64_t>(1, reductions) * 3 * 8;
 }
 
+Type elementType(BlockArgument input) {
+  return cast<ValueType>(input.getType()).getElementType();
+}
+
 /// The bytes the staged chunks of `reread` take per block.
 int64_t stagedBytes(const TileConfig &config, ArrayRef<BlockArgument> reread) {
   int64_t bytes = 0;
   for (BlockArgument input : reread)
-    bytes += sharedRegionBytes(config, config.stagedChunks,
-                               cast<ValueType>(input.getType()).getElementType());
+    bytes += sharedRegionBytes(config, config.stagedChunks, elementType(input));
   return bytes * config.rowsPerBlock;
 }
 
@@ -82,8 +85,15 @@ struct FuseStageRowsPass
     SmallVector<BlockArgument> reread = rereadFullInputs(kernel);
     if (reread.empty())
       return;
-    config.stagedChunks = config.chunks;
-    // Rounding each region up to 16 bytes may take a chunk back.
+    // Start from the chunks that fit before rounding (a row may have
+    // billions of chunks); rounding each region up to 16 bytes may take a
+    // few back.
+    int64_t bytesPerChunk = 0;
+    for (BlockArgument input : reread)
+      bytesPerChunk += config.threadsPerRow * config.vectorWidth *
+                       storageBytes(elementType(input)) * config.rowsPerBlock;
+    config.stagedChunks =
+        std::clamp<int64_t>(budget / bytesPerChunk, 0, config.chunks);
     while (config.stagedChunks > 0 && stagedBytes(config, reread) > budget)
       --config.stagedChunks;
     config.stageBytes += stagedBytes(config, reread);

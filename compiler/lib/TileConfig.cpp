@@ -50,11 +50,15 @@ int64_t tilefuse::maxSharedBytesPerBlock(StringRef target) {
       .Default(0);
 }
 
+int64_t tilefuse::storageBytes(Type elementType) {
+  return llvm::divideCeil(elementType.getIntOrFloatBitWidth(), 8);
+}
+
 int64_t tilefuse::sharedRegionBytes(const TileConfig &config, int64_t chunks,
                                     Type elementType) {
-  int64_t elementBytes = elementType.getIntOrFloatBitWidth() / 8;
-  return llvm::alignTo(
-      chunks * config.threadsPerRow * config.vectorWidth * elementBytes, 16);
+  return llvm::alignTo(chunks * config.threadsPerRow * config.vectorWidth *
+                           storageBytes(elementType),
+                       16);
 }
 
 bool tilefuse::isKnownTarget(StringRef target) {

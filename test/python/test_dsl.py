@@ -213,3 +213,27 @@ def test_streamed_rows_partly_staged():
     mean, var = out["mean"].double()[:, None], out["var"].double()[:, None]
     torch.testing.assert_close(out["normalized"].double(), (finite.double() - mean) * var.rsqrt(),
                                atol=1e-5, rtol=1e-5)
+
+
+@tilefuse.fusion
+def masked_softmax(x, keep):
+    # A torch.bool input that both passes read, and a bool output: in memory
+    # a mask takes a byte per element (an LLVM vector of i1 would be bits).
+    z = tilefuse.where(keep, x, float("-inf"))
+    e = tilefuse.exp(z - tilefuse.max(z))
+    return e / tilefuse.sum(e), keep & (x > 0)
+
+
+@pytest.mark.parametrize("n", [7, 64, 1000, 65537])
+def test_bool_masks_in_and_out(n):
+    # n = 65537 streams; on a GPU x and the mask are both staged in shared
+    # memory between the passes.
+    x = torch.randn(3, n)
+    keep = torch.rand(3, n) > 0.4
+    keep[:, 0] = True  # no row entirely masked
+    keep[1, 1::2] = False
+    probs, positive = masked_softmax(x, keep)
+    assert positive.dtype == torch.bool
+    assert torch.equal(positive, keep & (x > 0))
+    expected = torch.softmax(x.double().masked_fill(~keep, float("-inf")), -1).float()
+    torch.testing.assert_close(probs, expected, atol=1e-9, rtol=1e-5)

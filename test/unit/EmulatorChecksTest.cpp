@@ -551,6 +551,8 @@ TEST_F(EmulatorChecks, UnsupportedVariablesAreRefused) {
        "carry arithmetic is add, sub and mad.lo/.hi with .cc"},
       {ptx("", "shf.l.b32 %r1, %r1, %r1, 1;"),
        "only shf.{l,r}.{wrap,clamp}.b32 is implemented"},
+      {ptx("", "prmt.b64 %rd1, %rd1, %rd1, 1;"),
+       "only prmt.b32 (the default mode) is implemented"},
   };
   for (const Case &c : cases) {
     void *refused = nullptr;
@@ -633,7 +635,7 @@ TEST_F(EmulatorChecks, CountersOfAHandCountedKernel) {
 
 TEST_F(EmulatorChecks, InstructionsComputeWhatThePtxIsaDefines) {
   ASSERT_EQ(load("semantics"), 0);
-  std::vector<uint64_t> out(44, 0);
+  std::vector<uint64_t> out(46, 0);
   void *pointer = out.data();
   ASSERT_EQ(launch("semantics", 1, {&pointer},
                    {{"out", out.data(), out.size() * 8}}),
@@ -684,6 +686,8 @@ TEST_F(EmulatorChecks, InstructionsComputeWhatThePtxIsaDefines) {
       0x9ABCDEF0,         // shf.r.clamp by 40 = 32: b
       0xF0123456,         // shf.r.wrap by 8
       99,                 // a .local array
+      0x77334400,         // prmt 0x7340: bytes 0, 4, 3, 7
+      0x800000FF,         // prmt 0x0A98: signs of bytes 0 (0x80), 1, 2; byte 0
   };
   for (size_t i = 0; i < std::size(expected); ++i)
     EXPECT_EQ(out[i], expected[i]) << "slot " << i << std::hex << ": got 0x"

@@ -842,6 +842,22 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
                                                  : pair >> amount);
       break;
     }
+    case Op::Permute: {
+      // Bytes 0-3 of a, 4-7 of b; each selector nibble picks one, its bit
+      // 3 replicating that byte's sign instead.
+      uint64_t bytes = uint64_t(static_cast<uint32_t>(R[r[2]])) << 32 |
+                       static_cast<uint32_t>(R[r[1]]);
+      uint32_t selectors = static_cast<uint32_t>(R[r[3]]), result = 0;
+      for (unsigned i = 0; i < 4; ++i) {
+        unsigned selector = (selectors >> (4 * i)) & 0xF;
+        uint32_t byte = (bytes >> (8 * (selector & 7))) & 0xFF;
+        if (selector & 8)
+          byte = byte & 0x80 ? 0xFF : 0;
+        result |= byte << (8 * i);
+      }
+      R[r[0]] = result;
+      break;
+    }
 
     // Integer ops, one case per type.
 #define TILEFUSE_INT_CASE(OP, TYPE, CTYPE, ...)                                \

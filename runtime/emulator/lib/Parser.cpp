@@ -1353,6 +1353,8 @@ private:
                     Instr &out);
   llvm::Error funnelShift(const RawInstr &instr, Modifiers &mods,
                           const Type &type, Instr &out);
+  llvm::Error bytePermute(const RawInstr &instr, Modifiers &mods,
+                          const Type &type, Instr &out);
   llvm::Error addressConversion(const RawInstr &instr, Modifiers &mods,
                                 Instr &out);
   llvm::Error setp(const RawInstr &instr, Modifiers &mods, Instr &out);
@@ -2005,6 +2007,8 @@ llvm::Error Decoder::integer(const RawInstr &instr, Modifiers &mods,
     return carry(instr, mods, type, out);
   if (base == "shf")
     return funnelShift(instr, mods, type, out);
+  if (base == "prmt")
+    return bytePermute(instr, mods, type, out);
   std::optional<IntType> intType = intTypeOf(type);
   if (!intType)
     return fail(instr, "unsupported integer type");
@@ -2155,6 +2159,21 @@ llvm::Error Decoder::funnelShift(const RawInstr &instr, Modifiers &mods,
   TILEFUSE_SOURCE(out, 2, source(instr, instr.operands[2], type));
   TILEFUSE_SOURCE(out, 3, source(instr, instr.operands[3],
                                  Type{Type::Unsigned, 32}));
+  return llvm::Error::success();
+}
+
+/// prmt.b32 in its default mode (what LLVM emits to pack and unpack bytes);
+/// the .f4e, .b4e, .rc8, .ecl, .ecr and .rc16 modes are not implemented.
+llvm::Error Decoder::bytePermute(const RawInstr &instr, Modifiers &mods,
+                                 const Type &type, Instr &out) {
+  if (!mods.empty() || type.kind != Type::Bit || type.bits != 32)
+    return fail(instr, "only prmt.b32 (the default mode) is implemented");
+  if (llvm::Error error = operands(instr, 4))
+    return error;
+  out.op = Op::Permute;
+  TILEFUSE_SLOT(out, 0, destination(instr, instr.operands[0], type));
+  for (unsigned i = 1; i < 4; ++i)
+    TILEFUSE_SOURCE(out, i, source(instr, instr.operands[i], type));
   return llvm::Error::success();
 }
 

@@ -41,8 +41,8 @@ namespace tilefuse::emulator {
   /* memory */                                                                 \
   X(LdGlobal) X(StGlobal) X(LdShared) X(StShared) X(LdKernelParam)            \
   X(LdKernelParamAt) X(LdFrameParam) X(StFrameParam) X(LdLocal) X(StLocal)     \
-  /* integer ops on the carry flag (CarryKind), funnel shifts */               \
-  X(Carry) X(Funnel)                                                           \
+  /* integer ops on the carry flag (CarryKind), funnel shifts, prmt */         \
+  X(Carry) X(Funnel) X(Permute)                                                \
   /* f32, hot forms: .rn, no .ftz or .sat */                                   \
   X(AddF32) X(SubF32) X(MulF32) X(FmaF32) X(NegF32) X(AbsF32) X(MinF32)        \
   X(MaxF32) X(MinNaNF32) X(MaxNaNF32) X(DivF32) X(CopysignF32) X(SetpF32)     \

@@ -5,6 +5,9 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=PARTIALS
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=cpu}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=CPU
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=GPU
+// The longest row the compiler takes (2^40: half a billion chunks per
+// thread) stages as many chunks as fit, found without counting them down.
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1099511627776}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=HUGE
 // Staging is a property of the tiled kernel: a second run chooses the same.
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows, fuse-stage-rows))' | FileCheck %s --check-prefix=F32
 
@@ -13,6 +16,8 @@
 // KiB); bf16 n = 128256: 28 of 32 chunks (224 KiB of the 227 KiB a block
 // may opt into); sm_86 (99 KiB): 12 of 16.
 // F32-LABEL: fuse.kernel @rms_norm
+// HUGE-LABEL: fuse.kernel @rms_norm
+// HUGE-SAME: chunks = 536870912 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 229376 : i64, staged_chunks = 28 : i64
 // F32-SAME: chunks = 16 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 131072 : i64, staged_chunks = 16 : i64
 // BF16-LABEL: fuse.kernel @rms_norm
 // BF16-SAME: chunks = 32 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 229376 : i64, staged_chunks = 28 : i64
@@ -137,5 +142,20 @@ fuse.kernel @read_once(%x: !fuse.full<f32>, %z: !fuse.full<f32>) -> (y: !fuse.fu
   %sf = fuse.broadcast %s : !fuse.row<f32> to !fuse.full<f32>
   %xs = fuse.mul %x, %sf : !fuse.full<f32>
   %y = fuse.add %xs, %z : !fuse.full<f32>
+  fuse.yield %y : !fuse.full<f32>
+}
+
+// -----
+
+// A mask takes a byte per element in shared memory, as in global memory:
+// x (128 KiB) and the mask (32 KiB) both staged whole.
+// F32-LABEL: fuse.kernel @masked_sum
+// F32-SAME: stage_bytes = 163840 : i64, staged_chunks = 16 : i64
+fuse.kernel @masked_sum(%m: !fuse.full<i1>, %x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
+  %nx = fuse.neg %x : !fuse.full<f32>
+  %v = fuse.select %m, %x, %nx : !fuse.full<f32>
+  %s = fuse.reduce sum %v : !fuse.full<f32> to !fuse.row<f32>
+  %sf = fuse.broadcast %s : !fuse.row<f32> to !fuse.full<f32>
+  %y = fuse.select %m, %sf, %x : !fuse.full<f32>
   fuse.yield %y : !fuse.full<f32>
 }

@@ -152,6 +152,10 @@ TileConfig chooseTileConfig(const KernelShape &shape, llvm::StringRef target);
 /// The dynamic shared memory one block of `target` may opt into (bytes).
 int64_t maxSharedBytesPerBlock(llvm::StringRef target);
 
+/// Bytes per element of `elementType` in memory: a mask (i1) takes one, as
+/// a torch.bool does.
+int64_t storageBytes(mlir::Type elementType);
+
 /// The bytes `chunks` chunks per thread of one row group take in shared
 /// memory as `elementType` (a multiple of 16, so that every region starts
 /// 16-byte aligned): a staged input, or a column reduction's partials.
