@@ -26,6 +26,7 @@ constexpr int64_t kRegistersPerSM = 65536;
 constexpr int64_t kMinThreadsPerBlock = 256;
 constexpr int64_t kVectorsPerThread = 4;
 constexpr int64_t kMaxOnChipChunks = 8;
+constexpr int64_t kKeptElementsPerThread = 32;
 constexpr int64_t kBlocksPerSM = 4;
 constexpr int64_t kCpuVectorBytes = 32;
 constexpr int64_t kCpuElementsPerTask = 65536;
@@ -102,6 +103,14 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
   config.threadsPerRow = std::min<int64_t>(
       kMaxThreadsPerRow,
       llvm::PowerOf2Ceil(llvm::divideCeil(vectors, kVectorsPerThread)));
+  // Occupancy (TileConfig.h): rows of threads wide enough that a thread
+  // keeps at most 32 elements of the full inputs.
+  int64_t keptPerVector = config.vectorWidth * shape.fullInputs;
+  if (shape.hasRowReduction)
+    while (config.threadsPerRow < kMaxThreadsPerRow &&
+           llvm::divideCeil(vectors, config.threadsPerRow) * keptPerVector >
+               kKeptElementsPerThread)
+      config.threadsPerRow *= 2;
   config.rowsPerBlock =
       std::max<int64_t>(1, kMinThreadsPerBlock / config.threadsPerRow);
   config.chunks = llvm::divideCeil(vectors, config.threadsPerRow);

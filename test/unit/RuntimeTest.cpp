@@ -156,7 +156,7 @@ TEST(Runtime, GpuKernelsCompileToPtxAndCacheOnDisk) {
     EXPECT_NE((*kernel)->ptx.find(".visible .entry rms_norm_bwd("), std::string::npos);
     EXPECT_NE((*kernel)->ptx.find(".visible .entry rms_norm_bwd_finalize("), std::string::npos);
     EXPECT_EQ((*kernel)->info.tile.target, "sm_90");
-    EXPECT_EQ((*kernel)->info.tile.threadsPerRow, 128);
+    EXPECT_EQ((*kernel)->info.tile.threadsPerRow, 256);
     EXPECT_EQ((*kernel)->info.tile.blocksPerSM, 4);
     EXPECT_EQ(runtime.compileCount(), 1);
   }
@@ -166,7 +166,10 @@ TEST(Runtime, GpuKernelsCompileToPtxAndCacheOnDisk) {
   auto kernel = runtime.getGpuKernel(**module, options);
   ASSERT_TRUE(static_cast<bool>(kernel));
   EXPECT_EQ(runtime.compileCount(), 0);
-  EXPECT_EQ((*kernel)->info.tile.rowsPerBlock, 2);
+  // The tile as compiled, from the cache entry.
+  EXPECT_EQ((*kernel)->info.tile.threadsPerRow, 256);
+  EXPECT_EQ((*kernel)->info.tile.rowsPerBlock, 1);
+  EXPECT_EQ((*kernel)->info.tile.stageBytes, 256 * 2 * 8 * 4);
   options.target = "sm_75";
   auto unknown = runtime.getGpuKernel(**module, options);
   ASSERT_FALSE(static_cast<bool>(unknown));

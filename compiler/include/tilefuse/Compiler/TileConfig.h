@@ -9,6 +9,13 @@
 //  - threads_per_row = the power of two nearest above ceil(n / V) / 4, in
 //    [1, 512]: about four vectors per thread keeps loads in flight; past 512
 //    threads a thread gets under 128 registers and long rows spill.
+//    Occupancy: a fusion with a row reduction doubles it (up to 512) until
+//    a thread's chunks of all full inputs hold at most 32 elements. ptxas
+//    gives a row kept on chip about 2.3 registers per such element (it
+//    keeps the widened values and what the passes derive from them): 32
+//    elements take 72-98 registers, so two or three 256-thread blocks share
+//    an SM, where 64 (two bf16 inputs of 4096 at 128 threads) took 151-163
+//    and one block ran per SM.
 //  - rows_per_block = max(1, 256 / threads_per_row): blocks of at least 256
 //    threads, so short rows (n < 1024) pack several rows per block.
 //  - chunks = ceil(n / (V * threads_per_row)): the vectors each thread owns.
