@@ -66,8 +66,6 @@ constexpr double kPeakBytesPerSecond = 4.8e12;
 constexpr int kSMs = 132;
 constexpr int kRegistersPerSM = 65536;
 constexpr int kThreadsPerSM = 2048;
-constexpr int kBlocksPerSM = 32;
-constexpr int kSharedPerSM = 233472; // 228 KiB
 constexpr double kL2Bytes = 50.0 * 1024 * 1024;
 constexpr double kClock = 1.98e9; // boost clock
 // Thread-operations per clock per SM, per pipe.
@@ -84,20 +82,6 @@ constexpr double kDivisionIssue = 9;
 constexpr double kInFlightPerSM = 32 * 1024;
 constexpr double kLatency = kInFlightPerSM * kSMs / kPeakBytesPerSecond;
 } // namespace h200
-
-/// Blocks of `threads` threads using `registers` registers each that fit on
-/// one SM (warp-granular register allocation, 256 registers per warp).
-static int blocksPerSM(int64_t threads, int registers, int64_t sharedBytes) {
-  int64_t warps = (threads + 31) / 32;
-  int64_t perWarp = (int64_t(registers) * 32 + 255) / 256 * 256;
-  int64_t byRegisters =
-      perWarp ? h200::kRegistersPerSM / (perWarp * warps) : h200::kBlocksPerSM;
-  int64_t byThreads = h200::kThreadsPerSM / threads;
-  int64_t byShared =
-      h200::kSharedPerSM / (sharedBytes + 1024); // + 1 KiB reserved
-  return static_cast<int>(std::min<int64_t>(
-      {h200::kBlocksPerSM, byRegisters, byThreads, byShared}));
-}
 
 //===----------------------------------------------------------------------===//
 // ptxas -v
@@ -276,6 +260,10 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
       report->registers[info.name + std::string(kFinalizeSuffix)];
   for (auto &[function, bytes] : report->spills)
     result.spills += bytes;
+  // The occupancy the driver reports (and a persistent grid's size) counts
+  // them.
+  for (auto &[function, registers] : report->registers)
+    emu::setRegisters(function, registers);
 
   // The emulated launch: every block does what a block of the modeled one
   // does. A persistent grid (column reductions) gets one SM and a 132nd of
@@ -337,7 +325,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
     arguments.push_back(tensor.data);
     extents.push_back({port.name.c_str(), tensor.data, tensor.bytes});
   }
-  llvm::Expected<int64_t> groups = (*driver)->partialRows(*kernel, rows, 0);
+  llvm::Expected<int64_t> groups = (*driver)->partialRows(kernel, rows, 0);
   if (!groups)
     return groups.takeError();
   std::vector<HostTensor> partials;
@@ -376,11 +364,10 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
 
   // The ideal: full tensors once, per-row values once, per-column inputs
   // once per block, per-column outputs once.
-  int64_t modelGrid =
-      persistent ? std::min<int64_t>((fullRows + tile.rowsPerBlock - 1) /
-                                         tile.rowsPerBlock,
-                                     tile.blocksPerSM * h200::kSMs)
-                 : (fullRows + tile.rowsPerBlock - 1) / tile.rowsPerBlock;
+  // A persistent grid: the blocks the emulated SM got, on every SM.
+  int64_t modelGrid = (fullRows + tile.rowsPerBlock - 1) / tile.rowsPerBlock;
+  if (persistent)
+    modelGrid = std::min<int64_t>(modelGrid, launches[0].grid[0] * h200::kSMs);
   result.grid = modelGrid;
   // `essential` counts per-column inputs once per launch instead: the
   // least HBM traffic there is, the numerator of the bandwidth fraction.
@@ -412,8 +399,8 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   result.idealPerRow = ideal;
 
   // Measured, scaled to the modeled launch, per row.
-  int occupancy = blocksPerSM(tile.threadsPerBlock(), result.registers,
-                              launches[0].sharedBytes);
+  int occupancy = emu::residentBlocks(tile.threadsPerBlock(), result.registers,
+                                      launches[0].sharedBytes);
   result.blocksPerSM = occupancy;
   int64_t resident =
       std::min<int64_t>(modelGrid, int64_t(occupancy) * h200::kSMs);
@@ -496,7 +483,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
     for (const emu::BufferTraffic &buffer : launch.buffers)
       loaded += buffer.loadedBytes;
     int launchOccupancy =
-        finalize ? blocksPerSM(launch.block[0], result.finalizeRegisters,
+        finalize ? emu::residentBlocks(launch.block[0], result.finalizeRegisters,
                                launch.sharedBytes)
                  : occupancy;
     double threadsPerSM =

@@ -346,7 +346,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   std::vector<void *> workspacePointers;
   if (info.hasColumnReduction()) {
     llvm::Expected<int64_t> groups =
-        driver->partialRows(*gpuKernel, rows, deviceIndex);
+        driver->partialRows(gpuKernel, rows, deviceIndex);
     TORCH_CHECK(static_cast<bool>(groups), "tilefuse.", op, ": ",
                 llvm::toString(groups.takeError()));
     for (const PortInfo &port : info.outputs) {

@@ -55,6 +55,7 @@ struct CudaDriver::Api {
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*moduleUnload)(CUmodule);
   CUresult (*funcSetAttribute)(CUfunction, int, int);
+  CUresult (*occupancy)(int *, CUfunction, int, size_t);
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, unsigned, CUstream, void **,
                            void **);
@@ -92,6 +93,7 @@ CudaDriver::load(const std::string &library) {
   resolve(api->moduleGetFunction, "cuModuleGetFunction");
   resolve(api->moduleUnload, "cuModuleUnload");
   resolve(api->funcSetAttribute, "cuFuncSetAttribute");
+  resolve(api->occupancy, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   resolve(api->launchKernel, "cuLaunchKernel");
   api->moduleLoadDataEx = reinterpret_cast<decltype(api->moduleLoadDataEx)>(
       dlsym(api->library, "cuModuleLoadDataEx"));
@@ -245,15 +247,15 @@ llvm::Expected<std::string> CudaDriver::target(int device) {
       *major, *minor));
 }
 
-llvm::Expected<int64_t> CudaDriver::blocks(const GpuKernel &kernel,
-                                           int64_t rows, int device) {
-  const TileConfig &tile = kernel.info.tile;
+llvm::Expected<int64_t> CudaDriver::blocks(const Loaded &loaded, int64_t rows,
+                                           int device) {
+  const TileConfig &tile = loaded.kernel->info.tile;
   int64_t blocks = (rows + tile.rowsPerBlock - 1) / tile.rowsPerBlock;
-  if (tile.blocksPerSM > 0) {
+  if (loaded.blocksPerSM > 0) {
     llvm::Expected<int> sms = attribute(device, kMultiprocessorCount);
     if (!sms)
       return sms.takeError();
-    blocks = std::min<int64_t>(blocks, tile.blocksPerSM * *sms);
+    blocks = std::min<int64_t>(blocks, loaded.blocksPerSM * *sms);
   }
   return blocks;
 }
@@ -263,12 +265,19 @@ static int64_t partialRowsOf(const TileConfig &tile, int64_t blocks) {
   return tile.partialsOnChip ? blocks : blocks * tile.rowsPerBlock;
 }
 
-llvm::Expected<int64_t> CudaDriver::partialRows(const GpuKernel &kernel,
-                                                int64_t rows, int device) {
-  llvm::Expected<int64_t> count = blocks(kernel, rows, device);
+llvm::Expected<int64_t>
+CudaDriver::partialRows(const std::shared_ptr<const GpuKernel> &kernel,
+                        int64_t rows, int device) {
+  llvm::Expected<void *> current = context(device);
+  if (!current)
+    return current.takeError();
+  llvm::Expected<Loaded> loaded = functions(*current, kernel);
+  if (!loaded)
+    return loaded.takeError();
+  llvm::Expected<int64_t> count = blocks(*loaded, rows, device);
   if (!count)
     return count.takeError();
-  return partialRowsOf(kernel.info.tile, *count);
+  return partialRowsOf(kernel->info.tile, *count);
 }
 
 llvm::Expected<CudaDriver::Loaded>
@@ -286,10 +295,22 @@ CudaDriver::functions(void *context,
     error = check(api->moduleGetFunction(&loaded.main, loaded.module,
                                          name.c_str()),
                   "cuModuleGetFunction", name);
-  if (!error && kernel->info.tile.stageBytes)
+  const TileConfig &tile = kernel->info.tile;
+  if (!error && tile.stageBytes)
     error = check(api->funcSetAttribute(loaded.main, kMaxDynamicSharedSizeBytes,
-                                        kernel->info.tile.stageBytes),
+                                        tile.stageBytes),
                   "cuFuncSetAttribute", name);
+  // A persistent grid takes no more blocks than can be resident: a block
+  // past them would wait for a whole wave, and write one more row of
+  // partials.
+  if (!error && tile.blocksPerSM > 0) {
+    int resident = 0;
+    error = check(api->occupancy(&resident, loaded.main,
+                                 tile.threadsPerRow * tile.rowsPerBlock,
+                                 tile.stageBytes),
+                  "cuOccupancyMaxActiveBlocksPerMultiprocessor", name);
+    loaded.blocksPerSM = std::clamp<int64_t>(resident, 1, tile.blocksPerSM);
+  }
   std::string finalizeName = name + kFinalizeSuffix;
   if (!error && kernel->info.hasColumnReduction())
     error = check(api->moduleGetFunction(&loaded.finalize, loaded.module,
@@ -377,7 +398,7 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
   llvm::Expected<Loaded> loaded = functions(*current, kernel);
   if (!loaded)
     return loaded.takeError();
-  llvm::Expected<int64_t> blockCount = blocks(*kernel, rows, device);
+  llvm::Expected<int64_t> blockCount = blocks(*loaded, rows, device);
   if (!blockCount)
     return blockCount.takeError();
   int64_t partialRowCount = partialRowsOf(info.tile, *blockCount);
@@ -540,7 +561,7 @@ CudaDriver::launchMultiTensor(std::shared_ptr<const GpuKernel> kernel,
                              elements * column.elementBytes});
         }
     }
-    unsigned blocks = std::min<int64_t>(chunks, info.tile.blocksPerSM * *sms);
+    unsigned blocks = std::min<int64_t>(chunks, loaded->blocksPerSM * *sms);
     if (llvm::Error error = launchOne(loaded->main, info.name, blocks,
                                       info.tile.threadsPerRow, 0, stream,
                                       params, buffers))

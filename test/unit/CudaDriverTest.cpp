@@ -49,6 +49,22 @@ protected:
     return slot;
   }
 
+  /// Launches rms_norm_bwd with dy, x, weight, rstd at 0x10-0x40, the
+  /// offset scalar from `offsetSlot`, dx at 0x50, dweight at 0x60 and its
+  /// partials at 0x70.
+  llvm::Error launchRmsNormBwd(std::shared_ptr<const GpuKernel> backward,
+                               int64_t rows, uint64_t &offsetSlot) {
+    fakeCudaState().paramsPerLaunch = {8, 4};
+    std::vector<void *> arguments;
+    for (uint64_t pointer : {0x10, 0x20, 0x30, 0x40})
+      arguments.push_back(reinterpret_cast<void *>(pointer));
+    arguments.push_back(&offsetSlot);
+    for (uint64_t pointer : {0x50, 0x60})
+      arguments.push_back(reinterpret_cast<void *>(pointer));
+    std::vector<void *> workspaces = {reinterpret_cast<void *>(0x70)};
+    return driver->launch(backward, arguments, workspaces, rows, 0, nullptr);
+  }
+
   Runtime runtime{std::nullopt};
   std::unique_ptr<CudaDriver> driver;
 };
@@ -107,24 +123,14 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
   const TileConfig &tile = backward->info.tile;
   ASSERT_GT(tile.blocksPerSM, 0) << "column reductions use a persistent grid";
   int64_t rows = 100000;
-  auto groups = driver->partialRows(*backward, rows, 0);
+  auto groups = driver->partialRows(backward, rows, 0);
   ASSERT_TRUE(static_cast<bool>(groups));
   int64_t blocks = std::min<int64_t>((rows + tile.rowsPerBlock - 1) / tile.rowsPerBlock,
                                      tile.blocksPerSM * 132);
   EXPECT_EQ(*groups, blocks * tile.rowsPerBlock);
 
-  fakeCudaState().paramsPerLaunch = {8, 4};
-  // dy, x, weight, rstd, offset (a scalar), dx, dweight.
   uint64_t offsetSlot = bits(0.0f);
-  std::vector<void *> arguments;
-  for (uint64_t pointer : {0x10, 0x20, 0x30, 0x40})
-    arguments.push_back(reinterpret_cast<void *>(pointer));
-  arguments.push_back(&offsetSlot);
-  for (uint64_t pointer : {0x50, 0x60})
-    arguments.push_back(reinterpret_cast<void *>(pointer));
-  std::vector<void *> workspaces = {reinterpret_cast<void *>(0x70)};
-  ASSERT_FALSE(static_cast<bool>(
-      driver->launch(backward, arguments, workspaces, rows, 0, nullptr)));
+  ASSERT_FALSE(static_cast<bool>(launchRmsNormBwd(backward, rows, offsetSlot)));
 
   ASSERT_EQ(fakeCudaState().launches.size(), 2u);
   const FakeCudaState::Launch &main = fakeCudaState().launches[0];
@@ -140,6 +146,40 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
   EXPECT_EQ(finalize.block, 256u);
   EXPECT_EQ(finalize.params, (std::vector<uint64_t>{0x70, 0x60, uint64_t(*groups),
                                                     uint64_t(rows)}));
+}
+
+TEST_F(CudaDriverTest, PersistentGridTakesOnlyResidentBlocks) {
+  // The tile asks for 4 blocks per SM; the driver says 3 fit (registers):
+  // 3 per SM, and as many rows of partials.
+  auto backward = kernel("rms_norm_bwd", "bf16", 4096);
+  const TileConfig &tile = backward->info.tile;
+  ASSERT_EQ(tile.blocksPerSM, 4);
+  ASSERT_TRUE(tile.partialsOnChip);
+  fakeCudaState().residentBlocks = 3;
+  auto groups = driver->partialRows(backward, 100000, 0);
+  ASSERT_TRUE(static_cast<bool>(groups));
+  EXPECT_EQ(*groups, 3 * 132);
+  ASSERT_EQ(fakeCudaState().occupancyQueries.size(), 1u);
+  const FakeCudaState::OccupancyQuery &query =
+      fakeCudaState().occupancyQueries[0];
+  EXPECT_EQ(query.function, "rms_norm_bwd");
+  EXPECT_EQ(query.blockSize, tile.threadsPerRow * tile.rowsPerBlock);
+  EXPECT_EQ(query.dynamicSharedBytes, uint64_t(tile.stageBytes));
+
+  uint64_t offsetSlot = bits(0.0f);
+  ASSERT_FALSE(
+      static_cast<bool>(launchRmsNormBwd(backward, 100000, offsetSlot)));
+  ASSERT_EQ(fakeCudaState().launches.size(), 2u);
+  EXPECT_EQ(fakeCudaState().launches[0].grid, 3u * 132u);
+  EXPECT_EQ(fakeCudaState().launches[1].params[2], uint64_t(*groups));
+  // Asked once per loaded kernel; a driver that says none fit gets one
+  // block per SM, never an empty grid.
+  EXPECT_EQ(fakeCudaState().occupancyQueries.size(), 1u);
+  fakeCudaState().residentBlocks = 0;
+  auto other = kernel("rms_norm_bwd", "bf16", 8192);
+  auto fewest = driver->partialRows(other, 100000, 0);
+  ASSERT_TRUE(static_cast<bool>(fewest));
+  EXPECT_EQ(*fewest, 132);
 }
 
 TEST_F(CudaDriverTest, StagedRowOptsIntoItsDynamicSharedMemory) {

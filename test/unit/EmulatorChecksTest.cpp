@@ -30,6 +30,7 @@ int cuGetErrorString(int, const char **);
 int cuModuleLoadData(void **, const void *);
 int cuModuleGetFunction(void **, void *, const char *);
 int cuModuleUnload(void *);
+int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *, void *, int, size_t);
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
                    unsigned, unsigned, void *, void **, void **);
 }
@@ -354,6 +355,30 @@ TEST_F(EmulatorChecks, BlocksHaveSeparateSharedMemory) {
       EXPECT_EQ(out[block], block);
   }
   tilefuse::emulator::setHostThreads(0);
+}
+
+/// Resident blocks per SM from threads, blocks and shared memory (the
+/// emulated H200: 2048 threads, 32 blocks, 228 KiB, 1 KiB reserved a block).
+TEST_F(EmulatorChecks, OccupancyFromThreadsAndSharedMemory) {
+  ASSERT_EQ(load("shared_per_block"), 0);
+  void *function = nullptr;
+  ASSERT_EQ(cuModuleGetFunction(&function, module, "shared_per_block"), 0);
+  auto occupancy = [&](int threads, size_t dynamicBytes) {
+    int blocks = -1;
+    EXPECT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                  &blocks, function, threads, dynamicBytes),
+              0);
+    return blocks;
+  };
+  EXPECT_EQ(occupancy(32, 0), 32);           // the block limit
+  EXPECT_EQ(occupancy(256, 0), 8);           // 2048 threads
+  EXPECT_EQ(occupancy(256, 64 * 1024), 3);   // 228 KiB / (64 KiB + ...)
+  EXPECT_EQ(occupancy(512, 200 * 1024), 1);  // a staged row
+  int blocks = -1;
+  EXPECT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, function,
+                                                        2048, 0),
+            kInvalidValue);
+  EXPECT_NE(message(kInvalidValue).find("block size 2048"), std::string::npos);
 }
 
 /// bar.sync is barrier.sync.aligned: warps at different bar.sync

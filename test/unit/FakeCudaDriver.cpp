@@ -79,6 +79,15 @@ int cuFuncSetAttribute(void *function, int attribute, int value) {
        value});
   return 0;
 }
+int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function,
+                                                int blockSize,
+                                                size_t dynamicSharedBytes) {
+  state.occupancyQueries.push_back(
+      {state.functions[reinterpret_cast<size_t>(function) - 1], blockSize,
+       dynamicSharedBytes});
+  *blocks = state.residentBlocks;
+  return 0;
+}
 int cuLaunchKernel(void *function, unsigned gridX, unsigned, unsigned,
                    unsigned blockX, unsigned, unsigned, unsigned sharedBytes,
                    void *stream, void **params, void **) {

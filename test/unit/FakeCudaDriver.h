@@ -37,6 +37,15 @@ struct FakeCudaState {
     int attribute = 0, value = 0;
   };
   std::vector<Attribute> sharedOptIns;
+  /// What cuOccupancyMaxActiveBlocksPerMultiprocessor answers, and its
+  /// calls: function, block size, dynamic shared bytes.
+  int residentBlocks = 32;
+  struct OccupancyQuery {
+    std::string function;
+    int blockSize = 0;
+    size_t dynamicSharedBytes = 0;
+  };
+  std::vector<OccupancyQuery> occupancyQueries;
 };
 
 FakeCudaState &fakeCudaState();

@@ -16,6 +16,7 @@
 
 #include <cstdlib>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -54,6 +55,7 @@ struct State {
   bool trafficDetail = false;
   uint64_t blockInstructionBudget = 0;
   bool log = false;
+  std::map<std::string, int> registers; // per function name (setRegisters)
 };
 
 State &state() {
@@ -213,6 +215,27 @@ int tilefuse::emulator::deviceMultiprocessors() {
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   return s.device.multiprocessors;
+}
+
+int tilefuse::emulator::residentBlocks(int64_t threads, int registers,
+                                       int64_t sharedBytes) {
+  constexpr int64_t kThreadsPerSM = 2048, kBlocksPerSM = 32,
+                    kRegistersPerSM = 65536, kReservedSharedPerBlock = 1024;
+  int64_t sharedPerSM = chipNamed(deviceChip())->sharedPerSM;
+  int64_t warps = (threads + 31) / 32;
+  int64_t perWarp = llvm::alignTo(int64_t(registers) * 32, 256);
+  int64_t byRegisters =
+      perWarp ? kRegistersPerSM / (perWarp * warps) : kBlocksPerSM;
+  return int(std::min<int64_t>(
+      {kBlocksPerSM, byRegisters, kThreadsPerSM / threads,
+       sharedPerSM / (sharedBytes + kReservedSharedPerBlock)}));
+}
+
+void tilefuse::emulator::setRegisters(const std::string &function,
+                                      int registers) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.registers[function] = registers;
 }
 
 void tilefuse::emulator::setTrafficDetail(bool on) {
@@ -440,6 +463,32 @@ int cuFuncSetAttribute(void *function, int attribute, int value) {
                                   loaded.function->name, value, allowed,
                                   loaded.function->staticSharedBytes));
   loaded.maxDynamicSharedBytes = value;
+  return kSuccess;
+}
+
+/// residentBlocks, with the registers setRegisters gave the function (none:
+/// registers limit nothing).
+int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function,
+                                                int blockSize,
+                                                size_t dynamicSharedBytes) {
+  if (!function || !blocks)
+    return failWith(kInvalidHandle, "null function or result");
+  auto &loaded = *static_cast<LoadedFunction *>(function);
+  if (blockSize < 1 || blockSize > 1024)
+    return failWith(kInvalidValue,
+                    llvm::formatv("{0}: block size {1} is not in [1, 1024]",
+                                  loaded.function->name, blockSize));
+  State &s = state();
+  int registers = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto known = s.registers.find(loaded.function->name);
+    if (known != s.registers.end())
+      registers = known->second;
+  }
+  *blocks = residentBlocks(
+      blockSize, registers,
+      loaded.function->staticSharedBytes + int64_t(dynamicSharedBytes));
   return kSuccess;
 }
 

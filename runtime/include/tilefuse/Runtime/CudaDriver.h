@@ -71,8 +71,10 @@ public:
   /// The rows of the partials each column-reduction output of `kernel`
   /// needs for `rows` rows on `device`: one per block when its partials stay
   /// on chip (the block combines its row groups'), else one per row group.
-  llvm::Expected<int64_t> partialRows(const GpuKernel &kernel, int64_t rows,
-                                      int device);
+  /// Loads the kernel (its grid depends on its occupancy).
+  llvm::Expected<int64_t>
+  partialRows(const std::shared_ptr<const GpuKernel> &kernel, int64_t rows,
+              int device);
 
   /// Launches `kernel` over `rows` rows on `stream` of `device`, then its
   /// finalize kernel when it has column reductions. A thread with no
@@ -103,6 +105,9 @@ private:
   struct Loaded {
     std::shared_ptr<const GpuKernel> kernel;
     void *module = nullptr, *main = nullptr, *finalize = nullptr;
+    /// A persistent grid's blocks per SM: the tile's, or fewer when the
+    /// driver says fewer can be resident at once (registers, shared memory).
+    int64_t blocksPerSM = 0;
   };
   explicit CudaDriver(std::unique_ptr<Api> api);
   llvm::Error check(int result, llvm::StringRef call,
@@ -116,8 +121,8 @@ private:
   /// JIT-compiles `kernel`'s PTX into the current context; a failure
   /// carries the JIT's error log in full.
   llvm::Error loadModule(void **module, const GpuKernel &kernel);
-  /// The blocks a launch of `kernel` over `rows` rows takes.
-  llvm::Expected<int64_t> blocks(const GpuKernel &kernel, int64_t rows,
+  /// The blocks a launch of `loaded` over `rows` rows takes.
+  llvm::Expected<int64_t> blocks(const Loaded &loaded, int64_t rows,
                                  int device);
   /// Launches `blocks` blocks of `threads` threads with `sharedBytes` of
   /// dynamic shared memory (staged rows, TileConfig.h).

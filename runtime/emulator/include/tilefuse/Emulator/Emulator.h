@@ -118,6 +118,19 @@ bool setDevice(const std::string &chip, int multiprocessors = 0);
 std::string deviceChip();
 int deviceMultiprocessors();
 
+/// Blocks of `threads` threads, each taking `registers` registers (0:
+/// unknown, no limit), with `sharedBytes` of shared memory a block, that
+/// one SM of the emulated chip holds at once: its limits of 2048 threads,
+/// 32 blocks, 64K registers (allocated per warp in units of 256) and its
+/// shared memory (1 KiB reserved per block). What
+/// cuOccupancyMaxActiveBlocksPerMultiprocessor answers.
+int residentBlocks(int64_t threads, int registers, int64_t sharedBytes);
+
+/// The registers per thread ptxas gives the functions named `function`
+/// (0: unknown). The emulator runs PTX's virtual registers and cannot know
+/// them; a benchmark that asked ptxas says them here, for the occupancy.
+void setRegisters(const std::string &function, int registers);
+
 /// Counts distinct sectors per block and per launch (BufferTraffic). Off
 /// by default (it costs memory and time per access).
 void setTrafficDetail(bool on);
