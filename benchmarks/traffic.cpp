@@ -350,6 +350,31 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   std::vector<emu::LaunchRecord> launches = emu::takeLaunches();
   if (launches.empty())
     return llvm::createStringError("no launch recorded");
+  // The finalize again, over the partials of the whole modeled launch (the
+  // miniature's are one SM's): its loads in flight depend on how many
+  // partial rows each of its threads combines.
+  if (launches.size() == 2) {
+    int64_t modelPartialRows = *groups * h200::kSMs;
+    std::vector<HostTensor> fullPartials(partials.size());
+    std::vector<void *> fullWorkspaces, columnOutputs;
+    std::vector<CudaDriver::Buffer> finalizeExtents;
+    for (size_t i = 0; i < partials.size(); ++i) {
+      fullPartials[i].allocate(partials[i].bytes * h200::kSMs);
+      fullWorkspaces.push_back(fullPartials[i].data);
+      finalizeExtents.push_back({partialNames[i].c_str(), fullPartials[i].data,
+                                 fullPartials[i].bytes});
+    }
+    for (size_t o = 0; o < info.outputs.size(); ++o)
+      if (info.outputs[o].kind == Kind::Col) {
+        columnOutputs.push_back(arguments[info.inputs.size() + o]);
+        finalizeExtents.push_back(extents[info.inputs.size() + o]);
+      }
+    if (llvm::Error error = (*driver)->launchFinalize(
+            kernel, fullWorkspaces, columnOutputs, modelPartialRows, fullRows,
+            0, nullptr, finalizeExtents))
+      return std::move(error);
+    launches[1] = emu::takeLaunches().at(0);
+  }
 
   // What each buffer is.
   std::map<std::string, const PortInfo *> ports;
@@ -405,10 +430,12 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   int64_t resident =
       std::min<int64_t>(modelGrid, int64_t(occupancy) * h200::kSMs);
   double bytes = 0, hbm = 0, fullInputLoads = 0, seconds = 0, slowest = 0;
-  uint64_t instructions = 0;
+  double instructions = 0;
   for (size_t l = 0; l < launches.size(); ++l) {
     const emu::LaunchRecord &launch = launches[l];
+    // The finalize ran at the modeled size; the main kernel in miniature.
     bool finalize = l > 0;
+    double launchScale = finalize ? 1.0 : scale;
     int64_t grid = finalize ? launch.grid[0] : modelGrid;
     double launchBytes = 0, launchHbm = 0, privateWorkingSet = 0;
     struct Share {
@@ -421,11 +448,8 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
       bool columnInput = port != ports.end() &&
                          port->second->kind == Kind::Col && !finalize &&
                          isInput(buffer.name);
-      bool columnOutput = finalize && port != ports.end();
       bool perRow = port != ports.end() && port->second->kind == Kind::Row;
-      // Column outputs are written once whatever the rows; everything else
-      // grows with the launch.
-      double factor = columnOutput ? 1.0 : scale;
+      double factor = launchScale;
       // What a block asks for: every access to full tensors and partials
       // (a second pass counts again); the sectors it touches of per-column
       // inputs and per-row values (each thread of a row may read them).
@@ -463,9 +487,9 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
     }
     // Issue: thread-operations per pipe over the SMs that have blocks.
     auto count = [&](emu::InstructionClass kind) {
-      return double(launch.instructions[size_t(kind)]) * scale;
+      return double(launch.instructions[size_t(kind)]) * launchScale;
     };
-    double all = double(launch.totalInstructions()) * scale;
+    double all = double(launch.totalInstructions()) * launchScale;
     double division = count(emu::InstructionClass::Division);
     double issue =
         (all + division * (h200::kDivisionIssue - 1)) / h200::kIssueLanes;
@@ -514,7 +538,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
     }
     bytes += launchBytes;
     hbm += launchHbm;
-    instructions += launch.totalInstructions();
+    instructions += launch.totalInstructions() * launchScale;
     result.emulatedInstructions += launch.totalInstructions();
     result.emulatedSeconds += launch.seconds;
   }
@@ -522,7 +546,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   result.hbmBytesPerRow = hbm / fullRows;
   result.passes =
       idealFullInputs > 0 ? fullInputLoads / (idealFullInputs * rows) : 0;
-  result.instructionsPerIdealByte = instructions * scale / (ideal * fullRows);
+  result.instructionsPerIdealByte = instructions / (ideal * fullRows);
   result.fraction =
       (essential * fullRows / h200::kPeakBytesPerSecond) / seconds;
   return result;

@@ -374,6 +374,11 @@ llvm::Error CudaDriver::launchOne(void *function, const std::string &name,
                "cuLaunchKernel", name);
 }
 
+/// cuLaunchKernel takes the address of each parameter's value.
+static void *parameterAddress(void *const &slot) {
+  return const_cast<void *>(static_cast<const void *>(&slot));
+}
+
 llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
                                llvm::ArrayRef<void *> arguments,
                                llvm::ArrayRef<void *> workspaces, int64_t rows,
@@ -403,21 +408,17 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
     return blockCount.takeError();
   int64_t partialRowCount = partialRowsOf(info.tile, *blockCount);
 
-  // cuLaunchKernel takes the address of each parameter's value.
-  auto address = [](void *const &slot) {
-    return const_cast<void *>(static_cast<const void *>(&slot));
-  };
-  std::vector<void *> params, finalizeParams;
+  std::vector<void *> params, columnOutputPointers;
   // What each launch touches (when described): the main kernel every
   // tensor and workspace, the finalize the workspaces and their outputs.
-  std::vector<Buffer> buffers, finalizeBuffers;
+  std::vector<Buffer> buffers, finalizeExtents, finalizeOutputs;
   auto extent = [&](size_t i) -> const Buffer * {
     return extents.empty() ? nullptr : &extents[i];
   };
   for (size_t i = 0; i < inputs; ++i) {
     bool byValue = info.inputs[i].kind == PortInfo::Kind::Scalar &&
                    info.inputs[i].binding == PortInfo::Binding::Value;
-    params.push_back(byValue ? arguments[i] : address(arguments[i]));
+    params.push_back(byValue ? arguments[i] : parameterAddress(arguments[i]));
     if (!byValue && extent(i))
       buffers.push_back(*extent(i));
   }
@@ -427,21 +428,18 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
     if (extent(inputs + i))
       buffers.push_back(*extent(inputs + i));
     if (info.outputs[i].kind != PortInfo::Kind::Col) {
-      params.push_back(address(output));
+      params.push_back(parameterAddress(output));
       continue;
     }
     if (const Buffer *partials = extent(arguments.size() + workspace)) {
       buffers.push_back(*partials);
-      finalizeBuffers.push_back(*partials);
-      finalizeBuffers.push_back(*extent(inputs + i));
+      finalizeExtents.push_back(*partials);
+      finalizeOutputs.push_back(*extent(inputs + i));
     }
-    params.push_back(address(workspaces[workspace]));
-    finalizeParams.push_back(address(workspaces[workspace++]));
-    finalizeParams.push_back(address(output));
+    params.push_back(parameterAddress(workspaces[workspace++]));
+    columnOutputPointers.push_back(output);
   }
   params.push_back(&rows);
-  finalizeParams.push_back(&partialRowCount);
-  finalizeParams.push_back(&rows);
 
   const TileConfig &tile = info.tile;
   if (*blockCount > 0)
@@ -452,10 +450,53 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
       return error;
   if (!loaded->finalize)
     return llvm::Error::success();
-  unsigned finalizeBlocks = (info.n + kFinalizeColumns - 1) / kFinalizeColumns;
-  return launchOne(loaded->finalize, info.name + kFinalizeSuffix,
-                   finalizeBlocks, kFinalizeThreads, 0, stream, finalizeParams,
-                   finalizeBuffers);
+  finalizeExtents.insert(finalizeExtents.end(), finalizeOutputs.begin(),
+                          finalizeOutputs.end());
+  return launchFinalize(kernel, workspaces, columnOutputPointers,
+                        partialRowCount, rows, device, stream,
+                        finalizeExtents);
+}
+
+llvm::Error CudaDriver::launchFinalize(std::shared_ptr<const GpuKernel> kernel,
+                                       llvm::ArrayRef<void *> workspaces,
+                                       llvm::ArrayRef<void *> columnOutputs,
+                                       int64_t partialRows, int64_t rows,
+                                       int device, void *stream,
+                                       llvm::ArrayRef<Buffer> extents) {
+  const KernelInfo &info = kernel->info;
+  size_t columns = workspaces.size();
+  if (columnOutputs.size() != columns ||
+      (!extents.empty() && extents.size() != 2 * columns))
+    return llvm::createStringError(llvm::formatv(
+        "{0}: expected as many column outputs (and extents for each and "
+        "its workspace) as workspaces, got {1} workspaces, {2} outputs and "
+        "{3} extents",
+        info.name, columns, columnOutputs.size(), extents.size()));
+  llvm::Expected<void *> current = context(device);
+  if (!current)
+    return current.takeError();
+  llvm::Expected<Loaded> loaded = functions(*current, kernel);
+  if (!loaded)
+    return loaded.takeError();
+  if (!loaded->finalize)
+    return llvm::createStringError(
+        llvm::formatv("{0} has no column reduction to finalize", info.name));
+  // (partials, output) per column reduction, then partial rows and rows.
+  std::vector<void *> params;
+  std::vector<Buffer> buffers;
+  for (size_t i = 0; i < columns; ++i) {
+    params.push_back(parameterAddress(workspaces[i]));
+    params.push_back(parameterAddress(columnOutputs[i]));
+    if (!extents.empty()) {
+      buffers.push_back(extents[i]);
+      buffers.push_back(extents[columns + i]);
+    }
+  }
+  params.push_back(&partialRows);
+  params.push_back(&rows);
+  unsigned blocks = (info.n + kFinalizeColumns - 1) / kFinalizeColumns;
+  return launchOne(loaded->finalize, info.name + kFinalizeSuffix, blocks,
+                   kFinalizeThreads, 0, stream, params, buffers);
 }
 
 /// Bytes of one element of a fuse dtype.

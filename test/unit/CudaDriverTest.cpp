@@ -182,6 +182,38 @@ TEST_F(CudaDriverTest, PersistentGridTakesOnlyResidentBlocks) {
   EXPECT_EQ(*fewest, 132);
 }
 
+TEST_F(CudaDriverTest, FinalizeLaunchesAlone) {
+  // Over any number of partial rows (a benchmark's whole launch's), with
+  // the same parameters launch passes it.
+  auto backward = kernel("layer_norm_bwd", "f32", 4096);
+  fakeCudaState().paramsPerLaunch = {6};
+  std::vector<void *> workspaces = {reinterpret_cast<void *>(0x70),
+                                    reinterpret_cast<void *>(0x80)};
+  std::vector<void *> outputs = {reinterpret_cast<void *>(0x50),
+                                 reinterpret_cast<void *>(0x60)};
+  ASSERT_FALSE(static_cast<bool>(driver->launchFinalize(
+      backward, workspaces, outputs, 528, 8192, 0, nullptr)));
+  ASSERT_EQ(fakeCudaState().launches.size(), 1u);
+  const FakeCudaState::Launch &finalize = fakeCudaState().launches[0];
+  EXPECT_EQ(finalize.function, "layer_norm_bwd_finalize");
+  EXPECT_EQ(finalize.grid, 4096u / 32u);
+  EXPECT_EQ(finalize.params,
+            (std::vector<uint64_t>{0x70, 0x50, 0x80, 0x60, 528, 8192}));
+
+  llvm::Error mismatched = driver->launchFinalize(
+      backward, workspaces, {outputs[0]}, 528, 8192, 0, nullptr);
+  ASSERT_TRUE(static_cast<bool>(mismatched));
+  EXPECT_NE(llvm::toString(std::move(mismatched))
+                .find("got 2 workspaces, 1 outputs"),
+            std::string::npos);
+  llvm::Error none = driver->launchFinalize(kernel("swiglu_fwd", "f32", 4096),
+                                            {}, {}, 1, 1, 0, nullptr);
+  ASSERT_TRUE(static_cast<bool>(none));
+  EXPECT_NE(llvm::toString(std::move(none))
+                .find("swiglu_fwd has no column reduction to finalize"),
+            std::string::npos);
+}
+
 TEST_F(CudaDriverTest, StagedRowOptsIntoItsDynamicSharedMemory) {
   // f32 n = 32000 streams (16 chunks of 512 threads x 4 lanes) and reads x
   // twice: the whole row is staged, past the default 48 KiB.

@@ -93,6 +93,19 @@ public:
                      int device, void *stream,
                      llvm::ArrayRef<Buffer> extents = {});
 
+  /// Launches `kernel`'s finalize alone: each of `workspaces` (as launch
+  /// takes them) holds `partialRows` rows of partials for `rows` rows, which
+  /// it reduces into the column output of the same position in
+  /// `columnOutputs`. `extents`, when given, describes each workspace then
+  /// each column output. launch runs it after the main kernel; the traffic
+  /// benchmark runs it over a whole launch's partials.
+  llvm::Error launchFinalize(std::shared_ptr<const GpuKernel> kernel,
+                            llvm::ArrayRef<void *> workspaces,
+                            llvm::ArrayRef<void *> columnOutputs,
+                            int64_t partialRows, int64_t rows, int device,
+                            void *stream,
+                            llvm::ArrayRef<Buffer> extents = {});
+
   /// Launches a multi-tensor kernel over `call`'s tensors on `stream` of
   /// `device`: one launch per table's worth of nonempty tensors
   /// (KernelABI.h). The emulator is told every tensor's extent.
