@@ -268,10 +268,7 @@ static int64_t partialRowsOf(const TileConfig &tile, int64_t blocks) {
 llvm::Expected<int64_t>
 CudaDriver::partialRows(const std::shared_ptr<const GpuKernel> &kernel,
                         int64_t rows, int device) {
-  llvm::Expected<void *> current = context(device);
-  if (!current)
-    return current.takeError();
-  llvm::Expected<Loaded> loaded = functions(*current, kernel);
+  llvm::Expected<Loaded> loaded = functions(device, kernel);
   if (!loaded)
     return loaded.takeError();
   llvm::Expected<int64_t> count = blocks(*loaded, rows, device);
@@ -281,10 +278,13 @@ CudaDriver::partialRows(const std::shared_ptr<const GpuKernel> &kernel,
 }
 
 llvm::Expected<CudaDriver::Loaded>
-CudaDriver::functions(void *context,
+CudaDriver::functions(int device,
                       const std::shared_ptr<const GpuKernel> &kernel) {
+  llvm::Expected<void *> current = context(device);
+  if (!current)
+    return current.takeError();
   std::lock_guard<std::mutex> lock(mutex);
-  auto [it, inserted] = modules.try_emplace({context, kernel.get()});
+  auto [it, inserted] = modules.try_emplace({*current, kernel.get()});
   if (!inserted)
     return it->second;
   // Holding the kernel keeps its address from naming another kernel later.
@@ -397,10 +397,7 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
         "{0}: expected {1} arguments and {2} workspaces, got {3} and {4}",
         info.name, inputs + info.outputs.size(), columnOutputs,
         arguments.size(), workspaces.size()));
-  llvm::Expected<void *> current = context(device);
-  if (!current)
-    return current.takeError();
-  llvm::Expected<Loaded> loaded = functions(*current, kernel);
+  llvm::Expected<Loaded> loaded = functions(device, kernel);
   if (!loaded)
     return loaded.takeError();
   llvm::Expected<int64_t> blockCount = blocks(*loaded, rows, device);
@@ -472,10 +469,7 @@ llvm::Error CudaDriver::launchFinalize(std::shared_ptr<const GpuKernel> kernel,
         "its workspace) as workspaces, got {1} workspaces, {2} outputs and "
         "{3} extents",
         info.name, columns, columnOutputs.size(), extents.size()));
-  llvm::Expected<void *> current = context(device);
-  if (!current)
-    return current.takeError();
-  llvm::Expected<Loaded> loaded = functions(*current, kernel);
+  llvm::Expected<Loaded> loaded = functions(device, kernel);
   if (!loaded)
     return loaded.takeError();
   if (!loaded->finalize)
@@ -515,10 +509,7 @@ CudaDriver::launchMultiTensor(std::shared_ptr<const GpuKernel> kernel,
   const KernelInfo &info = kernel->info;
   if (llvm::Error error = checkMultiTensorCall(info, call))
     return error;
-  llvm::Expected<void *> current = context(device);
-  if (!current)
-    return current.takeError();
-  llvm::Expected<Loaded> loaded = functions(*current, kernel);
+  llvm::Expected<Loaded> loaded = functions(device, kernel);
   if (!loaded)
     return loaded.takeError();
   llvm::Expected<int> sms = attribute(device, kMultiprocessorCount);

@@ -129,8 +129,10 @@ private:
   /// when there is none.
   llvm::Expected<void *> context(int device);
   llvm::Expected<int> attribute(int device, int which);
+  /// `kernel` loaded into the calling thread's current context (see
+  /// context), once per context.
   llvm::Expected<Loaded>
-  functions(void *context, const std::shared_ptr<const GpuKernel> &kernel);
+  functions(int device, const std::shared_ptr<const GpuKernel> &kernel);
   /// JIT-compiles `kernel`'s PTX into the current context; a failure
   /// carries the JIT's error log in full.
   llvm::Error loadModule(void **module, const GpuKernel &kernel);
