@@ -408,20 +408,19 @@ SmallVector<Value> emitBlockedAccumulation(
   return emitLevel(levels - 1, indexConstant(b, loc, 0));
 }
 
-/// Marks the loops over a streamed row's chunks with their unroll factor
-/// until unrollStreamLoops.
+/// Marks loops (over a streamed row's chunks, or a finalize's partial rows)
+/// with their unroll factor until unrollStreamLoops.
 constexpr StringLiteral kStreamLoopAttr = "tilefuse.stream_loop";
 
 /// Chunks of a streamed row a GPU thread loads per iteration of a merged
-/// reduction's pass over global memory. 4 kept more in flight but made
-/// ptxas spill 8-12 bytes in the streamed cross-entropy (sm_90, n =
-/// 32000-262144). Loops over staged chunks unroll kStagedUnroll times.
-constexpr int64_t kStreamUnroll = 2;
+/// reduction's pass or of the final pass over global memory. 4 kept more in
+/// flight but made ptxas spill 8-12 bytes in the streamed cross-entropy
+/// (sm_90, n = 32000-262144). Staged chunks go kStagedUnroll at a time.
+constexpr int64_t kStreamGroup = 2;
 
-/// Unrolls the marked loops under `root` on a GPU, so that a thread has
-/// several independent loads in flight rather than one (a streamed row was
-/// latency-bound); on the CPU only drops the marks.
-void unrollStreamLoops(Operation *root, bool unroll) {
+/// Unrolls the marked loops under `root` (GPU only), so that a thread has
+/// several independent loads in flight rather than one.
+void unrollStreamLoops(Operation *root) {
   SmallVector<std::pair<scf::ForOp, int64_t>> loops;
   root->walk([&](scf::ForOp loop) {
     if (auto factor = loop->getAttrOfType<IntegerAttr>(kStreamLoopAttr)) {
@@ -429,9 +428,8 @@ void unrollStreamLoops(Operation *root, bool unroll) {
       loop->removeAttr(kStreamLoopAttr);
     }
   });
-  if (unroll)
-    for (auto [loop, factor] : loops)
-      (void)loopUnrollByFactor(loop, factor);
+  for (auto [loop, factor] : loops)
+    (void)loopUnrollByFactor(loop, factor);
 }
 
 /// Where rows, lanes and row groups come from, and how a row reduction
@@ -511,7 +509,17 @@ private:
   unsigned alignment(Type type);
   Value load(Value pointer, Type type, Value offset, unsigned align = 0);
   void store(Value value, Value pointer, Value offset, unsigned align = 0);
-  Value loadInput(Chunk &chunk, BlockArgument input, Value offset);
+  void preloadInputs(MutableArrayRef<Chunk> chunks,
+                     ArrayRef<BlockArgument> chunkInputs);
+  SmallVector<BlockArgument> passInputs(ArrayRef<RowReduction> reductions,
+                                        bool isFinal);
+  /// Whether the pass stores full outputs or column partials per chunk.
+  bool storesOutputs(bool isFinal) {
+    auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+    return isFinal && llvm::any_of(yield.getValues(), [](Value output) {
+             return isChunked(valueType(output).getKind());
+           });
+  }
   Value sharedOffset(const Chunk &chunk);
   /// Row group `group`'s region at `offset` bytes into its shared memory.
   Value sharedRegion(Value group, int64_t offset);
@@ -714,22 +722,74 @@ static unsigned sharedAlignment(Type type) {
       16, vector.getNumElements() * storageBytes(vector.getElementType()));
 }
 
-/// A full input's vector for `chunk`: from global memory, or from shared
-/// memory where an earlier pass staged it (a staged chunk's first load
-/// writes it there). A thread reads back only the slots it wrote.
-Value RowProgramEmitter::loadInput(Chunk &chunk, BlockArgument input,
-                                   Value offset) {
-  VectorType type = chunkType(valueType(input).getElementType());
-  Value stage = chunk.staged ? stagePointers.lookup(input) : Value();
-  if (!stage)
-    return load(inputs.lookup(input), type, offset);
-  Value stageOffset = sharedOffset(chunk);
-  if (inSharedMemory.contains(input))
-    return load(stage, type, stageOffset, sharedAlignment(type));
-  Value loaded = load(inputs.lookup(input), type, offset);
-  store(loaded, stage, stageOffset, sharedAlignment(type));
-  stagedThisPass.insert(input);
-  return loaded;
+/// Loads `chunkInputs` (full or per-column inputs) for every chunk of
+/// `chunks` that has not loaded them yet, all before any chunk's work:
+/// ptxas does not move a load above a store that may alias it, nor across
+/// a branch (libdevice's erf has one), so loads emitted between the work of
+/// chunks would each wait a round trip. A full input comes from global
+/// memory, or from shared memory where an earlier pass staged it; a staged
+/// chunk's first loads are written there after all of them are issued. A
+/// thread reads back only the slots it wrote.
+void RowProgramEmitter::preloadInputs(MutableArrayRef<Chunk> chunks,
+                                      ArrayRef<BlockArgument> chunkInputs) {
+  SmallVector<std::tuple<Chunk *, BlockArgument, Value>> toStage;
+  for (Chunk &chunk : chunks)
+    for (BlockArgument input : chunkInputs) {
+      if (chunk.values.contains(input))
+        continue;
+      ValueType type = valueType(input);
+      VectorType vector = chunkType(type.getElementType());
+      Value stage = chunk.staged ? stagePointers.lookup(input) : Value();
+      Value loaded;
+      if (type.getKind() != ValueKind::Full)
+        loaded = load(inputs.lookup(input), vector, chunk.base);
+      else if (stage && inSharedMemory.contains(input))
+        loaded = load(stage, vector, sharedOffset(chunk),
+                      sharedAlignment(vector));
+      else
+        loaded = load(inputs.lookup(input), vector, flatOffset(row, chunk.base));
+      if (stage && !inSharedMemory.contains(input))
+        toStage.push_back({&chunk, input, loaded});
+      chunk.values[input] = loaded;
+    }
+  for (auto [chunk, input, loaded] : toStage) {
+    store(loaded, stagePointers.lookup(input), sharedOffset(*chunk),
+          sharedAlignment(loaded.getType()));
+    stagedThisPass.insert(input);
+  }
+}
+
+/// The full and per-column inputs a pass reads in its chunks: those of its
+/// reductions and, for the final pass, of its full and column outputs (not
+/// those behind per-row values, which earlier passes reduced).
+SmallVector<BlockArgument>
+RowProgramEmitter::passInputs(ArrayRef<RowReduction> reductions, bool isFinal) {
+  SmallVector<Value> worklist;
+  for (const RowReduction &reduction : reductions)
+    worklist.push_back(reduction.input);
+  if (isFinal) {
+    auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
+    for (Value output : yield.getValues()) {
+      ValueKind kind = valueType(output).getKind();
+      if (kind == ValueKind::Full)
+        worklist.push_back(output);
+      else if (kind == ValueKind::Col)
+        worklist.push_back(columnReductionOf(output).getInput());
+    }
+  }
+  DenseSet<Value> reached;
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    if (!isChunked(valueType(value).getKind()) || !reached.insert(value).second)
+      continue;
+    if (Operation *op = value.getDefiningOp())
+      llvm::append_range(worklist, op->getOperands());
+  }
+  SmallVector<BlockArgument> found;
+  for (BlockArgument arg : kernel.getEntryBlock().getArguments())
+    if (reached.contains(arg))
+      found.push_back(arg);
+  return found;
 }
 
 Value RowProgramEmitter::flatOffset(Value rowIndex, Value column) {
@@ -961,43 +1021,40 @@ Value RowProgramEmitter::emitInChunk(Chunk &chunk, Value value) {
     return rowValues.lookup(value);
   if (Value known = chunk.values.lookup(value))
     return known;
-  Value lowered;
   if (auto arg = dyn_cast<BlockArgument>(value)) {
-    lowered = type.getKind() == ValueKind::Full
-                  ? loadInput(chunk, arg, flatOffset(row, chunk.base))
-                  : load(inputs.lookup(arg), chunkType(type.getElementType()),
-                         chunk.base);
+    preloadInputs(chunk, arg);
+    return chunk.values.lookup(value);
+  }
+  Value lowered;
+  Operation *op = value.getDefiningOp();
+  if (auto constant = dyn_cast<ConstantOp>(op)) {
+    lowered = arith::ConstantOp::create(
+        b, loc,
+        SplatElementsAttr::get(chunkType(type.getElementType()),
+                               constant.getValue()));
+  } else if (auto broadcast = dyn_cast<BroadcastOp>(op)) {
+    ValueKind from = valueType(broadcast.getInput()).getKind();
+    Value input = emitInChunk(chunk, broadcast.getInput());
+    lowered = isChunked(from) ? input
+                              : vector::BroadcastOp::create(
+                                    b, loc, chunkType(type.getElementType()),
+                                    input)
+                                    .getResult();
+  } else if (auto iota = dyn_cast<IotaOp>(op)) {
+    Type elementType = type.getElementType();
+    SmallVector<Attribute> steps;
+    for (int64_t i = 0; i < config.vectorWidth; ++i)
+      steps.push_back(IntegerAttr::get(elementType, i));
+    VectorType vector = chunkType(elementType);
+    Value base = arith::IndexCastOp::create(b, loc, elementType, chunk.base);
+    lowered = arith::AddIOp::create(
+        b, loc, vector::BroadcastOp::create(b, loc, vector, base),
+        arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vector, steps)));
   } else {
-    Operation *op = value.getDefiningOp();
-    if (auto constant = dyn_cast<ConstantOp>(op)) {
-      lowered = arith::ConstantOp::create(
-          b, loc,
-          SplatElementsAttr::get(chunkType(type.getElementType()),
-                                 constant.getValue()));
-    } else if (auto broadcast = dyn_cast<BroadcastOp>(op)) {
-      ValueKind from = valueType(broadcast.getInput()).getKind();
-      Value input = emitInChunk(chunk, broadcast.getInput());
-      lowered = isChunked(from) ? input
-                                : vector::BroadcastOp::create(
-                                      b, loc, chunkType(type.getElementType()),
-                                      input)
-                                      .getResult();
-    } else if (auto iota = dyn_cast<IotaOp>(op)) {
-      Type elementType = type.getElementType();
-      SmallVector<Attribute> steps;
-      for (int64_t i = 0; i < config.vectorWidth; ++i)
-        steps.push_back(IntegerAttr::get(elementType, i));
-      VectorType vector = chunkType(elementType);
-      Value base = arith::IndexCastOp::create(b, loc, elementType, chunk.base);
-      lowered = arith::AddIOp::create(
-          b, loc, vector::BroadcastOp::create(b, loc, vector, base),
-          arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vector, steps)));
-    } else {
-      SmallVector<Value> operands;
-      for (Value operand : op->getOperands())
-        operands.push_back(emitInChunk(chunk, operand));
-      lowered = emitElementwise(op, operands, chunkType(type.getElementType()));
-    }
+    SmallVector<Value> operands;
+    for (Value operand : op->getOperands())
+      operands.push_back(emitInChunk(chunk, operand));
+    lowered = emitElementwise(op, operands, chunkType(type.getElementType()));
   }
   chunk.values[value] = lowered;
   return lowered;
@@ -1241,6 +1298,10 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
 /// `accumulators` (which hold chunks [0, first)): each thread folds its
 /// chunks in blocks (accuracy over long rows); a pass without reductions is
 /// one plain loop. The loops carry every state's values, flattened in order.
+/// On a GPU a thread keeps a group of chunks' loads in flight: a pass that
+/// stores takes a group per iteration and issues all its loads before their
+/// work (preloadInputs; the last count % group chunks follow one at a
+/// time); in a pass that only loads, the innermost loop is unrolled.
 void RowProgramEmitter::streamChunks(
     int64_t first, int64_t count, bool staged,
     ArrayRef<RowReduction> reductions, bool isFinal,
@@ -1267,43 +1328,74 @@ void RowProgramEmitter::streamChunks(
           combineStates(b, loc, reduction, left, right, expLowering));
     return combined;
   };
-  // A merged reduction's pass over global memory only loads: unrolling the
-  // innermost loop keeps more loads in flight (the model put it
-  // latency-bound). Plain reduction passes gained nothing and spilled
-  // (rms_norm_fwd bf16, n = 262144: 24 bytes); a pass that stores waits at
-  // its guarded stores anyway. Staged chunks unroll further: their later
-  // passes read shared memory, and their register budget is the whole SM's.
+  // Groups of kStreamGroup chunks for a merged reduction's pass (the model
+  // put it latency-bound) and for a pass that stores outputs (its stores
+  // held back the next chunk's loads: geglu_fwd bf16, n = 4096, kept 20 KiB
+  // in flight per SM). Plain reduction passes gained nothing and spilled
+  // (rms_norm_fwd bf16, n = 262144: 24 bytes). Staged chunks take bigger
+  // groups: their later passes read shared memory, and their register
+  // budget is the whole SM's.
   bool merged = llvm::any_of(reductions, [](const RowReduction &reduction) {
     return reduction.form == RowReduction::Form::MaxSumExp ||
            reduction.form == RowReduction::Form::Moments;
   });
-  int64_t unroll = staged ? kStagedUnroll : merged ? kStreamUnroll : 1;
+  bool stores = storesOutputs(isFinal);
+  int64_t group = !config.isGPU()     ? 1
+                  : staged            ? kStagedUnroll
+                  : merged || stores  ? kStreamGroup
+                                      : 1;
+  // Only a pass that stores (its outputs, or the chunks it stages) needs
+  // its loads first. A pass that only loads has its innermost loop unrolled
+  // instead, which keeps its blocks of chunks (a group per iteration made
+  // ptxas spill 4 bytes in cross_entropy_fwd bf16, n = 128256).
+  bool preload = stores || (staged && !llvm::all_of(
+                                rereadFullInputs(kernel), [&](Value input) {
+                                  return inSharedMemory.contains(input);
+                                }));
+  SmallVector<BlockArgument> chunkInputs = passInputs(reductions, isFinal);
   SmallVector<ReductionState> identities;
   for (const RowReduction &reduction : reductions)
     identities.push_back(identityState(reduction));
-  SmallVector<ReductionState> folded = unflatten(emitBlockedAccumulation(
-      b, loc, indexConstant(b, loc, count), reductions.empty() ? 1 : count,
-      flatten(identities),
-      [&](Value index, ValueRange carried) {
-        if (unroll > 1)
-          b.getInsertionBlock()->getParentOp()->setAttr(
-              kStreamLoopAttr, b.getI64IntegerAttr(unroll));
-        Chunk chunk = makeChunk(
-            first ? arith::AddIOp::create(b, loc, index,
-                                          indexConstant(b, loc, first))
-                        .getResult()
-                  : index);
-        chunk.staged = staged;
-        SmallVector<ReductionState> states = unflatten(carried);
-        emitChunkWork(chunk, isFinal, reductions, states);
-        return flatten(states);
-      },
-      [&](ValueRange lhs, ValueRange rhs) {
-        return flatten(combine(unflatten(lhs), unflatten(rhs)));
-      }));
-  if (first != 0)
-    folded = combine(accumulators, folded);
-  accumulators.assign(folded.begin(), folded.end());
+  // Folds `terms` groups of `size` chunks from chunk `start` on.
+  auto fold = [&](int64_t start, int64_t terms, int64_t size) {
+    return unflatten(emitBlockedAccumulation(
+        b, loc, indexConstant(b, loc, terms), reductions.empty() ? 1 : terms,
+        flatten(identities),
+        [&](Value index, ValueRange carried) {
+          if (!preload && group > 1)
+            b.getInsertionBlock()->getParentOp()->setAttr(
+                kStreamLoopAttr, b.getI64IntegerAttr(group));
+          SmallVector<Chunk> chunks;
+          for (int64_t member = 0; member < size; ++member)
+            chunks.push_back(makeChunk(arith::AddIOp::create(
+                b, loc,
+                arith::MulIOp::create(b, loc, index,
+                                      indexConstant(b, loc, size)),
+                indexConstant(b, loc, start + member))));
+          for (Chunk &chunk : chunks)
+            chunk.staged = staged;
+          if (preload)
+            preloadInputs(chunks, chunkInputs);
+          SmallVector<ReductionState> states = unflatten(carried);
+          for (Chunk &chunk : chunks)
+            emitChunkWork(chunk, isFinal, reductions, states);
+          return flatten(states);
+        },
+        [&](ValueRange lhs, ValueRange rhs) {
+          return flatten(combine(unflatten(lhs), unflatten(rhs)));
+        }));
+  };
+  int64_t size = preload ? group : 1;
+  int64_t groups = count / size, rest = count % size;
+  auto append = [&](SmallVector<ReductionState> folded) {
+    if (!accumulators.empty())
+      folded = combine(accumulators, folded);
+    accumulators.assign(folded.begin(), folded.end());
+  };
+  if (groups)
+    append(fold(first, groups, size));
+  if (rest)
+    append(fold(first + groups * size, rest, 1));
 }
 
 void RowProgramEmitter::forEachChunk(function_ref<void(Chunk &)> body) {
@@ -1837,7 +1929,7 @@ void emitGPUFinalize(OpBuilder &b, Location loc, KernelOp kernel,
     storeFinalized(b, loc, kernel, arguments, column, combined);
   });
   gpu::ReturnOp::create(b, loc);
-  unrollStreamLoops(finalize, /*unroll=*/true);
+  unrollStreamLoops(finalize);
 }
 
 /// The launch's dynamic shared memory (`.extern .shared` in PTX, sized by
@@ -1949,7 +2041,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   b.setInsertionPointToEnd(&entry);
   emitter.emitPartialsFlush(block);
   gpu::ReturnOp::create(b, loc);
-  unrollStreamLoops(function, /*unroll=*/true);
+  unrollStreamLoops(function);
 
   if (columnReductions(kernel).empty())
     return success();
@@ -2479,7 +2571,6 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
     return failure();
   b.setInsertionPointToEnd(entry);
   func::ReturnOp::create(b, loc);
-  unrollStreamLoops(function, /*unroll=*/false);
 
   if (columnReductions(kernel).empty())
     return success();

@@ -44,7 +44,8 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 // LayerNorm over a streamed row in two passes (moments, then the output)
 // instead of three: the moments pass carries Welford's (count, mean, M2) of
 // x - x[row, 0], one reciprocal of the count per chunk; blocks of 16 chunks
-// merge by Chan's formula (a vector division per block).
+// merge by Chan's formula (a vector division per block). The output pass
+// takes two chunks per iteration and loads both before it stores either.
 // GPU-LABEL: gpu.func @layer_norm
 // GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO:.+]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]]) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>)
@@ -55,8 +56,9 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 // GPU: arith.divf %{{.+}}, %{{.+}} : vector<8xf32>
 // GPU: gpu.shuffle  xor
 // GPU: scf.for
-// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
-// GPU: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// GPU-COUNT-2: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU-NOT: llvm.store
+// GPU-COUNT-2: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // GPU: gpu.return
 // CPU-LABEL: func.func @layer_norm
 // CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>)
