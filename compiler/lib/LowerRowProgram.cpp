@@ -481,6 +481,9 @@ public:
   /// Emits the whole program for `row` (valid rows only store).
   LogicalResult emitRow(Value row, Value rowValid, Value rowGroup);
 
+  /// Whether a pass issued a group of chunks' loads ahead of their work.
+  bool loadsAhead() const { return preloaded; }
+
   /// Elementwise kernels (multi-tensor): computes every scalar value from
   /// the bound inputs, where it dominates the emitElementwiseAt calls.
   LogicalResult emitScalarValues();
@@ -573,6 +576,7 @@ private:
   Value row, rowValid, rowGroup;
   int maxLevel = 0;
   int finalLevel = 0;
+  bool preloaded = false;
 };
 
 void RowProgramEmitter::computeLevels() {
@@ -1387,6 +1391,7 @@ void RowProgramEmitter::streamChunks(
   };
   int64_t size = preload ? group : 1;
   int64_t groups = count / size, rest = count % size;
+  preloaded |= groups && size > 1;
   auto append = [&](SmallVector<ReductionState> folded) {
     if (!accumulators.empty())
       folded = combine(accumulators, folded);
@@ -2042,6 +2047,8 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   emitter.emitPartialsFlush(block);
   gpu::ReturnOp::create(b, loc);
   unrollStreamLoops(function);
+  if (emitter.loadsAhead())
+    function->setAttr(kKeepLoadOrderAttr, b.getUnitAttr());
 
   if (columnReductions(kernel).empty())
     return success();

@@ -7,6 +7,7 @@
 // lanes and threads merge their states. On the GPU the innermost loop is
 // unrolled by 2: two independent loads in flight per thread.
 // GPU-LABEL: gpu.func @logsumexp
+// GPU-NOT: tilefuse.keep_load_order
 // GPU: scf.for %{{.+}} = %c0 to %c2 step %c1 iter_args(%{{.+}} = %[[NEG_INF:.+]], %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>)
 // GPU: scf.for %{{.+}} step %c2 iter_args
 // GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
@@ -45,8 +46,10 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 // instead of three: the moments pass carries Welford's (count, mean, M2) of
 // x - x[row, 0], one reciprocal of the count per chunk; blocks of 16 chunks
 // merge by Chan's formula (a vector division per block). The output pass
-// takes two chunks per iteration and loads both before it stores either.
+// takes two chunks per iteration and loads both before it stores either
+// (and PTX generation keeps the loads there: the kernel is marked).
 // GPU-LABEL: gpu.func @layer_norm
+// GPU-SAME: tilefuse.keep_load_order
 // GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO:.+]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]]) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>)
 // GPU: scf.for %{{.+}} step %c2 iter_args

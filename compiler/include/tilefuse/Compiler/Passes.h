@@ -18,6 +18,10 @@
 
 namespace tilefuse {
 
+/// Marks a lowered GPU kernel that issues loads ahead of the work that uses
+/// them (fuse-lower-to-gpu); PTX generation keeps them there (Pipeline.cpp).
+constexpr llvm::StringLiteral kKeepLoadOrderAttr = "tilefuse.keep_load_order";
+
 #define GEN_PASS_DECL
 #include "tilefuse/Compiler/Passes.h.inc"
 
