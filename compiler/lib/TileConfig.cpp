@@ -318,6 +318,14 @@ std::optional<KernelAbi> KernelAbi::parse(StringRef text) {
   return abi;
 }
 
+uint64_t tilefuse::dtypeBytes(StringRef dtype) {
+  return llvm::StringSwitch<uint64_t>(dtype)
+      .Cases({"f64", "i64"}, 8)
+      .Cases({"f32", "i32"}, 4)
+      .Cases({"f16", "bf16"}, 2)
+      .Default(1);
+}
+
 FailureOr<KernelAbi> tilefuse::getKernelAbi(KernelOp kernel) {
   auto spec = kernel->getAttrOfType<DictionaryAttr>("fuse.specialization");
   auto text = spec ? spec.getAs<StringAttr>("abi") : StringAttr();

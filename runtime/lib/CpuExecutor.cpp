@@ -3,7 +3,6 @@
 #include "tilefuse/Runtime/CpuExecutor.h"
 #include "tilefuse/Compiler/KernelABI.h"
 
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/MathExtras.h"
 
 using namespace tilefuse;
@@ -11,14 +10,6 @@ using namespace tilefuse;
 CpuExecutor::CpuExecutor(unsigned threads)
     : pool(threads ? llvm::hardware_concurrency(threads)
                    : llvm::hardware_concurrency()) {}
-
-static size_t dtypeBytes(llvm::StringRef dtype) {
-  return llvm::StringSwitch<size_t>(dtype)
-      .Cases("f64", "i64", 8)
-      .Cases("f32", "i32", 4)
-      .Cases("f16", "bf16", 2)
-      .Default(1);
-}
 
 template <typename Task>
 void CpuExecutor::runTasks(int64_t tasks, Task runTask) {

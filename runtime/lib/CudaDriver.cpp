@@ -4,7 +4,6 @@
 #include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Emulator/Emulator.h"
 
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
@@ -491,15 +490,6 @@ llvm::Error CudaDriver::launchFinalize(std::shared_ptr<const GpuKernel> kernel,
   unsigned blocks = (info.n + kFinalizeColumns - 1) / kFinalizeColumns;
   return launchOne(loaded->finalize, info.name + kFinalizeSuffix, blocks,
                    kFinalizeThreads, 0, stream, params, buffers);
-}
-
-/// Bytes of one element of a fuse dtype.
-static uint64_t dtypeBytes(llvm::StringRef dtype) {
-  return llvm::StringSwitch<uint64_t>(dtype)
-      .Cases("f64", "i64", 8)
-      .Cases("f32", "i32", 4)
-      .Cases("f16", "bf16", 2)
-      .Default(1);
 }
 
 llvm::Error

@@ -115,6 +115,10 @@ struct KernelAbi {
   static std::optional<KernelAbi> parse(llvm::StringRef text);
 };
 
+/// Bytes of one element of a dtype the ABI names (f64, i64, f32, i32, f16,
+/// bf16; others, such as a mask, take a byte).
+uint64_t dtypeBytes(llvm::StringRef dtype);
+
 /// The kernel parameter space every CUDA driver accepts (4 KiB; CUDA 12.1
 /// drivers allow 32 KiB on Volta and later, with PTX ISA 8.1).
 constexpr int64_t kMaxKernelParamBytes = 4096;
