@@ -142,14 +142,6 @@ static llvm::Expected<PtxasReport> ptxasReport(const std::string &ptx) {
 // One kernel, emulated
 //===----------------------------------------------------------------------===//
 
-static size_t bytesOf(const std::string &dtype) {
-  if (dtype == "f16" || dtype == "bf16")
-    return 2;
-  if (dtype == "f32" || dtype == "i32")
-    return 4;
-  return 8;
-}
-
 /// Host memory for one tensor, 64-byte aligned.
 struct HostTensor {
   std::vector<uint8_t> storage;
@@ -168,7 +160,7 @@ struct HostTensor {
 static void fill(HostTensor &tensor, const std::string &dtype,
                  std::mt19937 &rng) {
   std::uniform_real_distribution<float> uniform(0.5f, 1.5f);
-  size_t count = tensor.bytes / bytesOf(dtype);
+  size_t count = tensor.bytes / dtypeBytes(dtype);
   auto *bytes = static_cast<uint8_t *>(tensor.data);
   for (size_t i = 0; i < count; ++i) {
     float value = uniform(rng);
@@ -306,7 +298,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
       continue;
     }
     HostTensor &tensor = tensors[i];
-    tensor.allocate(elements(port.kind) * bytesOf(port.dtype));
+    tensor.allocate(elements(port.kind) * dtypeBytes(port.dtype));
     if (port.dtype == "i64") {
       for (int64_t r = 0; r < rows; ++r) {
         int64_t target = (r * 7919) % n;
@@ -321,7 +313,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   for (size_t o = 0; o < info.outputs.size(); ++o) {
     const PortInfo &port = info.outputs[o];
     HostTensor &tensor = tensors[info.inputs.size() + o];
-    tensor.allocate(elements(port.kind) * bytesOf(port.dtype));
+    tensor.allocate(elements(port.kind) * dtypeBytes(port.dtype));
     arguments.push_back(tensor.data);
     extents.push_back({port.name.c_str(), tensor.data, tensor.bytes});
   }
@@ -335,7 +327,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
     if (port.kind == Kind::Col) {
       partials.emplace_back();
       partials.back().allocate(std::max<int64_t>(*groups, 1) * n *
-                               bytesOf(port.accumulatorDtype));
+                               dtypeBytes(port.accumulatorDtype));
       partialNames.push_back(port.name + " (partials)");
     }
   for (size_t i = 0; i < partials.size(); ++i) {
@@ -353,7 +345,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   // The finalize again, over the partials of the whole modeled launch (the
   // miniature's are one SM's): its loads in flight depend on how many
   // partial rows each of its threads combines.
-  if (launches.size() == 2) {
+  if (!partials.empty()) {
     int64_t modelPartialRows = *groups * h200::kSMs;
     std::vector<HostTensor> fullPartials(partials.size());
     std::vector<void *> fullWorkspaces, columnOutputs;
@@ -400,7 +392,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   for (const PortInfo *port : llvm::make_second_range(ports)) {
     if (port->kind == Kind::Scalar)
       continue;
-    double bytes = bytesOf(port->dtype);
+    double bytes = dtypeBytes(port->dtype);
     bool input = isInput(port->name);
     switch (port->kind) {
     case Kind::Full:
