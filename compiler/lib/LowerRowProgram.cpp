@@ -1352,11 +1352,19 @@ void RowProgramEmitter::streamChunks(
   // its loads first. A pass that only loads has its innermost loop unrolled
   // instead, which keeps its blocks of chunks (a group per iteration made
   // ptxas spill 4 bytes in cross_entropy_fwd bf16, n = 128256).
-  bool preload = stores || (staged && !llvm::all_of(
-                                rereadFullInputs(kernel), [&](Value input) {
-                                  return inSharedMemory.contains(input);
-                                }));
+  bool staging = staged && !llvm::all_of(rereadFullInputs(kernel),
+                                         [&](Value input) {
+                                           return inSharedMemory.contains(input);
+                                         });
+  bool preload = stores || staging;
   SmallVector<BlockArgument> chunkInputs = passInputs(reductions, isFinal);
+  // A pass that stages holds every vector it loads until its shared-memory
+  // stores: kStagedUnroll vectors a group, whatever the inputs (8 made ptxas
+  // spill 44-144 bytes in the probability-target cross-entropy kernels, bf16
+  // n >= 128256).
+  if (staging)
+    group = std::max<int64_t>(
+        1, kStagedUnroll / std::max<int64_t>(1, chunkInputs.size()));
   SmallVector<ReductionState> identities;
   for (const RowReduction &reduction : reductions)
     identities.push_back(identityState(reduction));
