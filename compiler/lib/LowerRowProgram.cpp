@@ -1357,7 +1357,9 @@ void RowProgramEmitter::streamChunks(
                                            return inSharedMemory.contains(input);
                                          });
   bool preload = stores || staging;
-  SmallVector<BlockArgument> chunkInputs = passInputs(reductions, isFinal);
+  SmallVector<BlockArgument> chunkInputs;
+  if (preload)
+    chunkInputs = passInputs(reductions, isFinal);
   // A pass that stages holds every vector it loads until its shared-memory
   // stores: kStagedUnroll vectors a group, whatever the inputs (8 made ptxas
   // spill 44-144 bytes in the probability-target cross-entropy kernels, bf16

@@ -187,11 +187,11 @@ LogicalResult emitPTX(ModuleOp module, const CompileOptions &options,
   llvm::TargetMachine &machine = *(*backend)->machine;
 
   bool keepLoadOrder = false;
-  gpuModule.walk([&](Operation *function) {
-    keepLoadOrder |= bool(function->removeAttr(kKeepLoadOrderAttr));
-  });
-  llvm::LLVMContext llvmContext;
+  for (Operation &function : gpuModule.getBody()->getOperations())
+    keepLoadOrder |= bool(function.removeAttr(kKeepLoadOrderAttr));
+  // The gate outlives the context that points to it.
   KeepLoadOrder keepLoads;
+  llvm::LLVMContext llvmContext;
   if (keepLoadOrder)
     llvmContext.setOptPassGate(keepLoads);
   std::unique_ptr<llvm::Module> llvmModule =
