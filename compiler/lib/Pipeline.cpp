@@ -339,6 +339,23 @@ void passTablesByValue(ModuleOp module) {
   });
 }
 
+/// The conversion to control flow leaves a loop's annotation on its
+/// branches as a discardable attribute, which the translation to LLVM IR
+/// ignores: it becomes the branch's own, so LLVM sees the loop metadata.
+void annotateLoopBranches(ModuleOp module) {
+  module.walk([](Operation *op) {
+    auto annotation =
+        op->getAttrOfType<LLVM::LoopAnnotationAttr>(kLoopAnnotationAttr);
+    if (!annotation)
+      return;
+    op->removeAttr(kLoopAnnotationAttr);
+    if (auto branch = dyn_cast<LLVM::BrOp>(op))
+      branch.setLoopAnnotationAttr(annotation);
+    else if (auto branch = dyn_cast<LLVM::CondBrOp>(op))
+      branch.setLoopAnnotationAttr(annotation);
+  });
+}
+
 /// Writes each stage of one compilation to options.dumpDirectory, numbered.
 class StageDumper {
 public:
@@ -481,6 +498,7 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
                          "nvvm", result)))
     return failure();
   passTablesByValue(module);
+  annotateLoopBranches(module);
   dump("nvvm", printed(module));
   std::string optimizedIR;
   if (failed(emitPTX(module, options, stop, result,

@@ -43,9 +43,27 @@
 // CHECK: %[[SHARE:.+]] = arith.ceildivui %{{.+}}, %c8
 // CHECK: arith.muli %[[SLICE]], %[[SHARE]]
 // CHECK: arith.select %[[IN_RANGE]], %{{.+}}, %c0
+// Eight row groups an iteration from one address, at constant offsets
+// (a row group is 2048 floats), loaded before they are added; their total
+// joins the running one. The loops keep LLVM from unrolling them again.
+// CHECK: %[[START:.+]] = llvm.getelementptr %arg0[%{{.+}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f32
+// CHECK: scf.for
+// CHECK: scf.for %{{.+}} iter_args(%[[RUNNING:.+]] = %{{.+}}) -> (f32)
+// CHECK: %[[ROWS:.+]] = llvm.getelementptr %[[START]][%{{.+}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f32
+// CHECK-NEXT: %[[ROW0:.+]] = llvm.load %[[ROWS]] : !llvm.ptr<1> -> f32
+// CHECK-NEXT: llvm.getelementptr %[[ROWS]][2048]
+// CHECK-NEXT: %[[ROW1:.+]] = llvm.load
+// CHECK-COUNT-6: llvm.getelementptr %[[ROWS]][{{[0-9]+}}]
+// CHECK-NEXT: llvm.load
+// CHECK-NOT: llvm.load
+// CHECK: %[[GROUP:.+]] = arith.addf %[[ROW0]], %[[ROW1]] : f32
+// CHECK: arith.addf %[[RUNNING]], %{{.+}} : f32
+// CHECK: } {llvm.loop_annotation = #[[ROLLED:.+]]}
+// CHECK: } {llvm.loop_annotation = #[[ROLLED]]}
+// The row groups left over (count % 8), one at a time.
 // CHECK: scf.for
 // CHECK: llvm.load %{{.+}} : !llvm.ptr<1> -> f32
-// CHECK: arith.addf
+// CHECK: } {llvm.loop_annotation = #[[ROLLED]]}
 // CHECK: memref.store %{{.+}}, %[[SHARES]][%[[THREAD]]]
 // CHECK: gpu.barrier
 // CHECK: scf.if

@@ -21,6 +21,10 @@ namespace tilefuse {
 /// Marks a lowered GPU kernel that issues loads ahead of the work that uses
 /// them (fuse-lower-to-gpu); PTX generation keeps them there (Pipeline.cpp).
 constexpr llvm::StringLiteral kKeepLoadOrderAttr = "tilefuse.keep_load_order";
+/// An scf.for's LLVM loop metadata (fuse-lower-to-gpu sets it); the
+/// conversion to control flow carries it to the loop's branch, where PTX
+/// generation makes it the branch's own `loop_annotation` (Pipeline.cpp).
+constexpr llvm::StringLiteral kLoopAnnotationAttr = "llvm.loop_annotation";
 
 #define GEN_PASS_DECL
 #include "tilefuse/Compiler/Passes.h.inc"
