@@ -543,10 +543,16 @@ private:
   void emitChunkWork(Chunk &chunk, bool isFinal,
                      ArrayRef<RowReduction> reductions,
                      SmallVectorImpl<ReductionState> &accumulators);
+  bool foldsToOneLane(const RowReduction &reduction) const;
+  /// The identity of a thread's state of `reduction`.
   ReductionState identityState(const RowReduction &reduction);
+  ReductionState identityState(const RowReduction &reduction, int64_t lanes);
   ReductionState chunkState(Chunk &chunk, const RowReduction &reduction);
   ReductionState accumulateChunk(Chunk &chunk, const RowReduction &reduction,
                                  ArrayRef<Value> accumulator);
+  ReductionState accumulateMaxSumExp(Chunk &chunk,
+                                     const RowReduction &reduction,
+                                     ArrayRef<Value> accumulator);
   ReductionState reduceLanes(const RowReduction &reduction,
                              ArrayRef<Value> state);
   Chunk makeChunk(Value chunkIndex);
@@ -574,6 +580,7 @@ private:
   DenseSet<Value> inSharedMemory;          // staged by an earlier pass
   DenseSet<Value> stagedThisPass;
   Value row, rowValid, rowGroup;
+  bool plainsOnOneLane = false; // this pass's (foldsToOneLane)
   int maxLevel = 0;
   int finalLevel = 0;
   bool preloaded = false;
@@ -1064,40 +1071,55 @@ Value RowProgramEmitter::emitInChunk(Chunk &chunk, Value value) {
   return lowered;
 }
 
-/// The identity state of `reduction` for one chunk: the neutral value
-/// (and, for an arg reduction, a column past every real one).
+/// Whether a thread folds `reduction` into a one-lane state, each chunk
+/// reduced across its lanes first: an online softmax always
+/// (accumulateMaxSumExp), a plain reduction in a streamed pass with one
+/// (plainsOnOneLane).
+bool RowProgramEmitter::foldsToOneLane(const RowReduction &reduction) const {
+  return reduction.form == RowReduction::Form::MaxSumExp ||
+         (reduction.form == RowReduction::Form::Plain && plainsOnOneLane);
+}
+
 ReductionState RowProgramEmitter::identityState(const RowReduction &reduction) {
+  return identityState(reduction,
+                       foldsToOneLane(reduction) ? 1 : config.vectorWidth);
+}
+
+/// The identity state of `reduction` over `lanes` lanes: the neutral value
+/// (and, for an arg reduction, a column past every real one).
+ReductionState RowProgramEmitter::identityState(const RowReduction &reduction,
+                                                int64_t lanes) {
   Type elementType = valueType(reduction.input).getElementType();
-  auto splat = [&](double value) -> Value {
+  VectorType stateType = VectorType::get({lanes}, elementType);
+  auto splat = [&](TypedAttr value) -> Value {
     return arith::ConstantOp::create(
-        b, loc,
-        SplatElementsAttr::get(chunkType(elementType),
-                               FloatAttr::get(elementType, value)));
+        b, loc, SplatElementsAttr::get(stateType, value));
+  };
+  auto splatFloat = [&](double value) {
+    return splat(FloatAttr::get(elementType, value));
   };
   if (reduction.form == RowReduction::Form::MaxSumExp)
-    return {splat(-std::numeric_limits<double>::infinity()), splat(0.0)};
+    return {splatFloat(-std::numeric_limits<double>::infinity()),
+            splatFloat(0.0)};
   if (reduction.form == RowReduction::Form::Moments)
-    return {splat(0.0), splat(0.0), splat(0.0)};
-  ReductionState state = {arith::ConstantOp::create(
-      b, loc,
-      SplatElementsAttr::get(chunkType(elementType),
-                             reductionIdentity(reduction.kind, elementType)))};
+    return {splatFloat(0.0), splatFloat(0.0), splatFloat(0.0)};
+  ReductionState state = {
+      splat(reductionIdentity(reduction.kind, elementType))};
   if (reduction.isArg())
     state.push_back(arith::ConstantOp::create(
         b, loc,
         SplatElementsAttr::get(
-            chunkType(b.getI32Type()),
+            VectorType::get({lanes}, b.getI32Type()),
             b.getI32IntegerAttr(std::numeric_limits<int32_t>::max()))));
   return state;
 }
 
-/// This chunk's contribution to `reduction` (not a fuse.moments, which
-/// accumulateChunk updates in place); masked lanes hold the identity.
+/// This chunk's contribution to a plain or arg `reduction` (accumulateChunk
+/// folds moments and online softmaxes in place); masked lanes hold the
+/// identity.
 ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
                                              const RowReduction &reduction) {
   ReductionState state = {emitInChunk(chunk, reduction.input)};
-  if (reduction.form == RowReduction::Form::MaxSumExp)
-    state.push_back(floatConstant(b, loc, state[0], 1.0));
   if (reduction.isArg()) {
     // The columns of this chunk's lanes, base + [0, V).
     VectorType columns = chunkType(b.getI32Type());
@@ -1112,7 +1134,7 @@ ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
                                                          ArrayRef(steps)))));
   }
   if (chunk.valid) {
-    ReductionState identity = identityState(reduction);
+    ReductionState identity = identityState(reduction, config.vectorWidth);
     for (auto [value, neutral] : llvm::zip(state, identity))
       value = arith::SelectOp::create(b, loc, chunk.valid, value, neutral);
   }
@@ -1123,6 +1145,19 @@ ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
 ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
                                                   const RowReduction &reduction,
                                                   ArrayRef<Value> accumulator) {
+  if (reduction.form == RowReduction::Form::MaxSumExp)
+    return accumulateMaxSumExp(chunk, reduction, accumulator);
+  if (foldsToOneLane(reduction)) {
+    // A float sum as a tree (reassoc), then the running total.
+    bool isFloat = valueType(reduction.input).isFloat();
+    Value total = vector::ReductionOp::create(
+        b, loc, vectorCombiningKind(reduction.kind, isFloat),
+        chunkState(chunk, reduction)[0],
+        vector::ExtractOp::create(b, loc, accumulator[0], 0),
+        isFloat ? arith::FastMathFlags::reassoc : arith::FastMathFlags::none);
+    return {vector::BroadcastOp::create(b, loc, accumulator[0].getType(),
+                                        total)};
+  }
   if (reduction.form != RowReduction::Form::Moments)
     return combineStates(b, loc, reduction, accumulator,
                          chunkState(chunk, reduction), expLowering);
@@ -1151,6 +1186,50 @@ ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
     for (auto [value, old] : llvm::zip(state, accumulator))
       value = arith::SelectOp::create(b, loc, chunk.valid, value, old);
   return state;
+}
+
+/// Online softmax a chunk at a time into a one-lane state: the chunk's max
+/// joins the running max, the running sum is rescaled by one exp when the
+/// max grows, and the chunk's exp(x - max) are summed into it (an exp per
+/// element; merging each element's (x, 1) state into per-lane states cost an
+/// exp, a min, two compares and three selects per element, and 16 registers
+/// of state). A max of -inf (only -inf so far) shifts by 0, which keeps
+/// -inf - -inf out; a NaN propagates through the max into the sum.
+ReductionState
+RowProgramEmitter::accumulateMaxSumExp(Chunk &chunk,
+                                       const RowReduction &reduction,
+                                       ArrayRef<Value> accumulator) {
+  double negInf = -std::numeric_limits<double>::infinity();
+  Value x = emitInChunk(chunk, reduction.input);
+  if (chunk.valid)
+    x = arith::SelectOp::create(b, loc, chunk.valid, x,
+                                floatConstant(b, loc, x, negInf));
+  Value chunkMax = vector::ReductionOp::create(
+      b, loc, vector::CombiningKind::MAXIMUMF, x);
+  Value oldMax = vector::ExtractOp::create(b, loc, accumulator[0], 0);
+  Value max = arith::MaximumFOp::create(b, loc, oldMax, chunkMax);
+  Value empty =
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, max,
+                            floatConstant(b, loc, max, negInf));
+  Value shift = arith::SelectOp::create(
+      b, loc, empty, floatConstant(b, loc, max, 0.0), max);
+  Value scale = expLowering.emit(
+      b, loc, arith::SubFOp::create(b, loc, oldMax, shift));
+  Value terms = expLowering.emit(
+      b, loc,
+      arith::SubFOp::create(
+          b, loc, x, vector::BroadcastOp::create(b, loc, x.getType(), shift)));
+  // The chunk's terms summed as a tree (reassoc), then the rescaled sum.
+  Value sum = vector::ReductionOp::create(
+      b, loc, vector::CombiningKind::ADD, terms,
+      arith::MulFOp::create(
+          b, loc, vector::ExtractOp::create(b, loc, accumulator[1], 0), scale),
+      arith::FastMathFlags::reassoc);
+  auto single = [&](Value scalar) -> Value {
+    return vector::BroadcastOp::create(b, loc, accumulator[0].getType(),
+                                       scalar);
+  };
+  return {single(max), single(sum)};
 }
 
 void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
@@ -1197,6 +1276,10 @@ ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
     return {vector::ReductionOp::create(
         b, loc, vectorCombiningKind(reduction.kind, isFloat), state[0])};
   }
+  // An online softmax's state has one lane (accumulateMaxSumExp).
+  if (reduction.form == RowReduction::Form::MaxSumExp)
+    return {vector::ExtractOp::create(b, loc, state[0], 0),
+            vector::ExtractOp::create(b, loc, state[1], 0)};
   // No vector form: lane by lane.
   ReductionState scalar;
   for (int64_t lane = 0; lane < config.vectorWidth; ++lane) {
@@ -1225,6 +1308,16 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
     momentShifts[reduction.op] = vector::BroadcastOp::create(
         b, loc, head.getType(), vector::ExtractOp::create(b, loc, head, 0));
   }
+  // Beside a streamed online softmax, a plain reduction's vector state cost
+  // 16 registers over two block levels and made ptxas spill at 64
+  // (cross_entropy_fwd's label-smoothing mean, bf16 n = 128256). Elsewhere
+  // it keeps its lanes: one lane let LLVM unroll rms_norm_fwd's streamed
+  // loop half as far (51 -> 32 KiB in flight per SM at f32 n = 32000).
+  plainsOnOneLane =
+      !config.rowOnChip &&
+      llvm::any_of(reductions, [](const RowReduction &reduction) {
+        return reduction.form == RowReduction::Form::MaxSumExp;
+      });
   SmallVector<ReductionState> accumulators;
   if (config.rowOnChip) {
     for (const RowReduction &reduction : reductions)

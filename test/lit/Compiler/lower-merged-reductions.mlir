@@ -2,34 +2,43 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=4096}, fuse-select-tiles{target=cpu}, fuse-merge-reductions), fuse-lower-to-cpu, canonicalize, cse)' | FileCheck %s --check-prefix=CPU
 
 // A streamed row's log-sum-exp in one pass: the chunks are folded in blocks
-// of 16 (blocked accumulation), each carrying the running max and sum (one
-// exp per element; on the GPU per lane, on the CPU on the vector), then
-// lanes and threads merge their states. On the GPU the innermost loop is
-// unrolled by 2: two independent loads in flight per thread.
+// of 16 (blocked accumulation) into a one-lane running max and sum: a
+// chunk's max joins the max, the sum is rescaled by one exp, and the
+// chunk's exp(x - max) join it as a tree (one exp per element); the mean
+// beside it folds into one lane too. Then threads merge their states. On
+// the GPU the innermost loop is unrolled by 2: two independent loads in
+// flight per thread.
 // GPU-LABEL: gpu.func @logsumexp
 // GPU-NOT: tilefuse.keep_load_order
-// GPU: scf.for %{{.+}} = %c0 to %c2 step %c1 iter_args(%{{.+}} = %[[NEG_INF:.+]], %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>)
+// GPU: scf.for %{{.+}} = %c0 to %c2 step %c1 iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<1xf32>, vector<1xf32>, vector<1xf32>)
 // GPU: scf.for %{{.+}} step %c2 iter_args
 // GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
-// bf16 storage: exp(x) as exp2(x * log2(e)) (ex2.approx.f32 in PTX).
-// GPU-COUNT-8: math.exp2 %{{.+}} : f32
-// GPU: arith.cmpf oeq, %{{.+}}, %[[NEG_INF]] : vector<8xf32>
+// GPU: vector.reduction <maximumf>, %{{.+}} : vector<8xf32> into f32
+// GPU: arith.cmpf oeq, %{{.+}}, %{{.+}} : f32
+// bf16 storage: exp(x) as exp2(x * log2(e)) (ex2.approx.f32 in PTX): one
+// rescaling the sum, one per element.
+// GPU-COUNT-9: math.exp2 %{{.+}} : f32
+// GPU-NOT: math.exp2
+// GPU: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
 // GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
-// GPU: scf.yield %{{.+}}, %{{.+}} : vector<8xf32>, vector<8xf32>
+// GPU: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
+// GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}} : vector<1xf32>, vector<1xf32>, vector<1xf32>
 // GPU: gpu.shuffle  xor
 // GPU-NOT: llvm.load {{.+}} vector<8xbf16>
 // GPU: gpu.barrier
 // GPU: math.absf
 // GPU: gpu.return
 // CPU-LABEL: func.func @logsumexp
-// CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>)
+// CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<1xf32>, vector<1xf32>, vector<1xf32>)
 // CPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr -> vector<8xf32>
+// CPU: vector.reduction <maximumf>
 // CPU: math.exp %{{.+}} : vector<8xf32>
+// CPU: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
 // CPU: scf.yield
 // CPU-NOT: llvm.load {{.+}} vector<8xf32>
 // CPU: math.absf
 // CPU: return
-fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
+fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse.row<f32>) {
   %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
   %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
   %shifted = fuse.sub %x, %max_f : !fuse.full<f32>
@@ -37,7 +46,8 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
   %sum = fuse.reduce sum %e : !fuse.full<f32> to !fuse.row<f32>
   %log = fuse.log %sum : !fuse.row<f32>
   %lse = fuse.add %max, %log : !fuse.row<f32>
-  fuse.yield %lse : !fuse.row<f32>
+  %mean = fuse.reduce mean %x : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %lse, %mean : !fuse.row<f32>, !fuse.row<f32>
 }
 
 // -----
