@@ -418,6 +418,10 @@ constexpr StringLiteral kStreamLoopAttr = "tilefuse.stream_loop";
 /// (sm_90, n = 32000-262144). Staged chunks go kStagedUnroll at a time.
 constexpr int64_t kStreamGroup = 2;
 
+/// Chunks per iteration of the pass that stores a row's outputs after
+/// earlier passes reduced it: its registers hold no reduction's state.
+constexpr int64_t kFinalPassGroup = 4;
+
 /// Unrolls the marked loops under `root` (GPU only), so that a thread has
 /// several independent loads in flight rather than one.
 void unrollStreamLoops(Operation *root) {
@@ -1431,16 +1435,22 @@ void RowProgramEmitter::streamChunks(
   // in flight per SM). Plain reduction passes gained nothing and spilled
   // (rms_norm_fwd bf16, n = 262144: 24 bytes). Staged chunks take bigger
   // groups: their later passes read shared memory, and their register
-  // budget is the whole SM's.
+  // budget is the whole SM's. The pass that stores a row's outputs after
+  // earlier passes reduced it takes kFinalPassGroup (cross_entropy_fwd_grad
+  // bf16, n = 262144: 19 -> 24 KiB in flight per SM); 4 everywhere made
+  // elementwise kernels spill (adamw_step bf16, n = 128256: 124 bytes) and
+  // the streamed cross-entropy forward too (4-8 bytes).
   bool merged = llvm::any_of(reductions, [](const RowReduction &reduction) {
     return reduction.form == RowReduction::Form::MaxSumExp ||
            reduction.form == RowReduction::Form::Moments;
   });
   bool stores = storesOutputs(isFinal);
-  int64_t group = !config.isGPU()     ? 1
-                  : staged            ? kStagedUnroll
-                  : merged || stores  ? kStreamGroup
-                                      : 1;
+  bool afterReductions = isFinal && finalLevel > 0;
+  int64_t group = !config.isGPU()               ? 1
+                  : staged                      ? kStagedUnroll
+                  : stores && afterReductions   ? kFinalPassGroup
+                  : merged || stores            ? kStreamGroup
+                                                : 1;
   // Only a pass that stores (its outputs, or the chunks it stages) needs
   // its loads first. A pass that only loads has its innermost loop unrolled
   // instead, which keeps its blocks of chunks (a group per iteration made

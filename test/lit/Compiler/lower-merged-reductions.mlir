@@ -55,9 +55,10 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // LayerNorm over a streamed row in two passes (moments, then the output)
 // instead of three: the moments pass carries Welford's (count, mean, M2) of
 // x - x[row, 0], one reciprocal of the count per chunk; blocks of 16 chunks
-// merge by Chan's formula (a vector division per block). The output pass
-// takes two chunks per iteration and loads both before it stores either
-// (and PTX generation keeps the loads there: the kernel is marked).
+// merge by Chan's formula (a vector division per block). The output pass,
+// with no reduction state to carry, takes four chunks per iteration and
+// loads them all before it stores any (and PTX generation keeps the loads
+// there: the kernel is marked).
 // GPU-LABEL: gpu.func @layer_norm
 // GPU-SAME: tilefuse.keep_load_order
 // GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
@@ -68,10 +69,10 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}} : vector<8xf32>, vector<8xf32>, vector<8xf32>
 // GPU: arith.divf %{{.+}}, %{{.+}} : vector<8xf32>
 // GPU: gpu.shuffle  xor
-// GPU: scf.for
-// GPU-COUNT-2: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU: scf.for %{{.+}} = %c0 to %c8 step %c1 {
+// GPU-COUNT-4: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // GPU-NOT: llvm.store
-// GPU-COUNT-2: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// GPU-COUNT-4: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // GPU: gpu.return
 // CPU-LABEL: func.func @layer_norm
 // CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>)
