@@ -190,6 +190,23 @@ def test_streamed_rows_merge_their_reductions():
     assert with_inf["var"].isnan().all() and with_inf["normalized"].isnan().all()
 
 
+def test_streamed_bf16_rows_merge_their_reductions():
+    # bf16 rows of 131072 stream on both targets; on a GPU exp is
+    # ex2.approx and the online max/sum folds a chunk at a time into one
+    # lane. -inf entries (leading, scattered, a whole row), +inf and a large
+    # shift, against float64 within bf16's rounding.
+    n = 131072
+    x = 3 * torch.randn(6, n, dtype=torch.float64)
+    x[1] += 300
+    x[2, : n // 2] = float("-inf")
+    x[3, ::7] = float("-inf")
+    x[4] = float("-inf")
+    x[5, 5] = float("inf")
+    x16 = x.bfloat16()
+    expected = torch.softmax(x16.double(), -1).bfloat16()
+    torch.testing.assert_close(softmax(x16), expected, equal_nan=True, atol=0, rtol=2**-7)
+
+
 def test_streamed_rows_partly_staged():
     # f32 rows of 65537: scalar accesses, 129 chunks per thread, of which a
     # GPU keeps 113 in shared memory between the passes (fuse-stage-rows on
