@@ -413,13 +413,15 @@ SmallVector<Value> emitBlockedAccumulation(
 constexpr StringLiteral kStreamLoopAttr = "tilefuse.stream_loop";
 
 /// Chunks of a streamed row a GPU thread loads per iteration of a merged
-/// reduction's pass or of the final pass over global memory. 4 kept more in
-/// flight but made ptxas spill 8-12 bytes in the streamed cross-entropy
-/// (sm_90, n = 32000-262144). Staged chunks go kStagedUnroll at a time.
+/// reduction's pass or of a pass that stores over global memory (but see
+/// kFinalPassGroup). 4 kept more in flight but made ptxas spill 8-12 bytes
+/// in the streamed cross-entropy (sm_90, n = 32000-262144). Staged chunks
+/// go kStagedUnroll at a time.
 constexpr int64_t kStreamGroup = 2;
 
 /// Chunks per iteration of the pass that stores a row's outputs after
-/// earlier passes reduced it: its registers hold no reduction's state.
+/// earlier passes reduced it, when it reduces nothing itself: its registers
+/// hold no reduction's state.
 constexpr int64_t kFinalPassGroup = 4;
 
 /// Unrolls the marked loops under `root` (GPU only), so that a thread has
@@ -1445,7 +1447,7 @@ void RowProgramEmitter::streamChunks(
            reduction.form == RowReduction::Form::Moments;
   });
   bool stores = storesOutputs(isFinal);
-  bool afterReductions = isFinal && finalLevel > 0;
+  bool afterReductions = isFinal && finalLevel > 0 && reductions.empty();
   int64_t group = !config.isGPU()               ? 1
                   : staged                      ? kStagedUnroll
                   : stores && afterReductions   ? kFinalPassGroup
