@@ -1,5 +1,6 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=131072}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=GPU
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=4096}, fuse-select-tiles{target=cpu}, fuse-merge-reductions), fuse-lower-to-cpu, canonicalize, cse)' | FileCheck %s --check-prefix=CPU
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=122872}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=PARTIAL
 
 // A streamed row's log-sum-exp in one pass: the chunks are folded in blocks
 // of 16 (blocked accumulation) into a one-lane running max and sum: a
@@ -28,6 +29,14 @@
 // GPU: gpu.barrier
 // GPU: math.absf
 // GPU: gpu.return
+// With n = 122872 (30 chunks of 512 threads x 8), a thread's chunks past
+// the row's end hold -inf before their max and their exps.
+// PARTIAL-LABEL: gpu.func @logsumexp
+// PARTIAL: %[[NEG_INF:.+]] = arith.constant dense<0xFF800000> : vector<8xf32>
+// PARTIAL: %[[VALID:.+]] = arith.cmpi ult, %{{.+}}, %c122872 : index
+// PARTIAL: llvm.load %{{.+}} : !llvm.ptr<1> -> vector<8xbf16>
+// PARTIAL: %[[MASKED:.+]] = arith.select %[[VALID]], %{{.+}}, %[[NEG_INF]] : vector<8xf32>
+// PARTIAL: vector.reduction <maximumf>, %[[MASKED]] : vector<8xf32> into f32
 // CPU-LABEL: func.func @logsumexp
 // CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<1xf32>, vector<1xf32>, vector<1xf32>)
 // CPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr -> vector<8xf32>
@@ -74,6 +83,17 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU-NOT: llvm.store
 // GPU-COUNT-4: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // GPU: gpu.return
+// At n = 122872 the output pass takes 7 groups of four chunks, then the
+// 2 left over one at a time.
+// PARTIAL-LABEL: gpu.func @layer_norm
+// PARTIAL: scf.for %{{.+}} = %c0 to %c7 step %c1 {
+// PARTIAL-COUNT-4: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// PARTIAL-NOT: llvm.store
+// PARTIAL-COUNT-4: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// PARTIAL: scf.for %{{.+}} = %c0 to %c2 step %c1 {
+// PARTIAL: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// PARTIAL-NOT: llvm.load {{.+}} vector<8xbf16>
+// PARTIAL: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // CPU-LABEL: func.func @layer_norm
 // CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>)
 // CPU: llvm.load
