@@ -1120,9 +1120,9 @@ ReductionState RowProgramEmitter::identityState(const RowReduction &reduction,
   return state;
 }
 
-/// This chunk's contribution to a plain or arg `reduction` (accumulateChunk
-/// folds moments and online softmaxes in place); masked lanes hold the
-/// identity.
+/// This chunk's contribution to a plain or arg `reduction`, or the values
+/// an online softmax folds (accumulateChunk folds moments in place); masked
+/// lanes hold the identity.
 ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
                                              const RowReduction &reduction) {
   ReductionState state = {emitInChunk(chunk, reduction.input)};
@@ -1205,18 +1205,14 @@ ReductionState
 RowProgramEmitter::accumulateMaxSumExp(Chunk &chunk,
                                        const RowReduction &reduction,
                                        ArrayRef<Value> accumulator) {
-  double negInf = -std::numeric_limits<double>::infinity();
-  Value x = emitInChunk(chunk, reduction.input);
-  if (chunk.valid)
-    x = arith::SelectOp::create(b, loc, chunk.valid, x,
-                                floatConstant(b, loc, x, negInf));
+  Value x = chunkState(chunk, reduction)[0];
   Value chunkMax = vector::ReductionOp::create(
       b, loc, vector::CombiningKind::MAXIMUMF, x);
   Value oldMax = vector::ExtractOp::create(b, loc, accumulator[0], 0);
   Value max = arith::MaximumFOp::create(b, loc, oldMax, chunkMax);
-  Value empty =
-      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, max,
-                            floatConstant(b, loc, max, negInf));
+  Value empty = arith::CmpFOp::create(
+      b, loc, arith::CmpFPredicate::OEQ, max,
+      floatConstant(b, loc, max, -std::numeric_limits<double>::infinity()));
   Value shift = arith::SelectOp::create(
       b, loc, empty, floatConstant(b, loc, max, 0.0), max);
   Value scale = expLowering.emit(
@@ -1277,15 +1273,17 @@ void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
 /// The lanes of a thread's vector state combined into one scalar state.
 ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
                                               ArrayRef<Value> state) {
+  if (foldsToOneLane(reduction)) {
+    ReductionState scalar;
+    for (Value value : state)
+      scalar.push_back(vector::ExtractOp::create(b, loc, value, 0));
+    return scalar;
+  }
   if (reduction.form == RowReduction::Form::Plain) {
     bool isFloat = valueType(reduction.input).isFloat();
     return {vector::ReductionOp::create(
         b, loc, vectorCombiningKind(reduction.kind, isFloat), state[0])};
   }
-  // An online softmax's state has one lane (accumulateMaxSumExp).
-  if (reduction.form == RowReduction::Form::MaxSumExp)
-    return {vector::ExtractOp::create(b, loc, state[0], 0),
-            vector::ExtractOp::create(b, loc, state[1], 0)};
   // No vector form: lane by lane.
   ReductionState scalar;
   for (int64_t lane = 0; lane < config.vectorWidth; ++lane) {
