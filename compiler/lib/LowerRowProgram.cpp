@@ -18,6 +18,7 @@
 #include "tilefuse/Compiler/Passes.h"
 #include "tilefuse/Compiler/TileConfig.h"
 
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -2163,6 +2164,11 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   function->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
   function.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
       {static_cast<int32_t>(config->threadsPerBlock()), 1, 1}));
+  int64_t workgroupBytes = workgroupType.getNumElements() *
+                           slotType.getIntOrFloatBitWidth() / 8;
+  if (runsAloneOnSM(*config, workgroupBytes))
+    function->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
+                      b.getI32IntegerAttr(1));
 
   Block &entry = function.getBody().front();
   b.setInsertionPointToStart(&entry);

@@ -36,7 +36,9 @@
 //    99 KiB, sm_90 227 KiB, less the reductions' static workgroup memory):
 //    an f32 row of 32000 fits whole, a bf16 row of 128256 in 28 of its 32
 //    chunks. Occupancy: such a block takes the SM's shared memory, so one
-//    512-thread block runs per SM; its loops over staged chunks are unrolled
+//    512-thread block runs per SM (and says so to ptxas, `.minnctapersm 1`,
+//    which otherwise gave it 64 registers, for two blocks, and spilled);
+//    its loops over staged chunks are unrolled
 //    4 times (512 threads x 4 x 16 bytes = 32 KiB of loads in flight per
 //    SM), which is what a streamed row needs to stay at the bandwidth limit.
 //  - column partials on chip (fuse-stage-rows too): a fusion with a column
@@ -158,6 +160,13 @@ TileConfig chooseTileConfig(const KernelShape &shape, llvm::StringRef target);
 
 /// The dynamic shared memory one block of `target` may opt into (bytes).
 int64_t maxSharedBytesPerBlock(llvm::StringRef target);
+
+/// Whether a block of `config` holding `staticSharedBytes` of workgroup
+/// memory besides its dynamic shared memory (`stageBytes`) leaves no room
+/// for a second one on the SM: ptxas is then told so (`.minnctapersm 1`)
+/// and may give a thread every register the block size allows. Left to
+/// itself, ptxas aimed at two 512-thread blocks (64 registers) and spilled.
+bool runsAloneOnSM(const TileConfig &config, int64_t staticSharedBytes);
 
 /// Bytes per element of `elementType` in memory: a mask (i1) takes one, as
 /// a torch.bool does.
