@@ -287,8 +287,10 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
     const PortInfo &port = info.inputs[i];
     if (port.kind == Kind::Scalar) {
       // Floats as f32 bits (the built-ins' scalars at f32 compute);
-      // ignore_index -100; step 1.
-      float value = port.name == "step" ? 1.0f : 1e-3f;
+      // ignore_index -100; step 1; 1 / softcap beside softcap.
+      float value = port.name == "step"                 ? 1.0f
+                    : port.name == "softcap_reciprocal" ? 1e3f
+                                                        : 1e-3f;
       if (port.dtype == "i64")
         scalars[i] = -100;
       else

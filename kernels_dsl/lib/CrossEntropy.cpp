@@ -50,8 +50,14 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
   Value smoothing = b.input("label_smoothing", Kind::Scalar);
   Value zScale = b.input("lse_square_scale", Kind::Scalar);
   Value softcap = kernel.capped ? b.input("softcap", Kind::Scalar) : Value();
+  // x / softcap as x times 1 / softcap from the host: an IEEE division per
+  // element is an SFU seed and eight refining instructions, and a kernel
+  // parameter takes no register where a reciprocal computed in the kernel
+  // does (ptxas spilled it in a kernel it held at 40 registers).
+  Value capScale =
+      kernel.capped ? b.input("softcap_reciprocal", Kind::Scalar) : Value();
 
-  Value z = kernel.capped ? softcap * tanh(logits / softcap) : logits;
+  Value z = kernel.capped ? softcap * tanh(logits * capScale) : logits;
   Value keep = 1.0 - smoothing;
   Value uniform = smoothing / b.rowLength();
   Value valid = hard ? target != ignoreIndex : Value();
@@ -71,7 +77,7 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
       Value index = where(valid, target, b.constant(0, DType::I64));
       Value picked = b.gather(logits, index);
       if (kernel.capped)
-        picked = softcap * tanh(picked / softcap);
+        picked = softcap * tanh(picked * capScale);
       Value nll = logSum - (picked - max);
       // -sum_c w_c log_softmax(z)_c / n, its sums in the max's pass (the
       // weights need not stay on chip).
@@ -115,7 +121,7 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
   Value grad = p * rowScale - dloss * weightedTarget;
   if (kernel.capped) {
     // tanh'(x / softcap) from z itself: one value per element stays live.
-    Value capTanh = z / softcap;
+    Value capTanh = z * capScale;
     grad = grad * (1.0 - capTanh * capTanh);
   }
   b.output("dlogits", grad);

@@ -46,7 +46,7 @@ BuiltinFusion kernelTable[] = {
 /// are the logits, the targets, the class weights and each row's target
 /// weight (when weighted; probabilities take no target weight), then
 /// `rowInputs`; its scalars ignore_index (class indices), label_smoothing,
-/// lse_square_scale and softcap (when capped).
+/// lse_square_scale, and softcap and 1 / softcap (when capped).
 std::vector<Tensor> runKernel(const char *op, Stage stage, const Tensor &logits,
                               const Tensor &target, const Targets &targets,
                               const Options &options,
@@ -66,8 +66,10 @@ std::vector<Tensor> runKernel(const char *op, Stage stage, const Tensor &logits,
     scalars.emplace_back(options.ignoreIndex);
   scalars.emplace_back(options.labelSmoothing);
   scalars.emplace_back(options.lseSquareScale);
-  if (options.softcap)
+  if (options.softcap) {
     scalars.emplace_back(*options.softcap);
+    scalars.emplace_back(1.0 / *options.softcap);
+  }
   at::ScalarType storage = logits.scalar_type();
   return runFusion(op, kernelTable[index](storage), tensors, scalars, storage,
                    logits.sizes(), out);

@@ -684,6 +684,7 @@ Values makeInputs(const KernelInfo &info, int64_t rows, uint32_t seed) {
                 {"label_smoothing", 0.1},
                 {"lse_square_scale", 0.01},
                 {"softcap", 3.0},
+                {"softcap_reciprocal", 1.0 / 3.0},
                 {"offset", 0.5},
                 {"grad_sign", -1.0},
                 {"decay", 1 - lr * 0.01},

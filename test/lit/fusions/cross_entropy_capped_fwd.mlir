@@ -18,49 +18,53 @@
 //
 // Here z = softcap * tanh(logits / softcap) (Gemma 2's soft-capping), and the
 // gradient with respect to the logits is dz * (1 - tanh(logits / softcap)^2).
+// logits / softcap is logits times softcap_reciprocal (1 / softcap, from the
+// host).
 module {
-  fuse.kernel @cross_entropy_capped_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>, %softcap: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>) {
-    %0 = fuse.constant row 0.000000e+00 : f32
+  fuse.kernel @cross_entropy_capped_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>, %softcap: !fuse.scalar<f32>, %softcap_reciprocal: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>) {
+    %0 = fuse.constant scalar 0.000000e+00 : f32
     %1 = fuse.constant row 0 : i64
-    %2 = fuse.constant scalar 0.000000e+00 : f32
+    %2 = fuse.constant row 0.000000e+00 : f32
     %3 = fuse.constant scalar 1.000000e+00 : f32
-    %4 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.full<f32>
-    %5 = fuse.div %logits, %4 : !fuse.full<f32>
-    %6 = fuse.tanh %5 : !fuse.full<f32>
-    %7 = fuse.mul %4, %6 : !fuse.full<f32>
-    %8 = fuse.sub %3, %label_smoothing : !fuse.scalar<f32>
-    %9 = fuse.broadcast %ignore_index : !fuse.scalar<i64> to !fuse.row<i64>
-    %10 = fuse.cmp ne, %target, %9 : !fuse.row<i64>
-    %11 = fuse.reduce max %7 : !fuse.full<f32> to !fuse.row<f32>
-    %12 = fuse.broadcast %11 : !fuse.row<f32> to !fuse.full<f32>
-    %13 = fuse.sub %7, %12 : !fuse.full<f32>
-    %14 = fuse.exp %13 : !fuse.full<f32>
-    %15 = fuse.reduce sum %14 : !fuse.full<f32> to !fuse.row<f32>
-    %16 = fuse.log %15 : !fuse.row<f32>
-    %17 = fuse.add %11, %16 : !fuse.row<f32>
-    %18 = fuse.select %10, %target, %1 : !fuse.row<i64>
-    %19 = fuse.gather %logits[%18] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
-    %20 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.row<f32>
-    %21 = fuse.div %19, %20 : !fuse.row<f32>
-    %22 = fuse.tanh %21 : !fuse.row<f32>
-    %23 = fuse.mul %20, %22 : !fuse.row<f32>
-    %24 = fuse.sub %23, %11 : !fuse.row<f32>
-    %25 = fuse.sub %16, %24 : !fuse.row<f32>
-    %26 = fuse.reduce mean %7 : !fuse.full<f32> to !fuse.row<f32>
-    %27 = fuse.sub %17, %26 : !fuse.row<f32>
-    %28 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
-    %29 = fuse.mul %28, %27 : !fuse.row<f32>
-    %30 = fuse.cmp ne, %label_smoothing, %2 : !fuse.scalar<f32>
-    %31 = fuse.broadcast %30 : !fuse.scalar<i1> to !fuse.row<i1>
-    %32 = fuse.select %31, %29, %0 : !fuse.row<f32>
-    %33 = fuse.broadcast %8 : !fuse.scalar<f32> to !fuse.row<f32>
-    %34 = fuse.mul %33, %25 : !fuse.row<f32>
-    %35 = fuse.add %34, %32 : !fuse.row<f32>
-    %36 = fuse.select %10, %35, %0 : !fuse.row<f32>
-    %37 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
-    %38 = fuse.mul %37, %17 : !fuse.row<f32>
-    %39 = fuse.mul %38, %17 : !fuse.row<f32>
-    %40 = fuse.select %10, %39, %0 : !fuse.row<f32>
-    fuse.yield %36, %40, %17 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+    %4 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.full<f32>
+    %5 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.row<f32>
+    %6 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.full<f32>
+    %7 = fuse.mul %logits, %4 : !fuse.full<f32>
+    %8 = fuse.tanh %7 : !fuse.full<f32>
+    %9 = fuse.mul %6, %8 : !fuse.full<f32>
+    %10 = fuse.sub %3, %label_smoothing : !fuse.scalar<f32>
+    %11 = fuse.broadcast %ignore_index : !fuse.scalar<i64> to !fuse.row<i64>
+    %12 = fuse.cmp ne, %target, %11 : !fuse.row<i64>
+    %13 = fuse.reduce max %9 : !fuse.full<f32> to !fuse.row<f32>
+    %14 = fuse.broadcast %13 : !fuse.row<f32> to !fuse.full<f32>
+    %15 = fuse.sub %9, %14 : !fuse.full<f32>
+    %16 = fuse.exp %15 : !fuse.full<f32>
+    %17 = fuse.reduce sum %16 : !fuse.full<f32> to !fuse.row<f32>
+    %18 = fuse.log %17 : !fuse.row<f32>
+    %19 = fuse.add %13, %18 : !fuse.row<f32>
+    %20 = fuse.select %12, %target, %1 : !fuse.row<i64>
+    %21 = fuse.gather %logits[%20] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
+    %22 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.row<f32>
+    %23 = fuse.mul %21, %5 : !fuse.row<f32>
+    %24 = fuse.tanh %23 : !fuse.row<f32>
+    %25 = fuse.mul %22, %24 : !fuse.row<f32>
+    %26 = fuse.sub %25, %13 : !fuse.row<f32>
+    %27 = fuse.sub %18, %26 : !fuse.row<f32>
+    %28 = fuse.reduce mean %9 : !fuse.full<f32> to !fuse.row<f32>
+    %29 = fuse.sub %19, %28 : !fuse.row<f32>
+    %30 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
+    %31 = fuse.mul %30, %29 : !fuse.row<f32>
+    %32 = fuse.cmp ne, %label_smoothing, %0 : !fuse.scalar<f32>
+    %33 = fuse.broadcast %32 : !fuse.scalar<i1> to !fuse.row<i1>
+    %34 = fuse.select %33, %31, %2 : !fuse.row<f32>
+    %35 = fuse.broadcast %10 : !fuse.scalar<f32> to !fuse.row<f32>
+    %36 = fuse.mul %35, %27 : !fuse.row<f32>
+    %37 = fuse.add %36, %34 : !fuse.row<f32>
+    %38 = fuse.select %12, %37, %2 : !fuse.row<f32>
+    %39 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
+    %40 = fuse.mul %39, %19 : !fuse.row<f32>
+    %41 = fuse.mul %40, %19 : !fuse.row<f32>
+    %42 = fuse.select %12, %41, %2 : !fuse.row<f32>
+    fuse.yield %38, %42, %19 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
   }
 }

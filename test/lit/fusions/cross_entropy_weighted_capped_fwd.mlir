@@ -20,62 +20,66 @@
 //
 // Here z = softcap * tanh(logits / softcap) (Gemma 2's soft-capping), and the
 // gradient with respect to the logits is dz * (1 - tanh(logits / softcap)^2).
+// logits / softcap is logits times softcap_reciprocal (1 / softcap, from the
+// host).
 module {
-  fuse.kernel @cross_entropy_weighted_capped_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %weight: !fuse.col<f32>, %target_weight: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>, %softcap: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>, mass: !fuse.row<f32>) {
-    %0 = fuse.constant row 0.000000e+00 : f32
+  fuse.kernel @cross_entropy_weighted_capped_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %weight: !fuse.col<f32>, %target_weight: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>, %softcap: !fuse.scalar<f32>, %softcap_reciprocal: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>, mass: !fuse.row<f32>) {
+    %0 = fuse.constant scalar 0.000000e+00 : f32
     %1 = fuse.constant row 0 : i64
-    %2 = fuse.constant scalar 0.000000e+00 : f32
+    %2 = fuse.constant row 0.000000e+00 : f32
     %3 = fuse.constant scalar 1.000000e+00 : f32
-    %4 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.full<f32>
-    %5 = fuse.div %logits, %4 : !fuse.full<f32>
-    %6 = fuse.tanh %5 : !fuse.full<f32>
-    %7 = fuse.mul %4, %6 : !fuse.full<f32>
-    %8 = fuse.sub %3, %label_smoothing : !fuse.scalar<f32>
-    %9 = fuse.row_length : !fuse.scalar<f32>
-    %10 = fuse.div %label_smoothing, %9 : !fuse.scalar<f32>
-    %11 = fuse.broadcast %ignore_index : !fuse.scalar<i64> to !fuse.row<i64>
-    %12 = fuse.cmp ne, %target, %11 : !fuse.row<i64>
-    %13 = fuse.reduce max %7 : !fuse.full<f32> to !fuse.row<f32>
-    %14 = fuse.broadcast %13 : !fuse.row<f32> to !fuse.full<f32>
-    %15 = fuse.sub %7, %14 : !fuse.full<f32>
-    %16 = fuse.exp %15 : !fuse.full<f32>
-    %17 = fuse.reduce sum %16 : !fuse.full<f32> to !fuse.row<f32>
-    %18 = fuse.log %17 : !fuse.row<f32>
-    %19 = fuse.add %13, %18 : !fuse.row<f32>
-    %20 = fuse.select %12, %target, %1 : !fuse.row<i64>
-    %21 = fuse.gather %logits[%20] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
-    %22 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.row<f32>
-    %23 = fuse.div %21, %22 : !fuse.row<f32>
-    %24 = fuse.tanh %23 : !fuse.row<f32>
-    %25 = fuse.mul %22, %24 : !fuse.row<f32>
-    %26 = fuse.sub %25, %13 : !fuse.row<f32>
-    %27 = fuse.sub %18, %26 : !fuse.row<f32>
-    %28 = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
-    %29 = fuse.reduce sum %28 : !fuse.full<f32> to !fuse.row<f32>
-    %30 = fuse.mul %28, %7 : !fuse.full<f32>
+    %4 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.full<f32>
+    %5 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.row<f32>
+    %6 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.full<f32>
+    %7 = fuse.mul %logits, %4 : !fuse.full<f32>
+    %8 = fuse.tanh %7 : !fuse.full<f32>
+    %9 = fuse.mul %6, %8 : !fuse.full<f32>
+    %10 = fuse.sub %3, %label_smoothing : !fuse.scalar<f32>
+    %11 = fuse.row_length : !fuse.scalar<f32>
+    %12 = fuse.div %label_smoothing, %11 : !fuse.scalar<f32>
+    %13 = fuse.broadcast %ignore_index : !fuse.scalar<i64> to !fuse.row<i64>
+    %14 = fuse.cmp ne, %target, %13 : !fuse.row<i64>
+    %15 = fuse.reduce max %9 : !fuse.full<f32> to !fuse.row<f32>
+    %16 = fuse.broadcast %15 : !fuse.row<f32> to !fuse.full<f32>
+    %17 = fuse.sub %9, %16 : !fuse.full<f32>
+    %18 = fuse.exp %17 : !fuse.full<f32>
+    %19 = fuse.reduce sum %18 : !fuse.full<f32> to !fuse.row<f32>
+    %20 = fuse.log %19 : !fuse.row<f32>
+    %21 = fuse.add %15, %20 : !fuse.row<f32>
+    %22 = fuse.select %14, %target, %1 : !fuse.row<i64>
+    %23 = fuse.gather %logits[%22] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
+    %24 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.row<f32>
+    %25 = fuse.mul %23, %5 : !fuse.row<f32>
+    %26 = fuse.tanh %25 : !fuse.row<f32>
+    %27 = fuse.mul %24, %26 : !fuse.row<f32>
+    %28 = fuse.sub %27, %15 : !fuse.row<f32>
+    %29 = fuse.sub %20, %28 : !fuse.row<f32>
+    %30 = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
     %31 = fuse.reduce sum %30 : !fuse.full<f32> to !fuse.row<f32>
-    %32 = fuse.mul %29, %19 : !fuse.row<f32>
-    %33 = fuse.sub %32, %31 : !fuse.row<f32>
-    %34 = fuse.broadcast %9 : !fuse.scalar<f32> to !fuse.row<f32>
-    %35 = fuse.div %33, %34 : !fuse.row<f32>
-    %36 = fuse.mul %target_weight, %27 : !fuse.row<f32>
-    %37 = fuse.broadcast %10 : !fuse.scalar<f32> to !fuse.row<f32>
-    %38 = fuse.mul %37, %29 : !fuse.row<f32>
-    %39 = fuse.broadcast %8 : !fuse.scalar<f32> to !fuse.row<f32>
-    %40 = fuse.mul %39, %target_weight : !fuse.row<f32>
-    %41 = fuse.add %40, %38 : !fuse.row<f32>
-    %42 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
-    %43 = fuse.mul %42, %35 : !fuse.row<f32>
-    %44 = fuse.cmp ne, %label_smoothing, %2 : !fuse.scalar<f32>
-    %45 = fuse.broadcast %44 : !fuse.scalar<i1> to !fuse.row<i1>
-    %46 = fuse.select %45, %43, %0 : !fuse.row<f32>
-    %47 = fuse.mul %39, %36 : !fuse.row<f32>
-    %48 = fuse.add %47, %46 : !fuse.row<f32>
-    %49 = fuse.select %12, %48, %0 : !fuse.row<f32>
-    %50 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
-    %51 = fuse.mul %50, %19 : !fuse.row<f32>
-    %52 = fuse.mul %51, %19 : !fuse.row<f32>
-    %53 = fuse.select %12, %52, %0 : !fuse.row<f32>
-    fuse.yield %49, %53, %19, %41 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+    %32 = fuse.mul %30, %9 : !fuse.full<f32>
+    %33 = fuse.reduce sum %32 : !fuse.full<f32> to !fuse.row<f32>
+    %34 = fuse.mul %31, %21 : !fuse.row<f32>
+    %35 = fuse.sub %34, %33 : !fuse.row<f32>
+    %36 = fuse.broadcast %11 : !fuse.scalar<f32> to !fuse.row<f32>
+    %37 = fuse.div %35, %36 : !fuse.row<f32>
+    %38 = fuse.mul %target_weight, %29 : !fuse.row<f32>
+    %39 = fuse.broadcast %12 : !fuse.scalar<f32> to !fuse.row<f32>
+    %40 = fuse.mul %39, %31 : !fuse.row<f32>
+    %41 = fuse.broadcast %10 : !fuse.scalar<f32> to !fuse.row<f32>
+    %42 = fuse.mul %41, %target_weight : !fuse.row<f32>
+    %43 = fuse.add %42, %40 : !fuse.row<f32>
+    %44 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
+    %45 = fuse.mul %44, %37 : !fuse.row<f32>
+    %46 = fuse.cmp ne, %label_smoothing, %0 : !fuse.scalar<f32>
+    %47 = fuse.broadcast %46 : !fuse.scalar<i1> to !fuse.row<i1>
+    %48 = fuse.select %47, %45, %2 : !fuse.row<f32>
+    %49 = fuse.mul %41, %38 : !fuse.row<f32>
+    %50 = fuse.add %49, %48 : !fuse.row<f32>
+    %51 = fuse.select %14, %50, %2 : !fuse.row<f32>
+    %52 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
+    %53 = fuse.mul %52, %21 : !fuse.row<f32>
+    %54 = fuse.mul %53, %21 : !fuse.row<f32>
+    %55 = fuse.select %14, %54, %2 : !fuse.row<f32>
+    fuse.yield %51, %55, %21, %43 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
   }
 }

@@ -136,9 +136,10 @@ def FuseReciprocalDivisions : Pass<"fuse-reciprocal-divisions", "::tilefuse::fus
     ```
     The product rounds twice: at most 1.5 ulp from the quotient (half an
     ulp for the division), far inside every numerics tolerance. Divisions
-    by scalars stay divisions, so that the optimizers and soft-capping
-    round as `torch.optim` and PyTorch do (the f32 AdamW step matches
-    `torch.optim.AdamW` bit for bit).
+    by scalars stay divisions, so that the optimizers round as
+    `torch.optim` does (the f32 AdamW step matches `torch.optim.AdamW` bit
+    for bit); the built-in soft-capping multiplies by a reciprocal the host
+    passes (`softcap_reciprocal`).
   }];
   let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
 }
