@@ -152,10 +152,14 @@ void cross_entropy::checkOptions(const char *op, const Options &options,
       options.labelSmoothing >= 0.0 && options.labelSmoothing <= 1.0,
       "tilefuse.", op, ": label_smoothing must be in [0, 1], got ",
       options.labelSmoothing);
-  TORCH_CHECK_VALUE(!options.softcap || (*options.softcap > 0.0 &&
-                                         std::isfinite(*options.softcap)),
+  // The kernels take 1 / softcap too, a float32 at float32 compute.
+  TORCH_CHECK_VALUE(!options.softcap ||
+                        (std::isfinite(*options.softcap) &&
+                         *options.softcap >=
+                             1.0 / std::numeric_limits<float>::max()),
                     "tilefuse.", op,
-                    ": softcap must be a positive number or None, got ",
+                    ": softcap must be a positive number (at least 1 / "
+                    "FLT_MAX, 2.9e-39) or None, got ",
                     options.softcap.value_or(0.0));
   TORCH_CHECK_VALUE(!probs || options.ignoreIndex < 0, "tilefuse.", op,
                     ": ignore_index is not supported with probability targets "

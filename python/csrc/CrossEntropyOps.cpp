@@ -178,7 +178,7 @@ Tensor crossEntropyTargetBwd(const Tensor &gradLoss, const Tensor &logits,
                                       lse.sizes(), lse.scalar_type());
   Tensor z = logits.to(lse.scalar_type());
   if (softcap)
-    z = at::tanh(z.div(*softcap)).mul(*softcap);
+    z = at::tanh(z.mul(1.0 / *softcap)).mul(*softcap);  // as the kernels do
   Tensor logProbs = z.sub(lse.unsqueeze(-1));
   return logProbs.mul(targets.classWeight)
       .mul(dloss.unsqueeze(-1))

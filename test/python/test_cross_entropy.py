@@ -317,8 +317,12 @@ def test_errors_name_the_argument():
         TF.cross_entropy(x, torch.rand(4, 8))
     with pytest.raises(ValueError, match=r"ignore_index is not supported with probability targets"):
         TF.cross_entropy(x, torch.rand(4, 9), ignore_index=1)
-    with pytest.raises(ValueError, match=r"softcap must be a positive number or None, got -1"):
+    with pytest.raises(ValueError, match=r"softcap must be a positive number \(at least 1 / "
+                                         r"FLT_MAX, 2.9e-39\) or None, got -1"):
         TF.cross_entropy(x, target, softcap=-1.0)
+    # Its reciprocal, which the kernels take too, would overflow float32.
+    with pytest.raises(ValueError, match=r"softcap must be a positive number .* got 1e-39"):
+        TF.cross_entropy(x, target, softcap=1e-39)
     with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\], got 1.5"):
         TF.cross_entropy(x, target, label_smoothing=1.5)
     with pytest.raises(ValueError, match=r"reduction must be 'none', 'mean' or 'sum', got 'max'"):
