@@ -2164,8 +2164,8 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   function->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
   function.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
       {static_cast<int32_t>(config->threadsPerBlock()), 1, 1}));
-  int64_t workgroupBytes = workgroupType.getNumElements() *
-                           slotType.getIntOrFloatBitWidth() / 8;
+  int64_t workgroupBytes =
+      workgroupType.getNumElements() * storageBytes(slotType);
   if (runsAloneOnSM(*config, workgroupBytes))
     function->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
                       b.getI32IntegerAttr(1));

@@ -53,6 +53,8 @@ int64_t tilefuse::maxSharedBytesPerBlock(StringRef target) {
 
 bool tilefuse::runsAloneOnSM(const TileConfig &config,
                              int64_t staticSharedBytes) {
+  if (!config.isGPU())
+    return false;
   // The hardware reserves 1 KiB of shared memory per block, and an SM has
   // that much more than one block may opt into (sm_90 228 KiB).
   constexpr int64_t kReservedPerBlock = 1024;
@@ -60,7 +62,7 @@ bool tilefuse::runsAloneOnSM(const TileConfig &config,
       maxSharedBytesPerBlock(config.target) + kReservedPerBlock;
   int64_t sharedPerBlock =
       config.stageBytes + staticSharedBytes + kReservedPerBlock;
-  return config.isGPU() && 2 * sharedPerBlock > sharedPerSM;
+  return 2 * sharedPerBlock > sharedPerSM;
 }
 
 int64_t tilefuse::storageBytes(Type elementType) {
