@@ -130,6 +130,26 @@ def test_transcendentals_at_special_values_match_torch():
                                    msg=lambda m, name=name: f"{name}: {m}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_tanh_of_16_bit_tensors_is_within_one_unit_in_the_last_place(dtype):
+    # On a GPU, tanh of 16-bit tensors skips libdevice (ex2.approx and
+    # div.approx, a series near 0: relative error 2^-17 in float32): rounded
+    # to the dtype, at most one unit in the last place from the correctly
+    # rounded result, with NaN, the infinities and the signs of zeros exact.
+    tanh = tilefuse.fusion(lambda x: tilefuse.tanh(x))
+    tiny = torch.logspace(-7, 0, 400)
+    x = torch.cat([torch.linspace(-12, 12, 4001), tiny, -tiny, torch.tensor(SPECIAL)])
+    x = x.to(dtype).reshape(1, -1)
+    got, want = tanh(x).double(), torch.tanh(x.double()).to(dtype).double()
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)
+    got, want = got[~nan], want[~nan]
+    assert torch.equal(got.signbit(), want.signbit())
+    finfo = torch.finfo(dtype)
+    ulp = finfo.eps * torch.exp2(torch.floor(torch.log2(want.abs()))).clamp(min=finfo.tiny)
+    assert ((got - want).abs() <= ulp).all(), (got - want).abs().div(ulp).max()
+
+
 @tilefuse.fusion
 def scaled_by_row(x, r, s):
     return x * r + s
