@@ -1790,7 +1790,7 @@ SmallVector<std::pair<ReduceOp, Type>> columnReductions(KernelOp kernel) {
 /// How many partial rows a finalize's blocked accumulation is laid out for
 /// (more still add up right, the top level taking them all; each level
 /// costs loop bounds in every thread): the CPU has one per
-/// kCpuRowsPerPartial rows; a GPU slice a kFinalizeSlices-th of at most
+/// kCpuRowsPerPartial rows; a GPU slice a finalizeSlices(n)-th of at most
 /// 4 blocks per SM (or of their row groups, for partials that do not fit
 /// on chip): a few hundred on today's chips.
 constexpr int64_t kMaxCpuPartialRows = int64_t(1) << 24;
@@ -2062,12 +2062,12 @@ int64_t maxReductionsPerPass(KernelOp kernel) {
 /// to memory otherwise waits for the previous one.
 constexpr int64_t kFinalizeGroup = 8;
 
-/// `@<name>_finalize` (KernelABI.h): each block finalizes kFinalizeColumns
-/// columns with kFinalizeSlices threads per column. Slice s combines its
-/// contiguous share of the row groups (coalesced: a warp reads 32
-/// consecutive columns of one row group), then slice 0 combines the
-/// slices' results in order: the same result for the same partials, and
-/// enough blocks to fill the chip (a block per 32 columns, not per 256).
+/// `@<name>_finalize` (KernelABI.h): each block finalizes finalizeColumns(n)
+/// columns with finalizeSlices(n) threads per column. Slice s combines its
+/// contiguous share of the row groups (coalesced: a warp reads whole
+/// sectors of consecutive columns), then slice 0 combines the slices'
+/// results in order: the same result for the same partials, and enough
+/// blocks to fill the chip (a block per 8-32 columns, not per 256).
 void emitGPUFinalize(OpBuilder &b, Location loc, KernelOp kernel,
                      gpu::GPUModuleOp module, Type pointer, int64_t n) {
   MLIRContext *context = kernel.getContext();
@@ -2091,7 +2091,8 @@ void emitGPUFinalize(OpBuilder &b, Location loc, KernelOp kernel,
   ValueRange arguments =
       entry.getArguments().take_front(finalize.getNumArguments());
   Value thread = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-  Value columns = indexConstant(b, loc, kFinalizeColumns);
+  int64_t columnsPerBlock = finalizeColumns(n), slices = finalizeSlices(n);
+  Value columns = indexConstant(b, loc, columnsPerBlock);
   Value lane = arith::RemUIOp::create(b, loc, thread, columns);
   Value slice = arith::DivUIOp::create(b, loc, thread, columns);
   Value column = arith::AddIOp::create(
@@ -2106,7 +2107,7 @@ void emitGPUFinalize(OpBuilder &b, Location loc, KernelOp kernel,
                                         column, indexConstant(b, loc, n));
   Value rowGroups = finalizeRowGroups(b, loc, kernel, arguments);
   Value share = arith::CeilDivUIOp::create(
-      b, loc, rowGroups, indexConstant(b, loc, kFinalizeSlices));
+      b, loc, rowGroups, indexConstant(b, loc, slices));
   Value first = arith::MinUIOp::create(
       b, loc, arith::MulIOp::create(b, loc, slice, share), rowGroups);
   Value count = arith::SelectOp::create(
@@ -2127,11 +2128,11 @@ void emitGPUFinalize(OpBuilder &b, Location loc, KernelOp kernel,
     SmallVector<Value> combined;
     for (auto [entry, slot] : llvm::zip(reductions, slots)) {
       Value total;
-      for (int64_t s = 0; s < kFinalizeSlices; ++s) {
+      for (int64_t s = 0; s < slices; ++s) {
         Value part = memref::LoadOp::create(
             b, loc, slot,
             ValueRange{arith::AddIOp::create(
-                b, loc, lane, indexConstant(b, loc, s * kFinalizeColumns))});
+                b, loc, lane, indexConstant(b, loc, s * columnsPerBlock))});
         total = s == 0 ? part
                        : combineReduction(b, loc, entry.first.getKind(),
                                           total, part);

@@ -487,7 +487,8 @@ llvm::Error CudaDriver::launchFinalize(std::shared_ptr<const GpuKernel> kernel,
   }
   params.push_back(&partialRows);
   params.push_back(&rows);
-  unsigned blocks = (info.n + kFinalizeColumns - 1) / kFinalizeColumns;
+  int64_t columnsPerBlock = finalizeColumns(info.n);
+  unsigned blocks = (info.n + columnsPerBlock - 1) / columnsPerBlock;
   return launchOne(loaded->finalize, info.name + kFinalizeSuffix, blocks,
                    kFinalizeThreads, 0, stream, params, buffers);
 }

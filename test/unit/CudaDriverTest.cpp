@@ -196,7 +196,8 @@ TEST_F(CudaDriverTest, FinalizeLaunchesAlone) {
   ASSERT_EQ(fakeCudaState().launches.size(), 1u);
   const FakeCudaState::Launch &finalize = fakeCudaState().launches[0];
   EXPECT_EQ(finalize.function, "layer_norm_bwd_finalize");
-  EXPECT_EQ(finalize.grid, 4096u / 32u);
+  // 16 columns a block at n = 4096: 256 blocks (KernelABI.h).
+  EXPECT_EQ(finalize.grid, 4096u / 16u);
   EXPECT_EQ(finalize.params,
             (std::vector<uint64_t>{0x70, 0x50, 0x80, 0x60, 528, 8192}));
 

@@ -10,6 +10,7 @@
 
 #include "ScalarReference.h"
 
+#include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Emulator/Emulator.h"
 #include "tilefuse/Runtime/CudaDriver.h"
 
@@ -248,6 +249,35 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
                     partials ? 0 : n * elementBytes(dtypeName(dtype)));
         }
       }
+}
+
+/// A full persistent grid's partial rows: each finalize slice combines
+/// whole groups of 8 partial rows, then the rows left over, and reads each
+/// partial once.
+TEST_F(EmulatedNumerics, FinalizeCombinesWholeGroupsAndTheRest) {
+  auto driver = driverFor("sm_90");
+  ASSERT_TRUE(driver);
+  for (const char *name : {"rms_norm_bwd", "layer_norm_bwd"})
+    for (int64_t n : {4096, 8192}) {
+      SCOPED_TRACE(n);
+      auto kernel = compile(name, Dtype::F32, n, true, "sm_90");
+      ASSERT_TRUE(kernel);
+      const TileConfig &tile = kernel->info.tile;
+      int64_t rows = tile.blocksPerSM * 132 * tile.rowsPerBlock + 3;
+      emulator::takeLaunches();
+      check(*driver, "sm_90", {name, Dtype::F32, n, rows, true});
+      std::vector<emulator::LaunchRecord> launches = emulator::takeLaunches();
+      ASSERT_EQ(launches.size(), 2u);
+      int64_t partialRows = launches[0].grid[0];
+      int64_t share = llvm::divideCeil(partialRows, finalizeSlices(n));
+      EXPECT_GT(share, 8);
+      EXPECT_NE(share % 8, 0);
+      for (const emulator::BufferTraffic &buffer : launches[1].buffers) {
+        bool partials = llvm::StringRef(buffer.name).ends_with("partials");
+        EXPECT_EQ(buffer.loadedBytes,
+                  partials ? uint64_t(partialRows * n * 4) : 0u);
+      }
+    }
 }
 
 /// NaN and Inf propagate as in PyTorch (see CpuNumericsTest).

@@ -1,5 +1,15 @@
 // RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=2048}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s
 // RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=2048}, fuse-select-tiles{target=sm_90 row-on-chip=false}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=STREAMED
+// Wide rows: 32 columns (a 128-byte line of each partial row) per block, 8
+// threads per column; at n = 4096 16 columns (256 blocks), 16 threads.
+// RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=8192}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=WIDE
+// RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=4096}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=MEDIUM
+// WIDE-LABEL: gpu.func @softmax_colsum_finalize(
+// WIDE: arith.remui %{{.+}}, %c32
+// WIDE: arith.ceildivui %{{.+}}, %c8
+// MEDIUM-LABEL: gpu.func @softmax_colsum_finalize(
+// MEDIUM: arith.remui %{{.+}}, %c16
+// MEDIUM: arith.ceildivui %{{.+}}, %c16
 
 // A softmax-like row program with a column reduction: one row reduction
 // pass (max), one more (sum of exp), then the outputs.
@@ -33,14 +43,15 @@
 // CHECK: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xf32>
 // CHECK: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xf32>, !llvm.ptr<1>
 // CHECK: gpu.return
-// The final reduction: 32 columns per block, 8 threads per column, each
-// combining its contiguous share of the row groups in order; after a
-// barrier the first of them combines the 8 shares in order.
+// The final reduction: 8 columns per block at n = 2048 (256 blocks; 32
+// would leave 64), 32 threads per column, each combining its contiguous
+// share of the row groups in order; after a barrier the first of them
+// combines the 32 shares in order.
 // CHECK: gpu.func @softmax_colsum_finalize(%{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %[[GROUPS:.+]]: i64, %{{.+}}: i64) workgroup(%[[SHARES:.+]] : memref<256xf32, #gpu.address_space<workgroup>>) kernel
-// CHECK: %[[COLUMN:.+]] = arith.remui %[[THREAD:.+]], %c32
-// CHECK: %[[SLICE:.+]] = arith.divui %[[THREAD]], %c32
+// CHECK: %[[COLUMN:.+]] = arith.remui %[[THREAD:.+]], %c8
+// CHECK: %[[SLICE:.+]] = arith.divui %[[THREAD]], %c8
 // CHECK: %[[IN_RANGE:.+]] = arith.cmpi ult, %{{.+}}, %c2048
-// CHECK: %[[SHARE:.+]] = arith.ceildivui %{{.+}}, %c8
+// CHECK: %[[SHARE:.+]] = arith.ceildivui %{{.+}}, %c32
 // CHECK: arith.muli %[[SLICE]], %[[SHARE]]
 // CHECK: arith.select %[[IN_RANGE]], %{{.+}}, %c0
 // Eight row groups an iteration from one address, at constant offsets
@@ -67,7 +78,7 @@
 // CHECK: memref.store %{{.+}}, %[[SHARES]][%[[THREAD]]]
 // CHECK: gpu.barrier
 // CHECK: scf.if
-// CHECK-COUNT-8: memref.load %[[SHARES]]
+// CHECK-COUNT-32: memref.load %[[SHARES]]
 // CHECK: arith.truncf %{{.+}} : f32 to bf16
 
 // Streamed: chunks loop with the partial reductions carried.

@@ -15,8 +15,8 @@
 // Column reductions then run `@<name>_finalize`: for each column-reduction
 //   output, (partials, output) pointers, then partial_rows (i64) and rows
 //   (i64);
-//   blocks of kFinalizeThreads threads, ceil(n / kFinalizeColumns) of them:
-//   kFinalizeSlices threads per column each combine a contiguous share of
+//   blocks of kFinalizeThreads threads, ceil(n / finalizeColumns(n)) of
+//   them: finalizeSlices(n) threads per column each combine a contiguous share of
 //   the partial rows, in order, then the shares are combined in order, so
 //   results do not vary run to run.
 //
@@ -71,8 +71,23 @@
 
 namespace tilefuse {
 constexpr int64_t kFinalizeThreads = 256;
-constexpr int64_t kFinalizeColumns = 32;
-constexpr int64_t kFinalizeSlices = kFinalizeThreads / kFinalizeColumns;
+/// Columns a finalize block combines: 32 (a warp reads 32 consecutive f32
+/// columns of a partial row, a 128-byte line), halved down to 8 (a 32-byte
+/// sector) while there would be fewer than kFinalizeBlocks blocks (two per
+/// SM of an H200): the finalize is latency-bound, and more threads per
+/// column mean fewer partial rows, fewer round trips to memory, per thread
+/// (n = 1000: 125 blocks of 8 columns, not 32 of 32; n = 4096: 256 of 16).
+constexpr int64_t kFinalizeBlocks = 256;
+constexpr int64_t finalizeColumns(int64_t n) {
+  int64_t columns = 32;
+  while (columns > 8 && (n + columns - 1) / columns < kFinalizeBlocks)
+    columns /= 2;
+  return columns;
+}
+/// Threads per column in a finalize block.
+constexpr int64_t finalizeSlices(int64_t n) {
+  return kFinalizeThreads / finalizeColumns(n);
+}
 constexpr int64_t kCpuRowsPerPartial = 64;
 constexpr const char *kFinalizeSuffix = "_finalize";
 constexpr const char *kGPUModuleName = "tilefuse_kernels";
