@@ -16,9 +16,9 @@
 //   output, (partials, output) pointers, then partial_rows (i64) and rows
 //   (i64);
 //   blocks of kFinalizeThreads threads, ceil(n / finalizeColumns(n)) of
-//   them: finalizeSlices(n) threads per column each combine a contiguous share of
-//   the partial rows, in order, then the shares are combined in order, so
-//   results do not vary run to run.
+//   them: finalizeSlices(n) threads per column each combine a contiguous
+//   share of the partial rows, in order, then the shares are combined in
+//   order, so results do not vary run to run.
 //
 // CPU function `@<name>`: the same parameters (plain pointers), then
 //   row_begin, row_end, row_group (i64): it runs rows [row_begin, row_end)
