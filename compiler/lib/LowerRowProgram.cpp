@@ -1838,15 +1838,20 @@ SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
               arith::MulIOp::create(b, loc, rows,
                                     indexConstant(b, loc, n)))});
     };
-    // partials[first, column]
-    Value start = LLVM::GEPOp::create(
-        b, loc, partials.getType(), compute, partials,
-        ValueRange{arith::IndexCastOp::create(
-            b, loc, b.getI64Type(),
-            arith::AddIOp::create(
-                b, loc,
-                arith::MulIOp::create(b, loc, first, indexConstant(b, loc, n)),
-                column))});
+    // partials[first, column], frozen: loop strength reduction otherwise
+    // searches the rewrites of every term of this address (partials, first,
+    // the block's and the thread's column) for each load that uses it.
+    Value start = LLVM::FreezeOp::create(
+        b, loc,
+        LLVM::GEPOp::create(
+            b, loc, partials.getType(), compute, partials,
+            ValueRange{arith::IndexCastOp::create(
+                b, loc, b.getI64Type(),
+                arith::AddIOp::create(
+                    b, loc,
+                    arith::MulIOp::create(b, loc, first,
+                                          indexConstant(b, loc, n)),
+                    column))}));
     auto combineInOrder = [&](ValueRange lhs,
                               ValueRange rhs) -> SmallVector<Value> {
       return {combineReduction(b, loc, kind, lhs[0], rhs[0])};

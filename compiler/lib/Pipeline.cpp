@@ -27,6 +27,8 @@
 #include "llvm/Linker/Linker.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
+#include "llvm/Passes/StandardInstrumentations.h"
+#include "llvm/Pass.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -74,6 +76,8 @@ LogicalResult runPipeline(ModuleOp module, StringRef pipeline, StringRef stage,
   if (failed(parsePassPipeline(pipeline, pm, errorStream)))
     return module.emitError("internal pipeline '")
            << pipeline << "' does not parse: " << errors;
+  if (llvm::TimePassesIsEnabled)
+    pm.enableTiming();
   if (failed(pm.run(module)))
     return failure();
   result.times.push_back({stage.str(), millisecondsSince(start)});
@@ -227,7 +231,17 @@ LogicalResult emitPTX(ModuleOp module, const CompileOptions &options,
   llvm::FunctionAnalysisManager functions;
   llvm::CGSCCAnalysisManager cgscc;
   llvm::ModuleAnalysisManager modules;
-  llvm::PassBuilder passBuilder(&machine);
+  // `--time-passes` times the optimization pipeline as well as code
+  // generation (the instrumentation costs a little on every compile).
+  llvm::PassInstrumentationCallbacks instrumentation;
+  std::optional<llvm::StandardInstrumentations> standard;
+  if (llvm::TimePassesIsEnabled) {
+    standard.emplace(llvmContext, /*DebugLogging=*/false);
+    standard->registerCallbacks(instrumentation, &modules);
+  }
+  llvm::PassBuilder passBuilder(&machine, llvm::PipelineTuningOptions(),
+                                std::nullopt,
+                                standard ? &instrumentation : nullptr);
   passBuilder.registerModuleAnalyses(modules);
   passBuilder.registerCGSCCAnalyses(cgscc);
   passBuilder.registerFunctionAnalyses(functions);

@@ -57,7 +57,9 @@
 // Eight row groups an iteration from one address, at constant offsets
 // (a row group is 2048 floats), loaded before they are added; their total
 // joins the running one. The loops keep LLVM from unrolling them again.
-// CHECK: %[[START:.+]] = llvm.getelementptr %arg0[%{{.+}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f32
+// The slice's first address is frozen: opaque to loop strength reduction.
+// CHECK: %[[FIRST:.+]] = llvm.getelementptr %arg0[%{{.+}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f32
+// CHECK-NEXT: %[[START:.+]] = llvm.freeze %[[FIRST]] : !llvm.ptr<1>
 // CHECK: scf.for
 // CHECK: scf.for %{{.+}} iter_args(%[[RUNNING:.+]] = %{{.+}}) -> (f32)
 // CHECK: %[[ROWS:.+]] = llvm.getelementptr %[[START]][%{{.+}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f32
