@@ -41,4 +41,14 @@ def last_launches() -> list[dict]:
     return _C.emulator_launches()
 
 
-__all__ = ["active", "device", "last_launches"]
+def set_approximation(mode: str) -> None:
+    """What the f32 ``.approx`` instructions (ex2, div, rcp, rsqrt, sqrt)
+    return in launches from now on: ``'exact'`` (the exact result rounded to
+    nearest, more accurate than a GPU; the default), ``'high'`` or ``'low'``
+    (moved up or down by the whole error PTX allows: ex2 and div 2 ulp, rcp
+    1 ulp, rsqrt 2^-22.9, sqrt 2^-23 relative; the worst case for sums of
+    them). ``TILEFUSE_EMULATE_APPROX`` sets it when the emulator starts."""
+    _C.emulator_set_approximation(mode)
+
+
+__all__ = ["active", "device", "last_launches", "set_approximation"]

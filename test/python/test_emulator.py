@@ -6,6 +6,7 @@ The built-in and DSL suites also run whole under the emulator (CTest
 
 import json
 
+import pytest
 from conftest import run_python
 
 # Every built-in, forward and backward, on CPU tensors; the outputs as lists.
@@ -37,10 +38,14 @@ json.dump(outputs, sys.stdout)
 """
 
 
-def test_every_builtin_matches_the_cpu_target(tmp_path):
+@pytest.mark.parametrize("approximation", ["exact", "high", "low"])
+def test_every_builtin_matches_the_cpu_target(tmp_path, approximation):
+    # high/low: every f32 .approx result (ex2, div, rcp, rsqrt, sqrt) off by
+    # PTX's whole bound, the same way: the tolerances still hold.
     runs = {}
     for target in ("emulate", "cpu"):
-        done = run_python(BUILTINS, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_TARGET=target)
+        done = run_python(BUILTINS, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_TARGET=target,
+                          TILEFUSE_EMULATE_APPROX=approximation)
         assert done.returncode == 0, done.stderr
         runs[target] = json.loads(done.stdout)
     assert runs["emulate"].keys() == runs["cpu"].keys()
@@ -112,3 +117,23 @@ except RuntimeError as error:
     assert done.returncode == 0, done.stderr
     assert ("tilefuse.swiglu: TILEFUSE_TARGET=emulate:sm_75 is not a target: use cpu, emulate, "
             "emulate:sm_80 or emulate:sm_90") in done.stdout, done.stdout
+
+
+def test_an_unknown_approximation_is_refused(tmp_path):
+    script = """
+import torch, tilefuse.emulator, tilefuse.functional as TF
+try:
+    TF.swiglu(torch.randn(2, 8), torch.randn(2, 8))
+except RuntimeError as error:
+    print(error)
+try:
+    tilefuse.emulator.set_approximation("worst")
+except ValueError as error:
+    print(error)
+"""
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_TARGET="emulate",
+                      TILEFUSE_EMULATE_APPROX="worst")
+    assert done.returncode == 0, done.stderr
+    assert "TILEFUSE_EMULATE_APPROX=worst: expected exact, high or low" in done.stdout, done.stdout
+    assert ("tilefuse.emulator.set_approximation: mode must be 'exact', 'high' or 'low', "
+            "got 'worst'") in done.stdout, done.stdout

@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #if defined(__SSE__)
@@ -790,6 +791,72 @@ TEST_F(EmulatorChecks, EdgeCasesComputeWhatThePtxIsaDefines) {
   for (size_t i = 0; i < std::size(expected); ++i)
     EXPECT_EQ(out[i], expected[i]) << "slot " << i << std::hex << ": got 0x"
                                    << out[i] << ", want 0x" << expected[i];
+}
+
+/// The f32 .approx instructions under each Approximation: Exact gives the
+/// exact result rounded to nearest; High and Low move it by PTX's whole
+/// bound (2 ulp for ex2 and div, 1 for rcp, 2^-22.9 and 2^-23 relative for
+/// rsqrt and sqrt), never past it, on the fast and the generic paths.
+TEST_F(EmulatorChecks, ApproximationsMoveByThePtxBound) {
+  using tilefuse::emulator::Approximation;
+  ASSERT_EQ(load("approximations"), 0);
+  std::vector<float> in;
+  for (float x = 0.01f; x < 40; x *= 1.37f)
+    in.push_back(x);
+  struct Slot {
+    const char *name;
+    double (*exact)(double);
+    bool relative; // the bound: relative, else in ulps of the exact value
+    double bound;
+  };
+  const Slot slots[] = {
+      {"ex2", [](double x) { return std::exp2(x); }, false, 2},
+      {"ex2.ftz", [](double x) { return std::exp2(x); }, false, 2},
+      {"div.approx", [](double x) { return 3 / x; }, false, 2},
+      {"rcp.approx.ftz", [](double x) { return 1 / x; }, false, 1},
+      {"rsqrt", [](double x) { return 1 / std::sqrt(x); }, true,
+       std::exp2(-22.9)},
+      {"sqrt", [](double x) { return std::sqrt(x); }, true, std::exp2(-23)},
+      {"rcp.approx", [](double x) { return 1 / x; }, false, 1},
+      {"div.full", [](double x) { return 3 / x; }, false, 2},
+  };
+  for (Approximation mode :
+       {Approximation::Exact, Approximation::High, Approximation::Low}) {
+    tilefuse::emulator::setApproximation(mode);
+    std::vector<float> out(8 * in.size(), 0);
+    void *inPointer = in.data(), *outPointer = out.data();
+    ASSERT_EQ(launch("approximations", in.size(), {&inPointer, &outPointer},
+                     {{"in", in.data(), in.size() * 4},
+                      {"out", out.data(), out.size() * 4}}),
+              0)
+        << message(kLaunchFailed);
+    for (size_t i = 0; i < in.size(); ++i)
+      for (size_t k = 0; k < std::size(slots); ++k) {
+        const Slot &slot = slots[k];
+        double exact = slot.exact(in[i]), got = out[8 * i + k];
+        SCOPED_TRACE(::testing::Message()
+                     << slot.name << "(" << in[i] << "), mode "
+                     << static_cast<int>(mode));
+        double ulp = std::ldexp(1.0, std::ilogb(exact) - 23);
+        double bound = slot.relative ? slot.bound * exact : slot.bound * ulp;
+        switch (mode) {
+        case Approximation::Exact:
+          EXPECT_EQ(got, static_cast<float>(exact));
+          break;
+        case Approximation::High:
+          EXPECT_GT(got, exact);
+          EXPECT_LE(got - exact, bound);
+          EXPECT_GT(got - exact, bound - ulp) << "less than the bound allows";
+          break;
+        case Approximation::Low:
+          EXPECT_LT(got, exact);
+          EXPECT_LE(exact - got, bound);
+          EXPECT_GT(exact - got, bound - ulp) << "less than the bound allows";
+          break;
+        }
+      }
+  }
+  tilefuse::emulator::setApproximation(Approximation::Exact);
 }
 
 TEST_F(EmulatorChecks, ShufflesFollowThePtxIsa) {

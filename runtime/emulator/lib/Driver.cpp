@@ -11,6 +11,7 @@
 
 #include "Interpreter.h"
 
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -18,6 +19,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 using namespace tilefuse::emulator;
@@ -53,6 +55,7 @@ struct State {
   std::deque<LaunchRecord> records;
   unsigned hostThreads = 0;
   bool trafficDetail = false;
+  std::optional<Approximation> approximation; // by setApproximation
   uint64_t blockInstructionBudget = 0;
   bool log = false;
   std::map<std::string, int> registers; // per function name (setRegisters)
@@ -238,6 +241,12 @@ void tilefuse::emulator::setRegisters(const std::string &function,
   s.registers[function] = registers;
 }
 
+void tilefuse::emulator::setApproximation(Approximation mode) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.approximation = mode;
+}
+
 void tilefuse::emulator::setTrafficDetail(bool on) {
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -283,6 +292,23 @@ int cuInit(unsigned flags) {
   s.log = log && llvm::StringRef(log).contains("emulate");
   if (!s.hostThreads && !(s.hostThreads = defaultHostThreads()))
     return lastResult;
+  if (!s.approximation) {
+    llvm::StringRef text =
+        llvm::StringRef(std::getenv("TILEFUSE_EMULATE_APPROX")).trim();
+    std::optional<Approximation> mode =
+        llvm::StringSwitch<std::optional<Approximation>>(text)
+            .Case("", Approximation::Exact)
+            .Case("exact", Approximation::Exact)
+            .Case("high", Approximation::High)
+            .Case("low", Approximation::Low)
+            .Default(std::nullopt);
+    if (!mode)
+      return failWith(kInvalidValue,
+                      llvm::formatv("TILEFUSE_EMULATE_APPROX={0}: expected "
+                                    "exact, high or low",
+                                    text));
+    s.approximation = mode;
+  }
   // TILEFUSE_TARGET=emulate or emulate:sm_XX picks the chip.
   if (!s.device.configured)
     if (const char *target = std::getenv("TILEFUSE_TARGET")) {
@@ -586,6 +612,7 @@ int cuLaunchKernel(void *function, unsigned gridX, unsigned gridY,
     if (!launch.hostThreads)
       return lastResult;
     launch.trafficDetail = s.trafficDetail;
+    launch.approximation = s.approximation.value_or(Approximation::Exact);
     if (s.blockInstructionBudget)
       launch.blockInstructionBudget = s.blockInstructionBudget;
     log = s.log;

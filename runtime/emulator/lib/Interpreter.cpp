@@ -261,6 +261,11 @@ private:
   /// Runs `thread` until it stops; `Detail` also counts the thread's round
   /// trips to memory (see LaunchRecord::loadRoundTrips).
   template <bool Detail> Stop execute(Thread &thread);
+  /// An f32 `.approx` result under the launch's Approximation.
+  float approximated(double exact, FloatKind kind) const {
+    return static_cast<float>(
+        approximate(exact, kind, launch.approximation));
+  }
   void endRoundTrip(Thread &thread) {
     if (!thread.pendingLoads.empty()) {
       ++roundTrips;
@@ -955,20 +960,24 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
       break;
     }
     case Op::Ex2F32:
-      R[r[0]] = fromFloat(static_cast<float>(std::exp2(double(F(1)))));
+      R[r[0]] = fromFloat(approximated(std::exp2(double(F(1))), FloatKind::Ex2));
       break;
     case Op::Ex2FtzF32:
-      R[r[0]] = fromFloat(flushSubnormal(static_cast<float>(
-          std::exp2(double(flushSubnormal(F(1)))))));
+      R[r[0]] = fromFloat(flushSubnormal(approximated(
+          std::exp2(double(flushSubnormal(F(1)))), FloatKind::Ex2)));
       break;
     case Op::RsqrtF32:
-      R[r[0]] = fromFloat(static_cast<float>(1.0 / std::sqrt(double(F(1)))));
+      R[r[0]] = fromFloat(
+          approximated(1.0 / std::sqrt(double(F(1))), FloatKind::Rsqrt));
       break;
     case Op::SqrtApproxF32:
+      R[r[0]] = fromFloat(approximated(std::sqrt(double(F(1))), FloatKind::Sqrt));
+      break;
     case Op::SqrtF32: R[r[0]] = fromFloat(std::sqrt(F(1))); break;
     case Op::RcpF32: R[r[0]] = fromFloat(1.0f / F(1)); break;
     case Op::RcpApproxFtzF32:
-      R[r[0]] = fromFloat(flushSubnormal(1.0f / flushSubnormal(F(1))));
+      R[r[0]] = fromFloat(flushSubnormal(
+          approximated(1.0 / double(flushSubnormal(F(1))), FloatKind::Rcp)));
       break;
 #undef F
 
@@ -1018,7 +1027,8 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
         return r[i] == kNoSlot ? 0 : R[r[i]];
       };
       if (form.lanes == 1) {
-        R[r[0]] = evaluate(form, operand(1), operand(2), operand(3));
+        R[r[0]] = evaluate(form, operand(1), operand(2), operand(3),
+                           launch.approximation);
         break;
       }
       uint64_t result = 0;
@@ -1026,7 +1036,9 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
         auto half = [&](unsigned i) {
           return (operand(i) >> (16 * lane)) & 0xFFFF;
         };
-        result |= evaluate(form, half(1), half(2), half(3)) << (16 * lane);
+        result |= evaluate(form, half(1), half(2), half(3),
+                           launch.approximation)
+                  << (16 * lane);
       }
       R[r[0]] = result;
       break;

@@ -46,6 +46,7 @@ struct Launch {
   std::string chip;
   unsigned hostThreads = 1;
   bool trafficDetail = false;
+  Approximation approximation = Approximation::Exact;
   /// Thread-instructions a block may run before it fails as a runaway.
   uint64_t blockInstructionBudget = kDefaultBlockInstructionBudget;
 };

@@ -141,8 +141,28 @@ double numerics::sumToOdd(double a, double b) {
   return toDouble(bits | 1);
 }
 
+double numerics::approximate(double exact, FloatKind kind,
+                             Approximation mode) {
+  if (mode == Approximation::Exact || exact == 0 || !std::isfinite(exact))
+    return exact;
+  double ulp = std::ldexp(1.0, std::max(std::ilogb(exact) - 23, -149));
+  double bound = 0;
+  switch (kind) {
+  case FloatKind::Ex2:
+  case FloatKind::Div: bound = 2 * ulp; break;
+  case FloatKind::Rcp: bound = ulp; break;
+  case FloatKind::Rsqrt: bound = std::exp2(-22.9) * std::fabs(exact); break;
+  case FloatKind::Sqrt: bound = std::ldexp(std::fabs(exact), -23); break;
+  default: return exact;
+  }
+  bool up = mode == Approximation::High;
+  return roundToFormat(exact + (up ? bound : -bound), FloatFormat::F32,
+                       up ? Rounding::Down : Rounding::Up);
+}
+
 uint64_t numerics::evaluate(const FloatForm &form, uint64_t aBits,
-                            uint64_t bBits, uint64_t cBits) {
+                            uint64_t bBits, uint64_t cBits,
+                            Approximation approximation) {
   FloatFormat format = form.format;
   bool f64 = format == FloatFormat::F64;
   double a = decode(aBits, format), b = decode(bBits, format),
@@ -193,10 +213,12 @@ uint64_t numerics::evaluate(const FloatForm &form, uint64_t aBits,
                    : (std::signbit(a) != std::signbit(b) ? -0.0 : 0.0);
       rounding = Rounding::Nearest;
     } else if (form.approx) {
-      // Computed as the IEEE operation (more accurate than .approx).
+      // The exact operation, moved as `approximation` says (f32).
       result = form.kind == FloatKind::Div    ? a / b
                : form.kind == FloatKind::Sqrt ? std::sqrt(a)
                                               : 1.0 / a;
+      if (format == FloatFormat::F32)
+        result = approximate(result, form.kind, approximation);
       rounding = Rounding::Nearest;
     } else if (directed) {
       // Rounded in the same direction in f64 first: directed roundings
@@ -214,8 +236,12 @@ uint64_t numerics::evaluate(const FloatForm &form, uint64_t aBits,
                                               : 1.0f / x;
     }
     break;
-  case FloatKind::Rsqrt: result = 1.0 / std::sqrt(a); break;
-  case FloatKind::Ex2: result = std::exp2(a); break;
+  case FloatKind::Rsqrt:
+  case FloatKind::Ex2:
+    result = form.kind == FloatKind::Ex2 ? std::exp2(a) : 1.0 / std::sqrt(a);
+    if (format == FloatFormat::F32)
+      result = approximate(result, form.kind, approximation);
+    break;
   case FloatKind::Lg2: result = std::log2(a); break;
   case FloatKind::Min:
     result = minOf(a, b, form.nan, canonicalNaN);

@@ -19,6 +19,7 @@
 #define TILEFUSE_EMULATOR_NUMERICS_H
 
 #include "Program.h"
+#include "tilefuse/Emulator/Emulator.h"
 
 #include "llvm/ADT/bit.h"
 
@@ -128,10 +129,15 @@ template <typename T> bool compare(Compare op, T a, T b) {
   return false;
 }
 
+/// An f32 `.approx` instruction's result under `mode` (Emulator.h's
+/// Approximation), from its exact value.
+double approximate(double exact, FloatKind kind, Approximation mode);
+
 /// FloatGeneric: every floating-point form without a dedicated op, one
 /// lane (f16x2 and bf16x2 call it per half). Operands and result are bits
 /// of `form.format`.
-uint64_t evaluate(const FloatForm &form, uint64_t a, uint64_t b, uint64_t c);
+uint64_t evaluate(const FloatForm &form, uint64_t a, uint64_t b, uint64_t c,
+                  Approximation approximation);
 
 /// CvtGeneric: cvt between any two scalar types.
 uint64_t convert(const ConversionForm &form, uint64_t value);

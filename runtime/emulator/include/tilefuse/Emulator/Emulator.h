@@ -144,6 +144,19 @@ void setBlockInstructionBudget(uint64_t budget);
 /// reported error do not depend on it.
 void setHostThreads(unsigned threads);
 
+/// What the f32 `.approx` instructions return. Exact: the exact result
+/// rounded to nearest (more accurate than the hardware). High and Low: the
+/// exact result moved up or down by the whole error PTX allows (ex2 and div
+/// 2 ulp, rcp 1 ulp, rsqrt 2^-22.9 and sqrt 2^-23 relative), rounded
+/// toward the exact one: every approximation biased the same way, the
+/// worst case for sums of them. f16/bf16 ex2, lg2 and f64 stay exact.
+enum class Approximation { Exact, High, Low };
+
+/// The mode for launches from now on; cuInit takes it from
+/// TILEFUSE_EMULATE_APPROX (exact, high or low; unset: exact) unless this
+/// was called first.
+void setApproximation(Approximation mode);
+
 } // namespace tilefuse::emulator
 
 #endif // TILEFUSE_EMULATOR_EMULATOR_H
