@@ -1812,11 +1812,16 @@ Value finalizeRowGroups(OpBuilder &b, Location loc, KernelOp kernel,
 /// at constant offsets, and adds their total; then the rows left over one
 /// at a time. (Rows indexed one by one in an unrolled loop gave LLVM eight
 /// loop-invariant bases, which its loop strength reduction searched for
-/// 45-50% of the finalize's code generation.)
+/// 45-50% of the finalize's code generation.) With `freezeStart` the first
+/// row's address is frozen: loop strength reduction otherwise searches the
+/// rewrites of each of its terms (the partials, `first`, the block's and
+/// the thread's column) for every load (10-13 ms of a GPU finalize's code
+/// generation).
 SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
                                    ValueRange arguments, Value column,
                                    int64_t n, Value first, Value count,
-                                   int64_t maxCount, int64_t group = 1) {
+                                   int64_t maxCount, int64_t group,
+                                   bool freezeStart) {
   Value groups =
       arith::DivUIOp::create(b, loc, count, indexConstant(b, loc, group));
   Value groupedRows =
@@ -1838,20 +1843,17 @@ SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
               arith::MulIOp::create(b, loc, rows,
                                     indexConstant(b, loc, n)))});
     };
-    // partials[first, column], frozen: loop strength reduction otherwise
-    // searches the rewrites of every term of this address (partials, first,
-    // the block's and the thread's column) for each load that uses it.
-    Value start = LLVM::FreezeOp::create(
-        b, loc,
-        LLVM::GEPOp::create(
-            b, loc, partials.getType(), compute, partials,
-            ValueRange{arith::IndexCastOp::create(
-                b, loc, b.getI64Type(),
-                arith::AddIOp::create(
-                    b, loc,
-                    arith::MulIOp::create(b, loc, first,
-                                          indexConstant(b, loc, n)),
-                    column))}));
+    // partials[first, column]
+    Value start = LLVM::GEPOp::create(
+        b, loc, partials.getType(), compute, partials,
+        ValueRange{arith::IndexCastOp::create(
+            b, loc, b.getI64Type(),
+            arith::AddIOp::create(
+                b, loc,
+                arith::MulIOp::create(b, loc, first, indexConstant(b, loc, n)),
+                column))});
+    if (freezeStart)
+      start = LLVM::FreezeOp::create(b, loc, start);
     auto combineInOrder = [&](ValueRange lhs,
                               ValueRange rhs) -> SmallVector<Value> {
       return {combineReduction(b, loc, kind, lhs[0], rhs[0])};
@@ -2122,7 +2124,7 @@ void emitGPUFinalize(OpBuilder &b, Location loc, KernelOp kernel,
       indexConstant(b, loc, 0));
   SmallVector<Value> totals =
       combinePartials(b, loc, kernel, arguments, column, n, first, count,
-                      kMaxSliceRows, kFinalizeGroup);
+                      kMaxSliceRows, kFinalizeGroup, /*freezeStart=*/true);
   ValueRange slots = finalize.getWorkgroupAttributions();
   for (auto [total, slot] : llvm::zip(totals, slots))
     memref::StoreOp::create(b, loc, total, slot, thread);
@@ -2826,7 +2828,7 @@ LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
       combinePartials(b, loc, kernel, arguments, column, shape->n,
                       indexConstant(b, loc, 0),
                       finalizeRowGroups(b, loc, kernel, arguments),
-                      kMaxCpuPartialRows));
+                      kMaxCpuPartialRows, /*group=*/1, /*freezeStart=*/false));
   b.setInsertionPointToEnd(finalizeEntry);
   func::ReturnOp::create(b, loc);
   return success();

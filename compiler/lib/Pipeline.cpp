@@ -232,7 +232,7 @@ LogicalResult emitPTX(ModuleOp module, const CompileOptions &options,
   llvm::CGSCCAnalysisManager cgscc;
   llvm::ModuleAnalysisManager modules;
   // `--time-passes` times the optimization pipeline as well as code
-  // generation (the instrumentation costs a little on every compile).
+  // generation (instrumented only then: it costs time).
   llvm::PassInstrumentationCallbacks instrumentation;
   std::optional<llvm::StandardInstrumentations> standard;
   if (llvm::TimePassesIsEnabled) {

@@ -137,3 +137,31 @@ except ValueError as error:
     assert "TILEFUSE_EMULATE_APPROX=worst: expected exact, high or low" in done.stdout, done.stdout
     assert ("tilefuse.emulator.set_approximation: mode must be 'exact', 'high' or 'low', "
             "got 'worst'") in done.stdout, done.stdout
+
+
+def test_approximation_modes_move_the_results(tmp_path):
+    # exp of f32 goes through ex2.approx: from TILEFUSE_EMULATE_APPROX=high,
+    # then set_approximation, results above / at / below the exact ones.
+    script = """
+import torch, tilefuse, tilefuse.emulator
+@tilefuse.fusion
+def exponential(x):
+    return tilefuse.exp(x)
+x = torch.linspace(-20, 20, 4096).reshape(4, 1024)
+exact = torch.exp(x.double())
+high = exponential(x).double()
+tilefuse.emulator.set_approximation("exact")
+rounded = exponential(x).double()
+tilefuse.emulator.set_approximation("low")
+low = exponential(x).double()
+ulp = torch.finfo(torch.float32).eps * exact
+print(((high - exact) / ulp).mean().item(), ((rounded - exact) / ulp).abs().max().item(),
+      ((low - exact) / ulp).mean().item())
+"""
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_TARGET="emulate",
+                      TILEFUSE_EMULATE_APPROX="high")
+    assert done.returncode == 0, done.stderr
+    high, rounded, low = map(float, done.stdout.split())
+    # In ulps of the exact value (an upper bound of float32's spacing).
+    assert high > 0.5 and low < -0.5, done.stdout
+    assert rounded <= 1.5, done.stdout

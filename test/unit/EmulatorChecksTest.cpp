@@ -793,32 +793,74 @@ TEST_F(EmulatorChecks, EdgeCasesComputeWhatThePtxIsaDefines) {
                                    << out[i] << ", want 0x" << expected[i];
 }
 
-/// The f32 .approx instructions under each Approximation: Exact gives the
-/// exact result rounded to nearest; High and Low move it by PTX's whole
-/// bound (2 ulp for ex2 and div, 1 for rcp, 2^-22.9 and 2^-23 relative for
-/// rsqrt and sqrt), never past it, on the fast and the generic paths.
+/// What an f32 .approx instruction must return under `mode`: Exact, the
+/// exact result rounded to nearest; High/Low, the farthest float above/below
+/// it within `bound`, stopping at a zero of its sign; results that round to
+/// 0, infinity or NaN as they are; then flushed if `ftz`.
+float expectedApproximation(tilefuse::emulator::Approximation mode,
+                            double exact, double bound, bool ftz) {
+  using tilefuse::emulator::Approximation;
+  float result = static_cast<float>(exact);
+  if (mode != Approximation::Exact && std::isfinite(result) && result != 0 &&
+      std::fabs(exact) > 0x1p-150) {
+    bool up = mode == Approximation::High;
+    double moved = up ? exact + bound : exact - bound;
+    if (std::signbit(moved) != std::signbit(exact) || moved == 0) {
+      result = std::copysign(0.0f, result);
+    } else {
+      result = static_cast<float>(moved);
+      if (up ? result > moved : result < moved)
+        result = std::nextafter(result, up ? -INFINITY : INFINITY);
+    }
+  }
+  if (ftz && std::fpclassify(result) == FP_SUBNORMAL)
+    result = std::copysign(0.0f, result);
+  return result;
+}
+
+/// Restores Exact when a test that changed the mode ends.
+struct ExactAfterwards {
+  ~ExactAfterwards() {
+    tilefuse::emulator::setApproximation(
+        tilefuse::emulator::Approximation::Exact);
+  }
+};
+
+/// The f32 .approx instructions under each Approximation, on the fast and
+/// the generic paths: Exact rounds the exact result to nearest; High and
+/// Low move it by PTX's whole bound (2 ulp for ex2 and div, 1 for rcp,
+/// 2^-22.9 and 2^-23 relative for rsqrt and sqrt), never past it, never
+/// across zero, never off infinity, zero or NaN.
 TEST_F(EmulatorChecks, ApproximationsMoveByThePtxBound) {
   using tilefuse::emulator::Approximation;
+  ExactAfterwards restore;
   ASSERT_EQ(load("approximations"), 0);
+  // Positive arguments, then negative ones, results that overflow,
+  // underflow to subnormals or zero, and infinities.
   std::vector<float> in;
   for (float x = 0.01f; x < 40; x *= 1.37f)
+    in.push_back(x);
+  for (float x : {-3.5f, -0.3f, -130.0f, -149.5f, -200.0f, 128.0f, 200.0f,
+                  0x1p-140f, -INFINITY, INFINITY})
     in.push_back(x);
   struct Slot {
     const char *name;
     double (*exact)(double);
     bool relative; // the bound: relative, else in ulps of the exact value
     double bound;
+    bool ftz;
   };
   const Slot slots[] = {
-      {"ex2", [](double x) { return std::exp2(x); }, false, 2},
-      {"ex2.ftz", [](double x) { return std::exp2(x); }, false, 2},
-      {"div.approx", [](double x) { return 3 / x; }, false, 2},
-      {"rcp.approx.ftz", [](double x) { return 1 / x; }, false, 1},
+      {"ex2", [](double x) { return std::exp2(x); }, false, 2, false},
+      {"ex2.ftz", [](double x) { return std::exp2(x); }, false, 2, true},
+      {"div.approx", [](double x) { return 3 / x; }, false, 2, false},
+      {"rcp.approx.ftz", [](double x) { return 1 / x; }, false, 1, true},
       {"rsqrt", [](double x) { return 1 / std::sqrt(x); }, true,
-       std::exp2(-22.9)},
-      {"sqrt", [](double x) { return std::sqrt(x); }, true, std::exp2(-23)},
-      {"rcp.approx", [](double x) { return 1 / x; }, false, 1},
-      {"div.full", [](double x) { return 3 / x; }, false, 2},
+       std::exp2(-22.9), false},
+      {"sqrt", [](double x) { return std::sqrt(x); }, true, std::exp2(-23),
+       false},
+      {"rcp.approx", [](double x) { return 1 / x; }, false, 1, false},
+      {"div.full", [](double x) { return 3 / x; }, false, 2, false},
   };
   for (Approximation mode :
        {Approximation::Exact, Approximation::High, Approximation::Low}) {
@@ -830,33 +872,31 @@ TEST_F(EmulatorChecks, ApproximationsMoveByThePtxBound) {
                       {"out", out.data(), out.size() * 4}}),
               0)
         << message(kLaunchFailed);
+    int moved = 0;
     for (size_t i = 0; i < in.size(); ++i)
       for (size_t k = 0; k < std::size(slots); ++k) {
         const Slot &slot = slots[k];
-        double exact = slot.exact(in[i]), got = out[8 * i + k];
-        SCOPED_TRACE(::testing::Message()
-                     << slot.name << "(" << in[i] << "), mode "
-                     << static_cast<int>(mode));
-        double ulp = std::ldexp(1.0, std::ilogb(exact) - 23);
-        double bound = slot.relative ? slot.bound * exact : slot.bound * ulp;
-        switch (mode) {
-        case Approximation::Exact:
-          EXPECT_EQ(got, static_cast<float>(exact));
-          break;
-        case Approximation::High:
-          EXPECT_GT(got, exact);
-          EXPECT_LE(got - exact, bound);
-          EXPECT_GT(got - exact, bound - ulp) << "less than the bound allows";
-          break;
-        case Approximation::Low:
-          EXPECT_LT(got, exact);
-          EXPECT_LE(exact - got, bound);
-          EXPECT_GT(exact - got, bound - ulp) << "less than the bound allows";
-          break;
-        }
+        float x = slot.ftz && std::fpclassify(in[i]) == FP_SUBNORMAL
+                      ? std::copysign(0.0f, in[i])
+                      : in[i];
+        double exact = slot.exact(x);
+        double ulp = std::ldexp(1.0, std::max(std::ilogb(exact) - 23, -149));
+        double bound = slot.relative ? slot.bound * std::fabs(exact)
+                                     : slot.bound * ulp;
+        float want = expectedApproximation(mode, exact, bound, slot.ftz);
+        float got = out[8 * i + k];
+        moved += got != static_cast<float>(exact);
+        EXPECT_TRUE(got == want || (std::isnan(got) && std::isnan(want)))
+            << slot.name << "(" << in[i] << "), mode "
+            << static_cast<int>(mode) << ": got " << got << ", want " << want
+            << " (exact " << exact << ")";
+        if (got == 0 && want == 0)
+          EXPECT_EQ(std::signbit(got), std::signbit(want))
+              << slot.name << "(" << in[i] << ")";
       }
+    if (mode != Approximation::Exact)
+      EXPECT_GT(moved, int(6 * in.size())) << "most results move";
   }
-  tilefuse::emulator::setApproximation(Approximation::Exact);
 }
 
 TEST_F(EmulatorChecks, ShufflesFollowThePtxIsa) {

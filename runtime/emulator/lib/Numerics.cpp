@@ -143,7 +143,9 @@ double numerics::sumToOdd(double a, double b) {
 
 double numerics::approximate(double exact, FloatKind kind,
                              Approximation mode) {
-  if (mode == Approximation::Exact || exact == 0 || !std::isfinite(exact))
+  // Results that round to 0 or to infinity in f32 stay so.
+  if (mode == Approximation::Exact || std::fabs(exact) <= 0x1p-150 ||
+      std::fabs(exact) >= 0x1.ffffffp127 || std::isnan(exact))
     return exact;
   double ulp = std::ldexp(1.0, std::max(std::ilogb(exact) - 23, -149));
   double bound = 0;
@@ -156,7 +158,11 @@ double numerics::approximate(double exact, FloatKind kind,
   default: return exact;
   }
   bool up = mode == Approximation::High;
-  return roundToFormat(exact + (up ? bound : -bound), FloatFormat::F32,
+  double moved = exact + (up ? bound : -bound);
+  // A subnormal result never crosses zero: it stops at a zero of its sign.
+  if (std::signbit(moved) != std::signbit(exact) || moved == 0)
+    return std::copysign(0.0, exact);
+  return roundToFormat(moved, FloatFormat::F32,
                        up ? Rounding::Down : Rounding::Up);
 }
 
