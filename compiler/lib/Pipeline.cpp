@@ -507,8 +507,7 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
 
   if (failed(runPipeline(module,
                          "convert-scf-to-cf, gpu.module(convert-gpu-to-nvvm{"
-                         "index-bitwidth=64}, reconcile-unrealized-casts, "
-                         "canonicalize, cse)",
+                         "index-bitwidth=64}, reconcile-unrealized-casts)",
                          "nvvm", result)))
     return failure();
   passTablesByValue(module);
