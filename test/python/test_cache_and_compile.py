@@ -61,18 +61,26 @@ def test_torch_compile_fullgraph_keeps_fused_ops(backend):
     torch.testing.assert_close(compiled(x, w), eager)
 
 
-def test_dump_writes_every_stage(tmp_path):
+@pytest.mark.parametrize("target, stages, last", [
+    ("cpu", ["fuse", "specialized", "tiled", "loops", "llvm-dialect", "llvm"],
+     "define void @rms_norm_fwd("),
+    ("emulate", ["fuse", "specialized", "tiled", "loops", "nvvm", "llvm", "ptx"],
+     ".visible .entry rms_norm_fwd("),
+])
+def test_dump_writes_every_stage(tmp_path, target, stages, last):
     script = ("import torch, tilefuse\n"
               "tilefuse.functional.rms_norm(torch.randn(2, 24), (24,), None, 1e-6)\n")
     done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path / "cache"),
-                      TILEFUSE_DUMP=str(tmp_path / "dump"))
+                      TILEFUSE_DUMP=str(tmp_path / "dump"), TILEFUSE_TARGET=target)
     assert done.returncode == 0, done.stderr
     files = sorted(os.listdir(tmp_path / "dump"))
-    stages = [name.split(".")[-2].split("-", 1)[1] for name in files]
-    assert stages == ["fuse", "specialized", "tiled", "loops", "llvm-dialect", "llvm"]
+    assert [name.split(".")[-2].split("-", 1)[1] for name in files] == stages
     assert all(name.startswith("rms_norm_fwd-") for name in files)
+    for name in files[:-1]:
+        with open(tmp_path / "dump" / name) as f:
+            assert "rms_norm_fwd" in f.read(), name
     with open(tmp_path / "dump" / files[-1]) as f:
-        assert "define void @rms_norm_fwd(" in f.read()
+        assert last in f.read()
 
 
 def test_always_compile_bypasses_every_cache(tmp_path):
