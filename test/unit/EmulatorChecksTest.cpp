@@ -880,7 +880,11 @@ TEST_F(EmulatorChecks, ApproximationsMoveByThePtxBound) {
                       ? std::copysign(0.0f, in[i])
                       : in[i];
         double exact = slot.exact(x);
-        double ulp = std::ldexp(1.0, std::max(std::ilogb(exact) - 23, -149));
+        // No ulp for 0, infinity or NaN (ilogb: INT_MIN or INT_MAX).
+        double ulp =
+            exact != 0 && std::isfinite(exact)
+                ? std::ldexp(1.0, std::max(std::ilogb(exact) - 23, -149))
+                : 0;
         double bound = slot.relative ? slot.bound * std::fabs(exact)
                                      : slot.bound * ulp;
         float want = expectedApproximation(mode, exact, bound, slot.ftz);
