@@ -411,14 +411,11 @@ PYBIND11_MODULE(_C, m) {
     return launches;
   }, "The PTX emulator's launches since the last call (and forgets them).");
   m.def("emulator_set_approximation", [](const std::string &mode) {
-    if (mode == "exact")
-      emulator::setApproximation(emulator::Approximation::Exact);
-    else if (mode == "high")
-      emulator::setApproximation(emulator::Approximation::High);
-    else if (mode == "low")
-      emulator::setApproximation(emulator::Approximation::Low);
-    else
+    std::optional<emulator::Approximation> parsed =
+        emulator::parseApproximation(mode);
+    if (!parsed)
       throw py::value_error("tilefuse.emulator.set_approximation: mode must "
                             "be 'exact', 'high' or 'low', got '" + mode + "'");
+    emulator::setApproximation(*parsed);
   }, "What the emulator's f32 .approx instructions return from now on.");
 }

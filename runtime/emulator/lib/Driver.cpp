@@ -247,6 +247,15 @@ void tilefuse::emulator::setApproximation(Approximation mode) {
   s.approximation = mode;
 }
 
+std::optional<Approximation>
+tilefuse::emulator::parseApproximation(std::string_view name) {
+  return llvm::StringSwitch<std::optional<Approximation>>(name)
+      .Case("exact", Approximation::Exact)
+      .Case("high", Approximation::High)
+      .Case("low", Approximation::Low)
+      .Default(std::nullopt);
+}
+
 void tilefuse::emulator::setTrafficDetail(bool on) {
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -295,13 +304,9 @@ int cuInit(unsigned flags) {
   if (!s.approximation) {
     llvm::StringRef text =
         llvm::StringRef(std::getenv("TILEFUSE_EMULATE_APPROX")).trim();
+    // Unset or empty: exact.
     std::optional<Approximation> mode =
-        llvm::StringSwitch<std::optional<Approximation>>(text)
-            .Case("", Approximation::Exact)
-            .Case("exact", Approximation::Exact)
-            .Case("high", Approximation::High)
-            .Case("low", Approximation::Low)
-            .Default(std::nullopt);
+        text.empty() ? Approximation::Exact : parseApproximation(text);
     if (!mode)
       return failWith(kInvalidValue,
                       llvm::formatv("TILEFUSE_EMULATE_APPROX={0}: expected "

@@ -26,7 +26,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 extern "C" {
@@ -156,6 +158,9 @@ enum class Approximation { Exact, High, Low };
 /// TILEFUSE_EMULATE_APPROX (exact, high or low; unset: exact) unless this
 /// was called first.
 void setApproximation(Approximation mode);
+
+/// The mode named "exact", "high" or "low"; nullopt for any other name.
+std::optional<Approximation> parseApproximation(std::string_view name);
 
 } // namespace tilefuse::emulator
 
