@@ -552,6 +552,7 @@ private:
     Value valid; // i1: base < n (null when every chunk is full)
     Value slot;  // chunk * threads_per_row + lane, unclamped
     bool staged = false; // its re-read inputs live in shared memory
+    bool partialOnChip = false; // its column partials live there
     DenseMap<Value, Value> values;
   };
 
@@ -581,8 +582,9 @@ private:
   Value sharedOffset(const Chunk &chunk);
   /// Row group `group`'s region at `offset` bytes into its shared memory.
   Value sharedRegion(Value group, int64_t offset);
-  /// A loop over this thread's chunks, `body(chunk)` in it.
-  void forEachChunk(function_ref<void(Chunk &)> body);
+  /// A loop over this thread's chunks [first, end), `body(chunk)` in it.
+  void forEachChunk(int64_t first, int64_t end,
+                    function_ref<void(Chunk &)> body);
   void streamChunks(int64_t first, int64_t count, bool staged,
                     ArrayRef<RowReduction> reductions, bool isFinal,
                     SmallVectorImpl<ReductionState> &accumulators);
@@ -750,12 +752,13 @@ void RowProgramEmitter::bindStage(Value blockBase, Value group,
     return pointer;
   };
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
-  if (config.partialsOnChip)
+  if (config.partialChunks)
     for (auto [index, output] : llvm::enumerate(yield.getValues()))
       if (ReduceOp reduce = columnReductionOf(output)) {
         partialOffsets[index] = offset;
-        partialPointers[index] = region(
-            config.chunks, valueType(reduce.getInput()).getElementType());
+        partialPointers[index] =
+            region(config.partialChunks,
+                   valueType(reduce.getInput()).getElementType());
       }
   if (config.stagedChunks)
     for (BlockArgument input : rereadFullInputs(kernel))
@@ -1304,7 +1307,8 @@ void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
       // the global partials.
       ReduceOp reduce = columnReductionOf(output);
       Value value = emitInChunk(chunk, reduce.getInput());
-      Value partials = partialPointers.lookup(index);
+      Value partials =
+          chunk.partialOnChip ? partialPointers.lookup(index) : Value();
       Value offset = partials ? sharedOffset(chunk)
                               : flatOffset(rowGroup, chunk.base);
       unsigned align = partials ? sharedAlignment(value.getType()) : 0;
@@ -1379,14 +1383,16 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
       emitChunkWork(chunk, isFinal, reductions, accumulators);
   } else {
     // Streamed: the staged chunks (from shared memory once a pass staged
-    // them), then the rest of the row (from global memory every pass).
+    // them), then the rest of the row (from global memory every pass); the
+    // final pass also splits where the column partials leave shared memory.
     stagedThisPass.clear();
-    int64_t staged = config.stagedChunks;
-    if (staged)
-      streamChunks(0, staged, /*staged=*/true, reductions, isFinal,
-                   accumulators);
-    if (staged < config.chunks)
-      streamChunks(staged, config.chunks - staged, /*staged=*/false,
+    SmallVector<int64_t> bounds = {0, config.stagedChunks, config.chunks};
+    if (isFinal)
+      bounds.push_back(config.partialChunks);
+    llvm::sort(bounds);
+    bounds.erase(llvm::unique(bounds), bounds.end());
+    for (auto [first, end] : llvm::zip(bounds, llvm::drop_begin(bounds)))
+      streamChunks(first, end - first, first < config.stagedChunks,
                    reductions, isFinal, accumulators);
     inSharedMemory.insert(stagedThisPass.begin(), stagedThisPass.end());
   }
@@ -1495,11 +1501,20 @@ void RowProgramEmitter::streamChunks(
   });
   bool stores = storesOutputs(isFinal);
   bool afterReductions = isFinal && finalLevel > 0 && reductions.empty();
-  int64_t group = !config.isGPU()               ? 1
-                  : staged                      ? kStagedUnroll
-                  : stores && afterReductions   ? kFinalPassGroup
-                  : merged || stores            ? kStreamGroup
-                                                : 1;
+  // Where only the first chunks' column partials fit in shared memory, the
+  // final pass over those takes kStreamGroup: kFinalPassGroup made ptxas
+  // spill 12-80 bytes (layer_norm_bwd bf16 n >= 32000, sm_90); one chunk
+  // at a time spills nothing on sm_80/sm_86 either (kStreamGroup: 4-8
+  // bytes there) but is latency-bound in the model (layer_norm_bwd bf16
+  // n = 32000: 50% -> 40%).
+  bool partlyOnChip = isFinal && first < config.partialChunks &&
+                      config.partialChunks < config.chunks;
+  int64_t group = !config.isGPU()                     ? 1
+                  : staged                            ? kStagedUnroll
+                  : stores && afterReductions && !partlyOnChip
+                      ? kFinalPassGroup
+                  : merged || stores || partlyOnChip  ? kStreamGroup
+                                                      : 1;
   // Only a pass that stores (its outputs, or the chunks it stages) needs
   // its loads first. A pass that only loads has its innermost loop unrolled
   // instead, which keeps its blocks of chunks (a group per iteration made
@@ -1538,8 +1553,10 @@ void RowProgramEmitter::streamChunks(
                 arith::MulIOp::create(b, loc, index,
                                       indexConstant(b, loc, size)),
                 indexConstant(b, loc, start + member))));
-          for (Chunk &chunk : chunks)
+          for (Chunk &chunk : chunks) {
             chunk.staged = staged;
+            chunk.partialOnChip = first < config.partialChunks;
+          }
           if (preload)
             preloadInputs(chunks, chunkInputs);
           SmallVector<ReductionState> states = unflatten(carried);
@@ -1565,9 +1582,12 @@ void RowProgramEmitter::streamChunks(
     append(fold(first + groups * size, rest, 1));
 }
 
-void RowProgramEmitter::forEachChunk(function_ref<void(Chunk &)> body) {
-  auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, 0),
-                                 indexConstant(b, loc, config.chunks),
+void RowProgramEmitter::forEachChunk(int64_t first, int64_t end,
+                                     function_ref<void(Chunk &)> body) {
+  if (first == end)
+    return;
+  auto loop = scf::ForOp::create(b, loc, indexConstant(b, loc, first),
+                                 indexConstant(b, loc, end),
                                  indexConstant(b, loc, 1));
   OpBuilder::InsertionGuard insertion(b);
   b.setInsertionPointToStart(loop.getBody());
@@ -1582,17 +1602,16 @@ void RowProgramEmitter::emitPartialsInit(Value rowGroupIndex) {
     if (!reduce)
       continue;
     Type elementType = valueType(reduce.getInput()).getElementType();
-    Value onChip = partialPointers.lookup(index);
-    forEachChunk([&](Chunk &chunk) {
-      Value identity = arith::ConstantOp::create(
-          b, loc,
-          SplatElementsAttr::get(chunkType(elementType),
-                                 reductionIdentity(reduce.getKind(), elementType)));
-      if (onChip) {
-        store(identity, onChip, sharedOffset(chunk),
-              sharedAlignment(identity.getType()));
-        return;
-      }
+    Value identity = arith::ConstantOp::create(
+        b, loc,
+        SplatElementsAttr::get(chunkType(elementType),
+                               reductionIdentity(reduce.getKind(), elementType)));
+    // The chunks on chip, then those in global memory.
+    forEachChunk(0, config.partialChunks, [&](Chunk &chunk) {
+      store(identity, partialPointers.lookup(index), sharedOffset(chunk),
+            sharedAlignment(identity.getType()));
+    });
+    forEachChunk(config.partialChunks, config.chunks, [&](Chunk &chunk) {
       Value offset = flatOffset(rowGroupIndex, chunk.base);
       emitGuarded(b, loc, chunk.valid,
                   [&] { store(identity, outputs.lookup(index), offset); });
@@ -1603,8 +1622,9 @@ void RowProgramEmitter::emitPartialsInit(Value rowGroupIndex) {
 void RowProgramEmitter::emitPartialsFlush(Value partialRow) {
   if (partialPointers.empty())
     return;
-  // The first row group's threads combine every row group's partials once
-  // all of them have added their last row.
+  // The first row group's threads combine every row group's partials on
+  // chip once all of them have added their last row (the chunks in global
+  // memory are there already).
   bool grouped = config.rowsPerBlock > 1;
   if (grouped)
     gpu::BarrierOp::create(b, loc);
@@ -1621,7 +1641,7 @@ void RowProgramEmitter::emitPartialsFlush(Value partialRow) {
       ReduceOp reduce = columnReductionOf(output);
       VectorType type =
           chunkType(valueType(reduce.getInput()).getElementType());
-      forEachChunk([&](Chunk &chunk) {
+      forEachChunk(0, config.partialChunks, [&](Chunk &chunk) {
         Value slot = sharedOffset(chunk);
         auto partialOf = [&](Value group) {
           return load(sharedRegion(group, partialOffsets.lookup(index)), type,
@@ -1666,8 +1686,10 @@ LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
       rowValues[arg] = load(inputs.lookup(arg), type.getElementType(), row);
   }
   if (config.rowOnChip)
-    for (int64_t c = 0; c < config.chunks; ++c)
+    for (int64_t c = 0; c < config.chunks; ++c) {
       onChipChunks.push_back(makeChunk(indexConstant(b, loc, c)));
+      onChipChunks.back().partialOnChip = c < config.partialChunks;
+    }
 
   for (int level = 0; level <= maxLevel; ++level) {
     if (failed(emitRowScopeOps(level)))

@@ -35,6 +35,20 @@ Type elementType(BlockArgument input) {
   return cast<ValueType>(input.getType()).getElementType();
 }
 
+/// The bytes `chunks` chunks per thread of every column partial take per
+/// block.
+int64_t partialBytes(KernelOp kernel, const TileConfig &config,
+                     int64_t chunks) {
+  int64_t bytes = 0;
+  kernel.walk([&](ReduceOp reduce) {
+    if (!reduce.isRowReduction())
+      bytes += sharedRegionBytes(
+          config, chunks,
+          cast<ValueType>(reduce.getInput().getType()).getElementType());
+  });
+  return bytes * config.rowsPerBlock;
+}
+
 /// The bytes the staged chunks of `reread` take per block.
 int64_t stagedBytes(const TileConfig &config, ArrayRef<BlockArgument> reread) {
   int64_t bytes = 0;
@@ -52,7 +66,7 @@ struct FuseStageRowsPass
     if (failed(config) || failed(shape))
       return signalPassFailure();
     config->stagedChunks = config->stageBytes = 0;
-    config->partialsOnChip = false;
+    config->partialChunks = 0;
     if (config->isGPU() && !shape->multiTensor)
       choose(kernel, *shape, *config);
     kernel->setAttr("fuse.tile", config->toAttr(&getContext()));
@@ -61,19 +75,23 @@ struct FuseStageRowsPass
   void choose(KernelOp kernel, const KernelShape &shape, TileConfig &config) {
     int64_t budget = maxSharedBytesPerBlock(config.target) -
                      reductionSharedBytes(kernel, config);
-    // Column partials first: each is read and written for every row.
-    int64_t partialBytes = 0;
-    kernel.walk([&](ReduceOp reduce) {
-      if (!reduce.isRowReduction())
-        partialBytes += sharedRegionBytes(
-            config, config.chunks,
-            cast<ValueType>(reduce.getInput().getType()).getElementType());
-    });
-    partialBytes *= config.rowsPerBlock;
-    if (partialBytes && partialBytes <= budget) {
-      config.partialsOnChip = true;
-      config.stageBytes = partialBytes;
-      budget -= partialBytes;
+    // Column partials first: an element of a partial off chip costs a
+    // load and a store for every row, a staged element a load per later
+    // pass. All of them, or, where a block has one row group (its partial
+    // rows are then per block either way) and streams its row, as many
+    // chunks as fit (a region of k chunks takes at most k times one
+    // chunk's bytes). A row kept in registers beside split partials made
+    // ptxas spill (layer_norm_bwd f32 n = 16384 on sm_86: 32 -> 116 bytes).
+    if (int64_t perChunk = partialBytes(kernel, config, 1)) {
+      if (partialBytes(kernel, config, config.chunks) <= budget)
+        config.partialChunks = config.chunks;
+      else if (config.rowsPerBlock == 1 && !config.rowOnChip)
+        config.partialChunks =
+            std::clamp<int64_t>(budget / perChunk, 0, config.chunks);
+      if (config.partialChunks) {
+        config.stageBytes = partialBytes(kernel, config, config.partialChunks);
+        budget -= config.stageBytes;
+      }
     }
     if (config.rowOnChip)
       return;

@@ -152,8 +152,9 @@ DictionaryAttr TileConfig::toAttr(MLIRContext *context) const {
     fields.push_back(
         b.getNamedAttr("stage_bytes", b.getI64IntegerAttr(stageBytes)));
   }
-  if (partialsOnChip)
-    fields.push_back(b.getNamedAttr("partials_on_chip", b.getBoolAttr(true)));
+  if (partialChunks)
+    fields.push_back(
+        b.getNamedAttr("partial_chunks", b.getI64IntegerAttr(partialChunks)));
   if (isGPU()) {
     fields.push_back(
         b.getNamedAttr("threads_per_row", b.getI64IntegerAttr(threadsPerRow)));
@@ -196,8 +197,18 @@ FailureOr<TileConfig> TileConfig::fromKernel(KernelOp kernel) {
   config.chunkElements = integer("chunk_elements", 0);
   config.stagedChunks = integer("staged_chunks", 0);
   config.stageBytes = integer("stage_bytes", 0);
-  if (auto partials = attr.getAs<BoolAttr>("partials_on_chip"))
-    config.partialsOnChip = partials.getValue();
+  config.partialChunks = integer("partial_chunks", 0);
+  // Partials on chip live in the stage's shared memory, a GPU block's; only
+  // a block of one row group splits them (its partial rows are per block
+  // either way).
+  bool split = config.partialChunks && config.partialChunks < config.chunks;
+  if (config.partialChunks < 0 || config.partialChunks > config.chunks ||
+      (config.partialChunks && (!config.isGPU() || !config.stageBytes)) ||
+      (split && config.rowsPerBlock != 1))
+    return kernel.emitError("malformed fuse.tile: partial_chunks = ")
+           << config.partialChunks
+           << " must be 0 on the CPU or without stage_bytes, at most chunks ("
+           << config.chunks << "), and all of them where rows_per_block > 1";
   return config;
 }
 

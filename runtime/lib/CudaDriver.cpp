@@ -259,9 +259,10 @@ llvm::Expected<int64_t> CudaDriver::blocks(const Loaded &loaded, int64_t rows,
   return blocks;
 }
 
-/// A row of partials per block when they stay on chip, else per row group.
+/// A row of partials per block when they stay on chip (all of them, or
+/// some where a block has one row group), else per row group.
 static int64_t partialRowsOf(const TileConfig &tile, int64_t blocks) {
-  return tile.partialsOnChip ? blocks : blocks * tile.rowsPerBlock;
+  return tile.partialChunks ? blocks : blocks * tile.rowsPerBlock;
 }
 
 llvm::Expected<int64_t>

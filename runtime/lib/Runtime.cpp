@@ -89,7 +89,7 @@ std::string tilefuse::serializeArtifact(const KernelInfo &info,
      << tile.vectorWidth << " " << tile.chunks << " " << tile.rowOnChip << " "
      << tile.blocksPerSM << " " << tile.rowsPerTask << " "
      << tile.chunkElements << " " << tile.stagedChunks << " "
-     << tile.stageBytes << " " << tile.partialsOnChip << " "
+     << tile.stageBytes << " " << tile.partialChunks << " "
      << info.multiTensor << " "
      << (info.skipIf.empty() ? "-" : info.skipIf) << "\n";
   auto field = [](const std::string &text) {
@@ -122,7 +122,7 @@ tilefuse::deserializeArtifact(llvm::StringRef artifact) {
   TileConfig &tile = info.tile;
   llvm::SmallVector<llvm::StringRef> fields;
   lines.front().split(fields, ' ');
-  unsigned onChip = 0, partialsOnChip = 0, multiTensor = 0;
+  unsigned onChip = 0, multiTensor = 0;
   if (fields.size() != 16 || fields[1].getAsInteger(10, info.n) ||
       fields[3].getAsInteger(10, tile.threadsPerRow) ||
       fields[4].getAsInteger(10, tile.rowsPerBlock) ||
@@ -134,14 +134,13 @@ tilefuse::deserializeArtifact(llvm::StringRef artifact) {
       fields[10].getAsInteger(10, tile.chunkElements) ||
       fields[11].getAsInteger(10, tile.stagedChunks) ||
       fields[12].getAsInteger(10, tile.stageBytes) ||
-      fields[13].getAsInteger(10, partialsOnChip) ||
+      fields[13].getAsInteger(10, tile.partialChunks) ||
       fields[14].getAsInteger(10, multiTensor))
     return malformed();
   info.name = fields[0].str();
   tile.target = fields[2].str();
   tile.rowOnChip = onChip;
   info.multiTensor = multiTensor;
-  tile.partialsOnChip = partialsOnChip;
   if (fields[15] != "-")
     info.skipIf = fields[15].str();
   auto optional = [](llvm::StringRef text) {

@@ -125,8 +125,10 @@ def test_norms_over_staged_rows(dtype, n):
     # Streamed rows that a GPU keeps in shared memory between passes
     # (fuse-stage-rows): whole at f32 32000 (and 32001, scalar accesses with
     # a masked tail), 28 of 32 chunks per thread at f32 65536 and bf16
-    # 128256 on sm_90, the rest read again. Rows with a large mean; both
-    # norms, forward and backward, against float64.
+    # 128256 on sm_90, the rest read again. The backward's column partials:
+    # the first 14 of 16 chunks on chip at f32 32000 (layer norm), 7 of 32
+    # at bf16 128256, the rest in global memory. Rows with a large mean;
+    # both norms, forward and backward, against float64.
     x = torch.randn(3, n, dtype=torch.float64)
     x[1] += 100
     x[2] = 1e3 + 0.1 * x[2]

@@ -154,7 +154,7 @@ TEST_F(CudaDriverTest, PersistentGridTakesOnlyResidentBlocks) {
   auto backward = kernel("rms_norm_bwd", "bf16", 4096);
   const TileConfig &tile = backward->info.tile;
   ASSERT_EQ(tile.blocksPerSM, 4);
-  ASSERT_TRUE(tile.partialsOnChip);
+  ASSERT_EQ(tile.partialChunks, tile.chunks);
   fakeCudaState().residentBlocks = 3;
   auto groups = driver->partialRows(backward, 100000, 0);
   ASSERT_TRUE(static_cast<bool>(groups));

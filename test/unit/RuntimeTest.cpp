@@ -114,6 +114,9 @@ TEST(Runtime, ArtifactRoundTrips) {
   info.tile.blocksPerSM = 4;
   info.tile.rowsPerTask = 12;
   info.tile.vectorWidth = 8;
+  info.tile.chunks = 3;
+  info.tile.stageBytes = 98304;
+  info.tile.partialChunks = 3;
   info.inputs = {{"x", PortInfo::Kind::Full, "bf16", ""},
                  {"eps", PortInfo::Kind::Scalar, "f32", ""}};
   info.outputs = {{"dw", PortInfo::Kind::Col, "bf16", "f32"}};
@@ -127,6 +130,9 @@ TEST(Runtime, ArtifactRoundTrips) {
   EXPECT_EQ(parsed->first.tile.rowsPerBlock, 2);
   EXPECT_TRUE(parsed->first.tile.rowOnChip);
   EXPECT_EQ(parsed->first.tile.blocksPerSM, 4);
+  EXPECT_EQ(parsed->first.tile.chunks, 3);
+  EXPECT_EQ(parsed->first.tile.stageBytes, 98304);
+  EXPECT_EQ(parsed->first.tile.partialChunks, 3);
   ASSERT_EQ(parsed->first.inputs.size(), 2u);
   EXPECT_EQ(parsed->first.inputs[1].kind, PortInfo::Kind::Scalar);
   ASSERT_EQ(parsed->first.outputs.size(), 1u);

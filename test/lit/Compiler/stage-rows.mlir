@@ -3,6 +3,7 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_86}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=SM86
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=ONCHIP
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=PARTIALS
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=128256}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=SPLIT
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=cpu}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=CPU
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=GPU
 // The longest row the compiler takes (2^40: half a billion chunks per
@@ -45,7 +46,7 @@
 // ONCHIP-LABEL: fuse.kernel @rms_norm
 // ONCHIP-NOT: stage
 // CPU-NOT: stage
-// CPU-NOT: partials
+// CPU-NOT: partial
 fuse.kernel @rms_norm(%x: !fuse.full<f32>, %weight: !fuse.col<f32>) -> (y: !fuse.full<f32>) {
   %sq = fuse.mul %x, %x : !fuse.full<f32>
   %ms = fuse.reduce mean %sq : !fuse.full<f32> to !fuse.row<f32>
@@ -82,15 +83,39 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 // every row) stay on chip first, then dy and x, read in both passes, are
 // staged. f32 n = 32000: the partials take 128 KiB, 6 of 16 chunks of dy
 // and x the rest (16 KiB a chunk); bf16 n = 128256: the partials (512 KiB)
-// do not fit, 14 of 32 chunks of dy and x do. n = 1024: the row stays in
-// registers, the partials (4 rows of 4 KiB) in shared memory.
+// do not fit, and 14 of their 32 chunks (16 KiB each) take the whole
+// budget, dy and x none. n = 1024: the row stays in registers, the
+// partials (4 rows of 4 KiB) in shared memory.
 // F32-LABEL: fuse.kernel @norm_bwd
-// F32-SAME: partials_on_chip = true, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 229376 : i64, staged_chunks = 6 : i64
+// F32-SAME: partial_chunks = 16 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 229376 : i64, staged_chunks = 6 : i64
 // BF16-LABEL: fuse.kernel @norm_bwd
-// BF16-NOT: partials_on_chip
-// BF16-SAME: stage_bytes = 229376 : i64, staged_chunks = 14 : i64
+// BF16-SAME: chunks = 32 : i64, partial_chunks = 14 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 229376 : i64, staged_chunks = 0 : i64
 // ONCHIP-LABEL: fuse.kernel @norm_bwd
-// ONCHIP-SAME: partials_on_chip = true, row_on_chip = true, rows_per_block = 4 : i64, stage_bytes = 16384 : i64, staged_chunks = 0 : i64
+// ONCHIP-SAME: chunks = 4 : i64, partial_chunks = 4 : i64, row_on_chip = true, rows_per_block = 4 : i64, stage_bytes = 16384 : i64, staged_chunks = 0 : i64
+// Lowered where only 14 of 32 chunks of partials fit (bf16 n = 128256):
+// those start as the identity in shared memory, the rest in the block's
+// row of the global partials; the final pass adds to the first 14 chunks'
+// in shared memory (groups of 2 chunks), to the other 18 chunks' in global
+// memory (groups of 4, the last 2 one at a time);
+// after the last row the 14 chunks are written to the global row once.
+// SPLIT-LABEL: gpu.func @norm_bwd
+// SPLIT: scf.for %{{.+}} = %c0 to %c14 step %c1 {
+// SPLIT: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xf32>, !llvm.ptr<3>
+// SPLIT: scf.for %{{.+}} = %c14 to %c32 step %c1 {
+// SPLIT: scf.if
+// SPLIT: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xf32>, !llvm.ptr<1>
+// SPLIT: scf.for %{{.+}} = %c0 to %c7 step %c1
+// SPLIT-COUNT-2: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<8xf32>
+// SPLIT-NOT: scf.for
+// SPLIT: scf.for %{{.+}} = %c0 to %c4 step %c1
+// SPLIT-COUNT-4: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xf32>
+// SPLIT: scf.for %{{.+}} = %c0 to %c2 step %c1
+// SPLIT: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xf32>
+// SPLIT: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xf32>, !llvm.ptr<1>
+// SPLIT: scf.for %{{.+}} = %c0 to %c14 step %c1 {
+// SPLIT: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<8xf32>
+// SPLIT: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xf32>, !llvm.ptr<1>
+// SPLIT: gpu.return
 // Lowered: the partials start as the identity in shared memory, each row
 // adds to them there (the thread that owns the columns, guarded by the
 // row's validity); after the last row a barrier, then the first row

@@ -45,9 +45,11 @@
 //    reduction keeps the partial of every column a thread owns in dynamic
 //    shared memory across the rows of its persistent loop (read-modified-
 //    written per row by the one thread that owns it, no barrier) and writes
-//    it to global memory once, at the end, when they fit beside the
-//    reductions' workgroup memory; they go first, staged inputs get what is
-//    left.
+//    it to global memory once, at the end; they go first, staged inputs get
+//    what is left. Where they do not all fit beside the reductions'
+//    workgroup memory and a block has one row group, the first chunks of
+//    each partial that fit stay on chip and the rest are
+//    read-modified-written in the block's row of the global partials.
 //  - a fusion with a column reduction runs a persistent grid
 //    (blocks_per_sm blocks per SM, striding over rows) so that the partials
 //    it leaves for the final reduction are bounded; others launch one
@@ -121,8 +123,11 @@ struct TileConfig {
   /// block (0: nothing staged).
   int64_t stagedChunks = 0;
   int64_t stageBytes = 0;
-  /// The column partials live in that memory too (fuse-stage-rows).
-  bool partialsOnChip = false;
+  /// The chunks per thread of each column partial kept in that memory
+  /// across the rows (fuse-stage-rows): all of them (`chunks`), none, or,
+  /// where a block has one row group, the first ones (the rest are
+  /// read-modified-written in global memory per row).
+  int64_t partialChunks = 0;
 
   bool isGPU() const { return target != "cpu"; }
   int64_t threadsPerBlock() const { return threadsPerRow * rowsPerBlock; }

@@ -1,0 +1,29 @@
+// A hand-written fuse.tile whose column partials the lowering cannot place
+// is refused, naming the field, before anything is emitted.
+// RUN: not tilefuse-opt %s -split-input-file --fuse-lower-to-cpu 2>&1 | FileCheck %s --check-prefix=CPU
+// RUN: not tilefuse-opt %s -split-input-file --fuse-lower-to-gpu 2>&1 | FileCheck %s --check-prefix=GPU
+
+// The CPU has no shared memory.
+// CPU: error: malformed fuse.tile: partial_chunks = 2 must be 0 on the CPU or without stage_bytes, at most chunks (8), and all of them where rows_per_block > 1
+fuse.kernel @cpu(%x: !fuse.full<f32>) -> (s: !fuse.col<f32>) attributes {fuse.specialization = {aligned = true, dtype = f32, n = 64 : i64}, fuse.tile = {chunks = 8 : i64, partial_chunks = 2 : i64, row_on_chip = false, rows_per_task = 1024 : i64, stage_bytes = 16384 : i64, target = "cpu", vector_width = 8 : i64}} {
+  %s = fuse.reduce sum %x : !fuse.full<f32> to !fuse.col<f32>
+  fuse.yield %s : !fuse.col<f32>
+}
+
+// -----
+
+// Split across 64 row groups of a block.
+// GPU: error: malformed fuse.tile: partial_chunks = 2 must be 0 on the CPU or without stage_bytes, at most chunks (4), and all of them where rows_per_block > 1
+fuse.kernel @split(%x: !fuse.full<f32>) -> (s: !fuse.col<f32>) attributes {fuse.specialization = {aligned = true, dtype = f32, n = 64 : i64}, fuse.tile = {blocks_per_sm = 4 : i64, chunks = 4 : i64, partial_chunks = 2 : i64, row_on_chip = false, rows_per_block = 64 : i64, stage_bytes = 8192 : i64, staged_chunks = 0 : i64, target = "sm_90", threads_per_row = 4 : i64, vector_width = 4 : i64, warps = 8 : i64}} {
+  %s = fuse.reduce sum %x : !fuse.full<f32> to !fuse.col<f32>
+  fuse.yield %s : !fuse.col<f32>
+}
+
+// -----
+
+// More chunks than the row has.
+// GPU: error: malformed fuse.tile: partial_chunks = 5 must be 0 on the CPU or without stage_bytes, at most chunks (4)
+fuse.kernel @more(%x: !fuse.full<f32>) -> (s: !fuse.col<f32>) attributes {fuse.specialization = {aligned = true, dtype = f32, n = 64 : i64}, fuse.tile = {blocks_per_sm = 4 : i64, chunks = 4 : i64, partial_chunks = 5 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 8192 : i64, staged_chunks = 0 : i64, target = "sm_90", threads_per_row = 4 : i64, vector_width = 4 : i64, warps = 1 : i64}} {
+  %s = fuse.reduce sum %x : !fuse.full<f32> to !fuse.col<f32>
+  fuse.yield %s : !fuse.col<f32>
+}
