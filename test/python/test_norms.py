@@ -118,17 +118,21 @@ def assert_no_worse_than_torch(actual, eager, want, dtype):
     assert error <= torch_error + atol + rtol * want.abs().max(), (error, torch_error)
 
 
-@pytest.mark.parametrize("dtype,n", [(torch.float32, 32000), (torch.float32, 32001),
+@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 16384), (torch.float32, 16384),
+                                     (torch.float32, 32000), (torch.float32, 32001),
                                      (torch.float32, 65536), (torch.bfloat16, 128256)],
-                         ids=["f32-32000", "f32-32001", "f32-65536", "bf16-128256"])
+                         ids=["bf16-16384", "f32-16384", "f32-32000", "f32-32001", "f32-65536",
+                              "bf16-128256"])
 def test_norms_over_staged_rows(dtype, n):
     # Streamed rows that a GPU keeps in shared memory between passes
     # (fuse-stage-rows): whole at f32 32000 (and 32001, scalar accesses with
     # a masked tail), 28 of 32 chunks per thread at f32 65536 and bf16
     # 128256 on sm_90, the rest read again. The backward's column partials:
     # the first 14 of 16 chunks on chip at f32 32000 (layer norm), 7 of 32
-    # at bf16 128256, the rest in global memory. Rows with a large mean;
-    # both norms, forward and backward, against float64.
+    # at bf16 128256, the rest in global memory. At n = 16384 the forward
+    # keeps the row in registers and the backward streams it (staged whole
+    # at bf16, 6 of 8 chunks beside layer norm's f32 partials). Rows with a
+    # large mean; both norms, forward and backward, against float64.
     x = torch.randn(3, n, dtype=torch.float64)
     x[1] += 100
     x[2] = 1e3 + 0.1 * x[2]

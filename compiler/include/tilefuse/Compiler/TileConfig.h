@@ -21,7 +21,9 @@
 //  - chunks = ceil(n / (V * threads_per_row)): the vectors each thread owns.
 //  - row_on_chip when the fusion has a row reduction, chunks <= 8, and
 //    chunks * V * (full inputs) is at most half the registers a thread gets
-//    (65536 / threads per block, at most 255): the row stays in registers
+//    (65536 / threads per block, at most 255), 3/8 with column reductions
+//    (the backward norms spilled at n = 14336-16384 keeping 64 elements in
+//    128 registers; they stream and stage there): the row stays in registers
 //    across the fusion's passes; longer rows (a
 //    128k-256k vocabulary) stream in chunks and recompute instead of
 //    failing. A fusion without row reductions makes one pass, so it streams:
