@@ -37,9 +37,11 @@ constexpr int64_t kMultiTensorThreads = 512;
 /// Whether the full inputs a thread keeps for the whole row (one 32-bit
 /// register per element once widened) take at most half of the registers a
 /// thread gets when a block of this size fills the SM, or 3/8 of them in a
-/// fusion with column reductions: its last pass keeps each element's
-/// contribution to the partials live beside it (the backward norms keeping
-/// 64 elements of 128 registers spilled 16-156 bytes; 48 did not).
+/// fusion with column reductions. Measured on the backward norms: keeping
+/// 56-64 elements of 128 registers, 11 of their 18 shapes at n =
+/// 13312-16384 spilled 8-156 bytes on some chip (layer norm, with two
+/// partials, at every one); keeping 48 (n = 12288), none did. The bound
+/// holds for any fusion with column reductions, whose rows may need fewer.
 static bool fitsInRegisters(const KernelShape &shape, const TileConfig &config) {
   int64_t budget = std::min<int64_t>(
       255, kRegistersPerSM / config.threadsPerBlock());

@@ -131,8 +131,9 @@ def test_norms_over_staged_rows(dtype, n):
     # the first 14 of 16 chunks on chip at f32 32000 (layer norm), 7 of 32
     # at bf16 128256, the rest in global memory. At n = 16384 the forward
     # keeps the row in registers and the backward streams it (staged whole
-    # at bf16, 6 of 8 chunks beside layer norm's f32 partials). Rows with a
-    # large mean; both norms, forward and backward, against float64.
+    # but for layer norm's f32 row: 6 of 8 chunks beside its partials).
+    # Rows with a large mean; both norms, forward and backward, against
+    # float64.
     x = torch.randn(3, n, dtype=torch.float64)
     x[1] += 100
     x[2] = 1e3 + 0.1 * x[2]

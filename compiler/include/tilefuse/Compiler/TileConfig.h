@@ -22,8 +22,9 @@
 //  - row_on_chip when the fusion has a row reduction, chunks <= 8, and
 //    chunks * V * (full inputs) is at most half the registers a thread gets
 //    (65536 / threads per block, at most 255), 3/8 with column reductions
-//    (the backward norms spilled at n = 14336-16384 keeping 64 elements in
-//    128 registers; they stream and stage there): the row stays in registers
+//    (keeping 56-64 elements of 128 registers, the backward norms spilled
+//    8-156 bytes in 11 of 18 shapes at n = 13312-16384, none at 48; they
+//    stream and stage there): the row stays in registers
 //    across the fusion's passes; longer rows (a
 //    128k-256k vocabulary) stream in chunks and recompute instead of
 //    failing. A fusion without row reductions makes one pass, so it streams:
@@ -58,7 +59,8 @@
 //    row group per row.
 // CPU: V = 8 f32 lanes (one AVX2 register) when n % 8 == 0, else 1; one
 // "thread" per row; rows_per_task = max(1, 65536 / n) rows per task of the
-// runtime's thread pool; row_on_chip as on the GPU.
+// runtime's thread pool; row_on_chip as on the GPU but without the
+// register bound.
 //
 // Limits on compile work (diagnostics of fuse-specialize and
 // fuse-select-tiles, so every tool, the runtime and the fuzzer get them):
