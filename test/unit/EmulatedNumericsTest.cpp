@@ -234,7 +234,7 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
         bool allOnChip = n < 32000 || name == std::string("rms_norm_bwd");
         EXPECT_EQ(tile.partialChunks == tile.chunks, allOnChip);
         ASSERT_GT(tile.partialChunks, 0);
-        uint64_t groups = blocks;
+        uint64_t partialRows = blocks; // partials on chip: a row per block
         uint64_t onChipColumns = std::min<int64_t>(
             n, tile.partialChunks * tile.threadsPerRow * tile.vectorWidth);
         uint64_t offChipColumns = n - onChipColumns;
@@ -244,8 +244,8 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
             SCOPED_TRACE(buffer.name);
             EXPECT_EQ(buffer.loadedBytes, rows * offChipColumns * 4);
             EXPECT_EQ(buffer.storedBytes,
-                      (groups + rows) * offChipColumns * 4 +
-                          groups * onChipColumns * 4);
+                      (partialRows + rows) * offChipColumns * 4 +
+                          partialRows * onChipColumns * 4);
           }
         EXPECT_EQ(launches[1].buffers.size(),
                   name == std::string("rms_norm_bwd") ? 2u : 4u)
@@ -253,7 +253,7 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
         for (const emulator::BufferTraffic &buffer : launches[1].buffers) {
           SCOPED_TRACE(buffer.name);
           bool partials = llvm::StringRef(buffer.name).ends_with("partials");
-          EXPECT_EQ(buffer.loadedBytes, partials ? groups * n * 4 : 0);
+          EXPECT_EQ(buffer.loadedBytes, partials ? partialRows * n * 4 : 0);
           EXPECT_EQ(buffer.storedBytes,
                     partials ? 0 : n * elementBytes(dtypeName(dtype)));
         }
