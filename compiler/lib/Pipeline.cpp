@@ -5,6 +5,8 @@
 #include "tilefuse/Compiler/Passes.h"
 #include "tilefuse/Compiler/TileConfig.h"
 
+#include "Libdevice.h"
+
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/Diagnostics.h"
@@ -19,12 +21,10 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/AsmParser/Parser.h"
-#include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/OptBisect.h"
 #include "llvm/IR/Module.h"
-#include "llvm/Linker/Linker.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Passes/StandardInstrumentations.h"
@@ -109,12 +109,12 @@ std::string tilePipeline(const CompileOptions &options) {
 bool isCPU(const CompileOptions &options) { return options.target == "cpu"; }
 
 /// What every PTX compile for one chip reuses: the NVPTX target machine and
-/// libdevice's bitcode, read once and materialized lazily so that a kernel
-/// links only the math functions it calls. One per thread: LLVM code
-/// generation is not safe across threads on one TargetMachine.
+/// libdevice, read once, from which a kernel links only the math functions
+/// it calls. One per thread: LLVM code generation is not safe across threads
+/// on one TargetMachine.
 struct NVPTXBackend {
   std::unique_ptr<llvm::TargetMachine> machine;
-  std::unique_ptr<llvm::MemoryBuffer> libdevice;
+  std::unique_ptr<Libdevice> libdevice;
 };
 
 constexpr StringLiteral kLibdeviceInToolkit = "/nvvm/libdevice/libdevice.10.bc";
@@ -156,7 +156,7 @@ FailureOr<NVPTXBackend *> getNVPTXBackend(Operation *anchor, StringRef chip,
   if (!buffer)
     return anchor->emitError("cannot read libdevice at ")
            << path << ": " << buffer.getError().message();
-  backend.libdevice = std::move(*buffer);
+  backend.libdevice = std::make_unique<Libdevice>(std::move(*buffer));
   return &(backends[key] = std::move(backend));
 }
 
@@ -205,27 +205,9 @@ LogicalResult emitPTX(ModuleOp module, const CompileOptions &options,
   llvmModule->setTargetTriple(machine.getTargetTriple());
   llvmModule->setDataLayout(machine.createDataLayout());
 
-  bool needsLibdevice = llvm::any_of(llvmModule->functions(), [](auto &f) {
-    return f.isDeclaration() && f.getName().starts_with("__nv_");
-  });
-  if (needsLibdevice) {
-    auto libdevice = llvm::getLazyBitcodeModule(
-        (*backend)->libdevice->getMemBufferRef(), llvmContext);
-    if (!libdevice)
-      return gpuModule.emitError("cannot load libdevice: ")
-             << llvm::toString(libdevice.takeError());
-    (*libdevice)->setTargetTriple(machine.getTargetTriple());
-    (*libdevice)->setDataLayout(machine.createDataLayout());
-    if (llvm::Linker::linkModules(*llvmModule, std::move(*libdevice),
-                                  llvm::Linker::Flags::LinkOnlyNeeded))
-      return gpuModule.emitError("linking libdevice failed");
-    // Only the kernels are entry points: libdevice's functions get inlined
-    // and dropped.
-    for (llvm::Function &function : *llvmModule)
-      if (!function.isDeclaration() &&
-          function.getCallingConv() != llvm::CallingConv::PTX_Kernel)
-        function.setLinkage(llvm::GlobalValue::InternalLinkage);
-  }
+  if (llvm::Error error = (*backend)->libdevice->linkInto(*llvmModule))
+    return gpuModule.emitError("cannot link libdevice: ")
+           << llvm::toString(std::move(error));
 
   llvm::LoopAnalysisManager loops;
   llvm::FunctionAnalysisManager functions;

@@ -1,0 +1,101 @@
+//===- PtxPipelineTest.cpp - what PTX compiles in one process reuse --------===//
+
+#include "tilefuse/Compiler/Pipeline.h"
+#include "tilefuse/Compiler/Registration.h"
+
+#include "Libdevice.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Linker/Linker.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+using namespace mlir;
+
+namespace {
+
+/// Linking a slice gives the IR that linking all of libdevice gives, to the
+/// order of each value's uses.
+TEST(PtxPipeline, LibdeviceSliceLinksWhatAllOfLibdeviceLinks) {
+  llvm::Expected<std::string> path = tilefuse::findLibdevice();
+  ASSERT_TRUE(bool(path)) << llvm::toString(path.takeError());
+  auto bitcode = llvm::MemoryBuffer::getFile(*path);
+  ASSERT_TRUE(bool(bitcode));
+  llvm::LLVMContext context;
+  // A kernel calling three functions, one of which (erff) calls others.
+  auto moduleDeclaring = [&] {
+    auto module = std::make_unique<llvm::Module>("kernels", context);
+    llvm::Type *f32 = llvm::Type::getFloatTy(context);
+    auto *unary = llvm::FunctionType::get(f32, {f32}, false);
+    for (const char *name : {"__nv_erff", "__nv_logf", "__nv_sqrtf"})
+      module->getOrInsertFunction(name, unary);
+    return module;
+  };
+  auto printed = [](const llvm::Module &module) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    module.print(os, nullptr, /*ShouldPreserveUseListOrder=*/true);
+    return text;
+  };
+
+  std::unique_ptr<llvm::Module> direct = moduleDeclaring();
+  auto library = llvm::parseBitcodeFile((*bitcode)->getMemBufferRef(), context);
+  ASSERT_TRUE(bool(library)) << llvm::toString(library.takeError());
+  (*library)->setTargetTriple(direct->getTargetTriple());
+  (*library)->setDataLayout(direct->getDataLayout());
+  ASSERT_FALSE(llvm::Linker::linkModules(*direct, std::move(*library),
+                                         llvm::Linker::Flags::LinkOnlyNeeded));
+  for (llvm::Function &function : *direct)
+    if (!function.isDeclaration())
+      function.setLinkage(llvm::GlobalValue::InternalLinkage);
+
+  tilefuse::Libdevice libdevice(std::move(*bitcode));
+  for (int time = 0; time < 2; ++time) { // the slice cut, then reused
+    std::unique_ptr<llvm::Module> sliced = moduleDeclaring();
+    llvm::Error error = libdevice.linkInto(*sliced);
+    ASSERT_FALSE(bool(error)) << llvm::toString(std::move(error));
+    EXPECT_EQ(printed(*sliced), printed(*direct)) << "time " << time;
+  }
+}
+
+/// A kernel compiled again after kernels declaring the same or other sets
+/// of libdevice functions gets the PTX it got the first time.
+TEST(PtxPipeline, ReusedLibdeviceSlicesGiveTheSamePtx) {
+  DialectRegistry registry;
+  tilefuse::registerAllDialects(registry);
+  tilefuse::registerAllPasses();
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  const char *fusions[] = {"swiglu_fwd",        "geglu_fwd",
+                           "geglu_tanh_fwd",    "cross_entropy_fwd",
+                           "adamw_step",        "rms_norm_bwd"};
+  auto ptxOf = [&](const std::string &fusion) -> std::string {
+    OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(
+        std::string(TILEFUSE_FUSIONS_DIR) + "/" + fusion + ".mlir", &context);
+    EXPECT_TRUE(module) << fusion;
+    if (!module)
+      return "";
+    tilefuse::CompileOptions options;
+    options.dtype = "bf16";
+    options.n = 4096;
+    auto result = tilefuse::compile(*module, options, tilefuse::Stage::PTX);
+    EXPECT_TRUE(succeeded(result)) << fusion;
+    return succeeded(result) ? result->text : "";
+  };
+  std::map<std::string, std::string> first;
+  for (const char *fusion : fusions)
+    first[fusion] = ptxOf(fusion);
+  for (auto it = std::rbegin(fusions); it != std::rend(fusions); ++it) {
+    EXPECT_EQ(ptxOf(*it), first[*it]) << *it;
+  }
+}
+
+} // namespace
