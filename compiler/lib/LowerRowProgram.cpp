@@ -24,6 +24,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <functional>
@@ -1827,14 +1828,52 @@ Value finalizeRowGroups(OpBuilder &b, Location loc, KernelOp kernel,
       arguments[2 * columnReductions(kernel).size()]);
 }
 
+/// A GPU load of `otherwise`'s type from `base` + `byteOffset` where
+/// `predicate` holds, else `otherwise`: a predicated `ld.global` (PTX),
+/// which moves no bytes when the predicate is off, where a load of a
+/// clamped address would (LLVM has no predicated load; its masked loads
+/// become branches).
+Value predicatedLoad(OpBuilder &b, Location loc, Value base, int64_t byteOffset,
+                     Value predicate, Value otherwise) {
+  Type type = otherwise.getType();
+  unsigned bits = type.getIntOrFloatBitWidth();
+  assert((bits == 16 || bits == 32 || bits == 64) &&
+         "column partials are 16-, 32- or 64-bit");
+  bool isFloat = isa<FloatType>(type);
+  // NVPTX's inline-assembly register classes by width.
+  StringRef registerClass = bits == 64   ? (isFloat ? "d" : "l")
+                            : bits == 32 ? (isFloat ? "f" : "r")
+                                         : "h";
+  std::string constraints = ("=" + registerClass + ",b,l,0").str();
+  // PTX's address offsets are 32-bit.
+  if (byteOffset > std::numeric_limits<int32_t>::max()) {
+    base = LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base,
+                               ValueRange{LLVM::ConstantOp::create(
+                                   b, loc, b.getI64Type(), byteOffset)});
+    byteOffset = 0;
+  }
+  std::string ptx =
+      llvm::formatv("@$1 ld.global.b{0} $0, [$2+{1}];", bits, byteOffset).str();
+  return LLVM::InlineAsmOp::create(
+             b, loc, type, ValueRange{predicate, base, otherwise}, ptx,
+             constraints, /*has_side_effects=*/false, /*is_align_stack=*/false,
+             LLVM::tailcallkind::TailCallKind::None,
+             LLVM::AsmDialectAttr::get(b.getContext(),
+                                       LLVM::AsmDialect::AD_ATT),
+             /*operand_attrs=*/ArrayAttr())
+      .getResult(0);
+}
+
 /// For each column reduction: the combination of partials[g, column] over
 /// partial rows g in [first, first + count), in blocks laid out for
-/// `maxCount` rows. A GPU thread takes `group` rows per iteration, loaded
-/// before they are combined (independent loads in flight) from one address
-/// at constant offsets, and adds their total; then the rows left over one
-/// at a time. (Rows indexed one by one in an unrolled loop gave LLVM eight
-/// loop-invariant bases, which its loop strength reduction searched for
-/// 45-50% of the finalize's code generation.) With `freezeStart` the first
+/// `maxCount` rows. A thread takes `group` rows per iteration, all loaded
+/// before any is combined (independent loads in flight) from one address at
+/// constant offsets, and adds their total; the last group's rows past
+/// `count` are not loaded (on a GPU, loads predicated on the row), so the
+/// rows left over do not take a round trip to memory each. (Rows indexed
+/// one by one in an unrolled loop gave LLVM eight loop-invariant bases,
+/// which its loop strength reduction searched for 45-50% of the finalize's
+/// code generation.) With `freezeStart` the first
 /// row's address is frozen: loop strength reduction otherwise searches the
 /// rewrites of each of its terms (the partials, `first`, the block's and
 /// the thread's column) for every load (10-13 ms of a GPU finalize's code
@@ -1844,81 +1883,89 @@ SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
                                    int64_t n, Value first, Value count,
                                    int64_t maxCount, int64_t group,
                                    bool freezeStart) {
-  Value groups =
-      arith::DivUIOp::create(b, loc, count, indexConstant(b, loc, group));
-  Value groupedRows =
-      arith::MulIOp::create(b, loc, groups, indexConstant(b, loc, group));
-  Value leftover = arith::SubIOp::create(b, loc, count, groupedRows);
-  SmallVector<Value> totals;
-  for (auto [position, entry] : llvm::enumerate(columnReductions(kernel))) {
-    ReduceOp reduce = entry.first;
-    Value partials = arguments[2 * position];
-    Type compute = valueType(reduce.getInput()).getElementType();
-    Value identity = arith::ConstantOp::create(
-        b, loc, reductionIdentity(reduce.getKind(), compute));
-    ReduceKind kind = reduce.getKind();
-    auto offsetTo = [&](Value base, Value rows) -> Value {
-      return LLVM::GEPOp::create(
-          b, loc, partials.getType(), compute, base,
-          ValueRange{arith::IndexCastOp::create(
-              b, loc, b.getI64Type(),
-              arith::MulIOp::create(b, loc, rows,
-                                    indexConstant(b, loc, n)))});
-    };
-    // partials[first, column]
+  auto reductions = columnReductions(kernel);
+  // Per column reduction: partials[first, column], and the identity.
+  SmallVector<Value> starts, identities;
+  for (auto [position, entry] : llvm::enumerate(reductions)) {
+    Type compute = valueType(entry.first.getInput()).getElementType();
     Value start = LLVM::GEPOp::create(
-        b, loc, partials.getType(), compute, partials,
+        b, loc, arguments[2 * position].getType(), compute,
+        arguments[2 * position],
         ValueRange{arith::IndexCastOp::create(
             b, loc, b.getI64Type(),
             arith::AddIOp::create(
                 b, loc,
                 arith::MulIOp::create(b, loc, first, indexConstant(b, loc, n)),
                 column))});
-    if (freezeStart)
-      start = LLVM::FreezeOp::create(b, loc, start);
-    auto combineInOrder = [&](ValueRange lhs,
-                              ValueRange rhs) -> SmallVector<Value> {
-      return {combineReduction(b, loc, kind, lhs[0], rhs[0])};
-    };
-    // Rows [firstRow, firstRow + size) from one address.
-    auto combineRows = [&](Value firstRow, int64_t size, Value carried) {
-      Value base = offsetTo(start, firstRow);
-      SmallVector<Value> loaded;
-      for (int64_t row = 0; row < size; ++row)
-        loaded.push_back(LLVM::LoadOp::create(
-            b, loc, compute,
-            row == 0 ? base : offsetTo(base, indexConstant(b, loc, row))));
-      // The group's own total first: a partial then takes part in no more
-      // additions than in blocks of rows (at most 8 + 16 + 2 for a slice
-      // of 256 rows, against 16 + 16).
-      Value sum;
-      for (Value partial : loaded)
-        sum = sum ? combineReduction(b, loc, kind, sum, partial) : partial;
-      return combineReduction(b, loc, kind, carried, sum);
-    };
-    Value total = emitBlockedAccumulation(
-        b, loc, groups, llvm::divideCeil(maxCount, group), identity,
-        [&](Value index, ValueRange carried) -> SmallVector<Value> {
-          return {combineRows(
-              arith::MulIOp::create(b, loc, index,
-                                    indexConstant(b, loc, group)),
-              group, carried[0])};
-        },
-        combineInOrder)[0];
-    if (group > 1)
-      total = combineReduction(
-          b, loc, kind, total,
-          emitBlockedAccumulation(
-              b, loc, leftover, group - 1, identity,
-              [&](Value index, ValueRange carried) -> SmallVector<Value> {
-                return {combineRows(
-                    arith::AddIOp::create(b, loc, groupedRows, index), 1,
-                    carried[0])};
-              },
-              combineInOrder)[0]);
-    totals.push_back(total);
+    starts.push_back(freezeStart ? LLVM::FreezeOp::create(b, loc, start)
+                                 : start);
+    identities.push_back(arith::ConstantOp::create(
+        b, loc, reductionIdentity(entry.first.getKind(), compute)));
   }
-  return totals;
+  // Rows [firstRow, min(firstRow + group, count)) of every reduction's
+  // partials, all loaded before any is combined; firstRow < count.
+  auto combineGroup = [&](Value firstRow,
+                          ValueRange carried) -> SmallVector<Value> {
+    Value left = arith::SubIOp::create(b, loc, count, firstRow);
+    SmallVector<Value> present;
+    for (int64_t row = 1; row < group; ++row)
+      present.push_back(arith::CmpIOp::create(
+          b, loc, arith::CmpIPredicate::ult, indexConstant(b, loc, row), left));
+    SmallVector<SmallVector<Value>> loaded(reductions.size());
+    for (auto [position, entry] : llvm::enumerate(reductions)) {
+      Type compute = identities[position].getType();
+      Value base = LLVM::GEPOp::create(
+          b, loc, starts[position].getType(), compute, starts[position],
+          ValueRange{arith::IndexCastOp::create(
+              b, loc, b.getI64Type(),
+              arith::MulIOp::create(b, loc, firstRow,
+                                    indexConstant(b, loc, n)))});
+      loaded[position].push_back(LLVM::LoadOp::create(b, loc, compute, base));
+      for (int64_t row = 1; row < group; ++row)
+        loaded[position].push_back(
+            predicatedLoad(b, loc, base, row * n * storageBytes(compute),
+                           present[row - 1], identities[position]));
+    }
+    // The group's own total first, in pairs: a partial then takes part in
+    // at most 4 + 16 additions for a slice of 256 rows. A row past the
+    // share adds its identity, which changes nothing (the running total
+    // starts at +0, so a -0 partial is lost either way); selecting the sum
+    // without it instead made ptxas wait for the first loads before it
+    // issued the rest (SASS: 4 of 16 loads, then additions).
+    SmallVector<Value> next;
+    for (auto [position, entry] : llvm::enumerate(reductions)) {
+      ReduceKind kind = entry.first.getKind();
+      SmallVector<Value> terms = loaded[position];
+      while (terms.size() > 1) {
+        SmallVector<Value> pairs;
+        for (size_t i = 0; i + 1 < terms.size(); i += 2)
+          pairs.push_back(
+              combineReduction(b, loc, kind, terms[i], terms[i + 1]));
+        if (terms.size() % 2)
+          pairs.push_back(terms.back());
+        terms = std::move(pairs);
+      }
+      next.push_back(
+          combineReduction(b, loc, kind, carried[position], terms[0]));
+    }
+    return next;
+  };
+  return emitBlockedAccumulation(
+      b, loc,
+      arith::CeilDivUIOp::create(b, loc, count, indexConstant(b, loc, group)),
+      llvm::divideCeil(maxCount, group), identities,
+      [&](Value index, ValueRange carried) {
+        return combineGroup(
+            arith::MulIOp::create(b, loc, index, indexConstant(b, loc, group)),
+            carried);
+      },
+      [&](ValueRange lhs, ValueRange rhs) {
+        SmallVector<Value> combined;
+        for (auto [position, entry] : llvm::enumerate(reductions))
+          combined.push_back(combineReduction(b, loc, entry.first.getKind(),
+                                              lhs[position], rhs[position]));
+        return combined;
+      });
 }
 
 /// out[column] = total (a mean divided by rows), in the output's dtype.
@@ -2088,8 +2135,10 @@ int64_t maxReductionsPerPass(KernelOp kernel) {
 }
 
 /// Row groups a finalize thread loads per iteration: each load's round trip
-/// to memory otherwise waits for the previous one.
-constexpr int64_t kFinalizeGroup = 8;
+/// to memory otherwise waits for the previous one. A share of up to 16
+/// partial rows (9-13 at n = 1000, where the finalize was latency-bound) is
+/// one group.
+constexpr int64_t kFinalizeGroup = 16;
 
 /// `@<name>_finalize` (KernelABI.h): each block finalizes finalizeColumns(n)
 /// columns with finalizeSlices(n) threads per column. Slice s combines its

@@ -260,10 +260,13 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
       }
 }
 
-/// A full persistent grid's partial rows: each finalize slice combines
-/// whole groups of 8 partial rows, then the rows left over, and reads each
-/// partial once.
-TEST_F(EmulatedNumerics, FinalizeCombinesWholeGroupsAndTheRest) {
+/// A full persistent grid's partial rows: each finalize slice combines its
+/// share in groups of 16 partial rows, the last group's loads predicated on
+/// the row being in the share, so each partial is read once and, in the
+/// emulator's count, each group takes one round trip to memory (the rows
+/// left over do not take one each).
+TEST_F(EmulatedNumerics, FinalizeReadsEachPartialOnceInGroups) {
+  constexpr int64_t kGroup = 16;
   auto driver = driverFor("sm_90");
   ASSERT_TRUE(driver);
   for (const char *name : {"rms_norm_bwd", "layer_norm_bwd"})
@@ -274,18 +277,26 @@ TEST_F(EmulatedNumerics, FinalizeCombinesWholeGroupsAndTheRest) {
       const TileConfig &tile = kernel->info.tile;
       int64_t rows = tile.blocksPerSM * 132 * tile.rowsPerBlock + 3;
       emulator::takeLaunches();
+      emulator::setTrafficDetail(true);
       check(*driver, "sm_90", {name, Dtype::F32, n, rows, true});
+      emulator::setTrafficDetail(false);
       std::vector<emulator::LaunchRecord> launches = emulator::takeLaunches();
       ASSERT_EQ(launches.size(), 2u);
       int64_t partialRows = launches[0].grid[0];
-      int64_t share = llvm::divideCeil(partialRows, finalizeSlices(n));
-      EXPECT_GT(share, 8);
-      EXPECT_NE(share % 8, 0);
+      int64_t slices = finalizeSlices(n);
+      int64_t share = llvm::divideCeil(partialRows, slices);
+      EXPECT_GT(share, kGroup);
+      EXPECT_NE(share % kGroup, 0);
       for (const emulator::BufferTraffic &buffer : launches[1].buffers) {
         bool partials = llvm::StringRef(buffer.name).ends_with("partials");
         EXPECT_EQ(buffer.loadedBytes,
                   partials ? uint64_t(partialRows * n * 4) : 0u);
       }
+      int64_t groups = 0;
+      for (int64_t slice = 0; slice < slices; ++slice)
+        groups += llvm::divideCeil(
+            std::clamp<int64_t>(partialRows - slice * share, 0, share), kGroup);
+      EXPECT_EQ(launches[1].loadRoundTrips, uint64_t(groups * n));
     }
 }
 

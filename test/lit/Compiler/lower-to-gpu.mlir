@@ -10,6 +10,15 @@
 // MEDIUM-LABEL: gpu.func @softmax_colsum_finalize(
 // MEDIUM: arith.remui %{{.+}}, %c16
 // MEDIUM: arith.ceildivui %{{.+}}, %c16
+// Offsets past PTX's 32 bits (14 row groups of 40M floats) go into the
+// address register.
+// RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=40000000}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=HUGE
+// HUGE-LABEL: gpu.func @softmax_colsum_finalize(
+// HUGE: %[[FAR_OFFSET:.+]] = llvm.mlir.constant(2240000000 : i64) : i64
+// HUGE: %[[ROWS:.+]] = llvm.getelementptr %{{[0-9]+}}[%{{.+}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f32
+// HUGE: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+2080000000];", "=f,b,l,0" %{{.+}}, %[[ROWS]], %cst
+// HUGE-NEXT: %[[FAR:.+]] = llvm.getelementptr %[[ROWS]][%[[FAR_OFFSET]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// HUGE-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+0];", "=f,b,l,0" %{{.+}}, %[[FAR]], %cst
 
 // A softmax-like row program with a column reduction: one row reduction
 // pass (max), one more (sum of exp), then the outputs.
@@ -54,29 +63,55 @@
 // CHECK: %[[SHARE:.+]] = arith.ceildivui %{{.+}}, %c32
 // CHECK: arith.muli %[[SLICE]], %[[SHARE]]
 // CHECK: arith.select %[[IN_RANGE]], %{{.+}}, %c0
-// Eight row groups an iteration from one address, at constant offsets
-// (a row group is 2048 floats), loaded before they are added; their total
-// joins the running one. The loops keep LLVM from unrolling them again.
-// The slice's first address is frozen: opaque to loop strength reduction.
+// Sixteen row groups an iteration from one address (a row group is 2048
+// floats): the first loaded, row k of the group only where k < the rows
+// left in the thread's share (PTX loads predicated on it, at constant
+// offsets, tied to the identity: the rows past the share move no bytes and
+// add 0), all before they are added in pairs; their total joins the
+// running one. The loop keeps LLVM from unrolling it again. The slice's
+// first address is frozen: opaque to loop strength reduction.
 // CHECK: %[[FIRST:.+]] = llvm.getelementptr %arg0[%{{.+}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f32
 // CHECK-NEXT: %[[START:.+]] = llvm.freeze %[[FIRST]] : !llvm.ptr<1>
-// CHECK: scf.for
 // CHECK: scf.for %{{.+}} iter_args(%[[RUNNING:.+]] = %{{.+}}) -> (f32)
+// CHECK: %[[LEFT:.+]] = arith.subi
+// CHECK-NEXT: %[[HAS1:.+]] = arith.cmpi ugt, %[[LEFT]], %c1 : index
+// CHECK-NEXT: %[[HAS2:.+]] = arith.cmpi ugt, %[[LEFT]], %c2 : index
+// CHECK-NEXT: %[[HAS3:.+]] = arith.cmpi ugt, %[[LEFT]], %c3 : index
+// CHECK-NEXT: %[[HAS4:.+]] = arith.cmpi ugt, %[[LEFT]], %c4 : index
+// CHECK-NEXT: %[[HAS5:.+]] = arith.cmpi ugt, %[[LEFT]], %c5 : index
+// CHECK-NEXT: %[[HAS6:.+]] = arith.cmpi ugt, %[[LEFT]], %c6 : index
+// CHECK-NEXT: %[[HAS7:.+]] = arith.cmpi ugt, %[[LEFT]], %c7 : index
+// CHECK-NEXT: %[[HAS8:.+]] = arith.cmpi ugt, %[[LEFT]], %c8 : index
+// CHECK-NEXT: %[[HAS9:.+]] = arith.cmpi ugt, %[[LEFT]], %c9 : index
+// CHECK-NEXT: %[[HAS10:.+]] = arith.cmpi ugt, %[[LEFT]], %c10 : index
+// CHECK-NEXT: %[[HAS11:.+]] = arith.cmpi ugt, %[[LEFT]], %c11 : index
+// CHECK-NEXT: %[[HAS12:.+]] = arith.cmpi ugt, %[[LEFT]], %c12 : index
+// CHECK-NEXT: %[[HAS13:.+]] = arith.cmpi ugt, %[[LEFT]], %c13 : index
+// CHECK-NEXT: %[[HAS14:.+]] = arith.cmpi ugt, %[[LEFT]], %c14 : index
+// CHECK-NEXT: %[[HAS15:.+]] = arith.cmpi ugt, %[[LEFT]], %c15 : index
 // CHECK: %[[ROWS:.+]] = llvm.getelementptr %[[START]][%{{.+}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f32
 // CHECK-NEXT: %[[ROW0:.+]] = llvm.load %[[ROWS]] : !llvm.ptr<1> -> f32
-// CHECK-NEXT: llvm.getelementptr %[[ROWS]][2048]
-// CHECK-NEXT: %[[ROW1:.+]] = llvm.load
-// CHECK-COUNT-6: llvm.getelementptr %[[ROWS]][{{[0-9]+}}]
-// CHECK-NEXT: llvm.load
+// CHECK-NEXT: %[[ROW1:.+]] = llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+8192];", "=f,b,l,0" %[[HAS1]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+16384];", "=f,b,l,0" %[[HAS2]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+24576];", "=f,b,l,0" %[[HAS3]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+32768];", "=f,b,l,0" %[[HAS4]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+40960];", "=f,b,l,0" %[[HAS5]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+49152];", "=f,b,l,0" %[[HAS6]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+57344];", "=f,b,l,0" %[[HAS7]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+65536];", "=f,b,l,0" %[[HAS8]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+73728];", "=f,b,l,0" %[[HAS9]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+81920];", "=f,b,l,0" %[[HAS10]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+90112];", "=f,b,l,0" %[[HAS11]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+98304];", "=f,b,l,0" %[[HAS12]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+106496];", "=f,b,l,0" %[[HAS13]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+114688];", "=f,b,l,0" %[[HAS14]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: llvm.inline_asm asm_dialect = att "@$1 ld.global.b32 $0, [$2+122880];", "=f,b,l,0" %[[HAS15]], %[[ROWS]], %cst : (i1, !llvm.ptr<1>, f32) -> f32
+// CHECK-NEXT: arith.addf %[[ROW0]], %[[ROW1]] : f32
+// CHECK-COUNT-14: arith.addf
+// CHECK-NEXT: arith.addf %[[RUNNING]], %{{.+}} : f32
+// CHECK-NEXT: scf.yield
+// CHECK-NEXT: } {llvm.loop_annotation = #{{.+}}}
 // CHECK-NOT: llvm.load
-// CHECK: %[[GROUP:.+]] = arith.addf %[[ROW0]], %[[ROW1]] : f32
-// CHECK: arith.addf %[[RUNNING]], %{{.+}} : f32
-// CHECK: } {llvm.loop_annotation = #[[ROLLED:.+]]}
-// CHECK: } {llvm.loop_annotation = #[[ROLLED]]}
-// The row groups left over (count % 8), one at a time.
-// CHECK: scf.for
-// CHECK: llvm.load %{{.+}} : !llvm.ptr<1> -> f32
-// CHECK: } {llvm.loop_annotation = #[[ROLLED]]}
 // CHECK: memref.store %{{.+}}, %[[SHARES]][%[[THREAD]]]
 // CHECK: gpu.barrier
 // CHECK: scf.if
