@@ -1845,7 +1845,7 @@ Value predicatedLoad(OpBuilder &b, Location loc, Value base, int64_t byteOffset,
                             : bits == 32 ? (isFloat ? "f" : "r")
                                          : "h";
   std::string constraints = ("=" + registerClass + ",b,l,0").str();
-  // PTX's address offsets are 32-bit.
+  // PTX's address offsets are signed 32-bit.
   if (byteOffset > std::numeric_limits<int32_t>::max()) {
     base = LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base,
                                ValueRange{LLVM::ConstantOp::create(
@@ -1865,19 +1865,18 @@ Value predicatedLoad(OpBuilder &b, Location loc, Value base, int64_t byteOffset,
 }
 
 /// For each column reduction: the combination of partials[g, column] over
-/// partial rows g in [first, first + count), in blocks laid out for
-/// `maxCount` rows. A thread takes `group` rows per iteration, all loaded
-/// before any is combined (independent loads in flight) from one address at
-/// constant offsets, and adds their total; the last group's rows past
-/// `count` are not loaded (on a GPU, loads predicated on the row), so the
-/// rows left over do not take a round trip to memory each. (Rows indexed
-/// one by one in an unrolled loop gave LLVM eight loop-invariant bases,
-/// which its loop strength reduction searched for 45-50% of the finalize's
-/// code generation.) With `freezeStart` the first
-/// row's address is frozen: loop strength reduction otherwise searches the
-/// rewrites of each of its terms (the partials, `first`, the block's and
-/// the thread's column) for every load (10-13 ms of a GPU finalize's code
-/// generation).
+/// partial rows g in [first, first + count), in blocks laid out for `maxCount`
+/// rows. A thread takes `group` rows per iteration, all loaded before any is
+/// combined (independent loads in flight) from one address at constant offsets,
+/// and adds their total; the last group's rows past `count` are not loaded (on
+/// a GPU, loads predicated on the row), so the rows left over do not take a
+/// round trip to memory each; `group` > 1 only on a GPU (inline PTX). (Rows
+/// indexed one by one in an unrolled loop gave LLVM eight loop-invariant bases,
+/// which its loop strength reduction searched for 45-50% of the finalize's code
+/// generation.) With `freezeStart` the first row's address is frozen: loop
+/// strength reduction otherwise searches the rewrites of each of its terms (the
+/// partials, `first`, the block's and the thread's column) for every load
+/// (10-13 ms of a GPU finalize's code generation).
 SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
                                    ValueRange arguments, Value column,
                                    int64_t n, Value first, Value count,

@@ -10,8 +10,8 @@
 // MEDIUM-LABEL: gpu.func @softmax_colsum_finalize(
 // MEDIUM: arith.remui %{{.+}}, %c16
 // MEDIUM: arith.ceildivui %{{.+}}, %c16
-// Offsets past PTX's 32 bits (14 row groups of 40M floats) go into the
-// address register.
+// Offsets past PTX's signed 32 bits (2^31 - 1; 14 row groups of 40M
+// floats) go into the address register.
 // RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=40000000}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=HUGE
 // HUGE-LABEL: gpu.func @softmax_colsum_finalize(
 // HUGE: %[[FAR_OFFSET:.+]] = llvm.mlir.constant(2240000000 : i64) : i64
@@ -68,7 +68,7 @@
 // left in the thread's share (PTX loads predicated on it, at constant
 // offsets, tied to the identity: the rows past the share move no bytes and
 // add 0), all before they are added in pairs; their total joins the
-// running one. The loop keeps LLVM from unrolling it again. The slice's
+// running one. Its loop annotation keeps LLVM from unrolling it. The slice's
 // first address is frozen: opaque to loop strength reduction.
 // CHECK: %[[FIRST:.+]] = llvm.getelementptr %arg0[%{{.+}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f32
 // CHECK-NEXT: %[[START:.+]] = llvm.freeze %[[FIRST]] : !llvm.ptr<1>
