@@ -2133,12 +2133,6 @@ int64_t maxReductionsPerPass(KernelOp kernel) {
   return most;
 }
 
-/// Row groups a finalize thread loads per iteration: each load's round trip
-/// to memory otherwise waits for the previous one. A share of up to 16
-/// partial rows (9-13 at n = 1000, where the finalize was latency-bound) is
-/// one group.
-constexpr int64_t kFinalizeGroup = 16;
-
 /// `@<name>_finalize` (KernelABI.h): each block finalizes finalizeColumns(n)
 /// columns with finalizeSlices(n) threads per column. Slice s combines its
 /// contiguous share of the row groups (coalesced: a warp reads whole

@@ -266,7 +266,6 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
 /// emulator's count, each group takes one round trip to memory (the rows
 /// left over do not take one each).
 TEST_F(EmulatedNumerics, FinalizeReadsEachPartialOnceInGroups) {
-  constexpr int64_t kGroup = 16;
   auto driver = driverFor("sm_90");
   ASSERT_TRUE(driver);
   for (const char *name : {"rms_norm_bwd", "layer_norm_bwd"})
@@ -285,8 +284,8 @@ TEST_F(EmulatedNumerics, FinalizeReadsEachPartialOnceInGroups) {
       int64_t partialRows = launches[0].grid[0];
       int64_t slices = finalizeSlices(n);
       int64_t share = llvm::divideCeil(partialRows, slices);
-      EXPECT_GT(share, kGroup);
-      EXPECT_NE(share % kGroup, 0);
+      EXPECT_GT(share, kFinalizeGroup);
+      EXPECT_NE(share % kFinalizeGroup, 0);
       for (const emulator::BufferTraffic &buffer : launches[1].buffers) {
         bool partials = llvm::StringRef(buffer.name).ends_with("partials");
         EXPECT_EQ(buffer.loadedBytes,
@@ -295,7 +294,8 @@ TEST_F(EmulatedNumerics, FinalizeReadsEachPartialOnceInGroups) {
       int64_t groups = 0;
       for (int64_t slice = 0; slice < slices; ++slice)
         groups += llvm::divideCeil(
-            std::clamp<int64_t>(partialRows - slice * share, 0, share), kGroup);
+            std::clamp<int64_t>(partialRows - slice * share, 0, share),
+            kFinalizeGroup);
       EXPECT_EQ(launches[1].loadRoundTrips, uint64_t(groups * n));
     }
 }

@@ -88,6 +88,11 @@ constexpr int64_t finalizeColumns(int64_t n) {
 constexpr int64_t finalizeSlices(int64_t n) {
   return kFinalizeThreads / finalizeColumns(n);
 }
+/// Partial rows a finalize thread loads per iteration, the last group's
+/// past its share not at all: each load's round trip to memory otherwise
+/// waits for the previous one. A share of up to 16 partial rows (9-13 at
+/// n = 1000, where the finalize was latency-bound) is one group.
+constexpr int64_t kFinalizeGroup = 16;
 constexpr int64_t kCpuRowsPerPartial = 64;
 constexpr const char *kFinalizeSuffix = "_finalize";
 constexpr const char *kGPUModuleName = "tilefuse_kernels";
