@@ -14,6 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PredicatedLoad.h"
+
 #include "tilefuse/Compiler/KernelABI.h"
 #include "tilefuse/Compiler/Passes.h"
 #include "tilefuse/Compiler/TileConfig.h"
@@ -24,7 +26,6 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <functional>
@@ -514,7 +515,15 @@ public:
                     OpBuilder &builder)
       : kernel(kernel), config(config), n(shape.n), aligned(shape.aligned),
         mapping(mapping), b(builder), loc(kernel.getLoc()),
-        mathLowering(MathLowering::of(config, shape)) {}
+        mathLowering(MathLowering::of(config, shape)),
+        // Predicated loads zero their registers first (a move per 32 bits:
+        // 7-17% more instructions at n = 1000 in the backward norms, and
+        // issue-bound cross-entropy kernels lost 1-5% in the traffic
+        // model); they pay where bytes count, in the HBM-bound persistent
+        // grids of column reductions, whose row groups' clamped rows
+        // recur. Elsewhere a tail vector or the last block's clamped row
+        // reads what its neighbours just did (L1).
+        predicatedLoads(config.isGPU() && shape.hasColumnReduction) {}
 
   /// Binds input `index` of the kernel to a lowered argument (a pointer for
   /// tensors, the value for scalars).
@@ -550,7 +559,8 @@ public:
 private:
   struct Chunk {
     Value base;  // first column of this thread's vector
-    Value valid; // i1: base < n (null when every chunk is full)
+    Value valid; // i1: base < n (null when every lane's vector is full)
+    Value loadValid; // `valid` where loads are predicated on it
     Value slot;  // chunk * threads_per_row + lane, unclamped
     bool staged = false; // its re-read inputs live in shared memory
     bool partialOnChip = false; // its column partials live there
@@ -567,7 +577,11 @@ private:
   }
   Value pointerAt(Value pointer, Type elementType, Value offset);
   unsigned alignment(Type type);
-  Value load(Value pointer, Type type, Value offset, unsigned align = 0);
+  /// A load from global or shared memory; with `predicatedLoads`, where
+  /// `predicate` is given, one that moves no bytes when it is off (and
+  /// yields zeros).
+  Value load(Value pointer, Type type, Value offset, unsigned align = 0,
+             Value predicate = {});
   void store(Value value, Value pointer, Value offset, unsigned align = 0);
   void preloadInputs(MutableArrayRef<Chunk> chunks,
                      ArrayRef<BlockArgument> chunkInputs);
@@ -642,6 +656,7 @@ private:
   int maxLevel = 0;
   int finalLevel = 0;
   bool preloaded = false;
+  bool predicatedLoads;
 };
 
 void RowProgramEmitter::computeLevels() {
@@ -720,11 +735,18 @@ unsigned RowProgramEmitter::alignment(Type type) {
 }
 
 Value RowProgramEmitter::load(Value pointer, Type type, Value offset,
-                              unsigned align) {
+                              unsigned align, Value predicate) {
   Type stored = memoryType(type);
   Value address = pointerAt(pointer, getElementTypeOrSelf(stored), offset);
-  Value value = LLVM::LoadOp::create(b, loc, stored, address,
-                                     align ? align : alignment(stored));
+  if (!align)
+    align = alignment(stored);
+  Value value =
+      predicate && predicatedLoads
+          ? predicatedLoad(
+                b, loc, address, 0, predicate,
+                arith::ConstantOp::create(b, loc, b.getZeroAttr(stored)), align,
+                /*mayMerge=*/false)
+          : LLVM::LoadOp::create(b, loc, stored, address, align).getResult();
   if (stored == type)
     return value;
   Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(stored));
@@ -784,6 +806,15 @@ Value RowProgramEmitter::sharedOffset(const Chunk &chunk) {
                                indexConstant(b, loc, config.vectorWidth));
 }
 
+/// Both conditions; a null one holds.
+Value andConditions(OpBuilder &b, Location loc, Value lhs, Value rhs) {
+  if (!lhs)
+    return rhs;
+  if (!rhs)
+    return lhs;
+  return arith::AndIOp::create(b, loc, lhs, rhs);
+}
+
 /// Vectors in shared memory are aligned to their size, at most 16 bytes
 /// (the regions' alignment).
 static unsigned sharedAlignment(Type type) {
@@ -803,7 +834,9 @@ static unsigned sharedAlignment(Type type) {
 void RowProgramEmitter::preloadInputs(MutableArrayRef<Chunk> chunks,
                                       ArrayRef<BlockArgument> chunkInputs) {
   SmallVector<std::tuple<Chunk *, BlockArgument, Value>> toStage;
-  for (Chunk &chunk : chunks)
+  for (Chunk &chunk : chunks) {
+    // A row past the end (clamped) and a vector past it load nothing.
+    Value inRow;
     for (BlockArgument input : chunkInputs) {
       if (chunk.values.contains(input))
         continue;
@@ -812,16 +845,22 @@ void RowProgramEmitter::preloadInputs(MutableArrayRef<Chunk> chunks,
       Value stage = chunk.staged ? stagePointers.lookup(input) : Value();
       Value loaded;
       if (type.getKind() != ValueKind::Full)
-        loaded = load(inputs.lookup(input), vector, chunk.base);
+        loaded =
+            load(inputs.lookup(input), vector, chunk.base, 0, chunk.loadValid);
       else if (stage && inSharedMemory.contains(input))
         loaded = load(stage, vector, sharedOffset(chunk),
                       sharedAlignment(vector));
-      else
-        loaded = load(inputs.lookup(input), vector, flatOffset(row, chunk.base));
+      else {
+        if (!inRow)
+          inRow = andConditions(b, loc, chunk.loadValid, rowValid);
+        loaded = load(inputs.lookup(input), vector, flatOffset(row, chunk.base),
+                      0, inRow);
+      }
       if (stage && !inSharedMemory.contains(input))
         toStage.push_back({&chunk, input, loaded});
       chunk.values[input] = loaded;
     }
+  }
   for (auto [chunk, input, loaded] : toStage) {
     store(loaded, stagePointers.lookup(input), sharedOffset(*chunk),
           sharedAlignment(loaded.getType()));
@@ -881,14 +920,6 @@ void emitGuarded(OpBuilder &b, Location loc, Value condition, Fn body) {
   body();
 }
 
-Value andConditions(OpBuilder &b, Location loc, Value lhs, Value rhs) {
-  if (!lhs)
-    return rhs;
-  if (!rhs)
-    return lhs;
-  return arith::AndIOp::create(b, loc, lhs, rhs);
-}
-
 RowProgramEmitter::Chunk RowProgramEmitter::makeChunk(Value chunkIndex) {
   Chunk chunk;
   // base = (chunk * threads_per_row + lane) * V
@@ -900,14 +931,25 @@ RowProgramEmitter::Chunk RowProgramEmitter::makeChunk(Value chunkIndex) {
   Value base = arith::MulIOp::create(
       b, loc, slot, indexConstant(b, loc, config.vectorWidth));
   chunk.slot = slot;
-  if (n % (config.threadsPerRow * config.vectorWidth) == 0) {
+  // Every lane's vector is in the row: all chunks when the row is a whole
+  // number of them, or this one when its last lane's is.
+  std::optional<int64_t> constantIndex = getConstantIntValue(chunkIndex);
+  if (n % (config.threadsPerRow * config.vectorWidth) == 0 ||
+      (constantIndex &&
+       ((*constantIndex + 1) * config.threadsPerRow) * config.vectorWidth <=
+           n)) {
     chunk.base = base;
     return chunk;
   }
-  // Out-of-range vectors read column 0 (always in bounds) and are masked
-  // out of reductions and stores.
+  // Out-of-range vectors are masked out of reductions and stores. They
+  // read column 0 (always in bounds), except, with `predicatedLoads`, the
+  // unrolled chunks of a row on chip, which load nothing: in a streamed
+  // loop the predicated loads' registers, zeroed first, made ptxas spill
+  // (layer_norm_bwd f32 n = 32000: 20 bytes).
   chunk.valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, base,
                                       indexConstant(b, loc, n));
+  if (constantIndex)
+    chunk.loadValid = chunk.valid;
   chunk.base = arith::SelectOp::create(b, loc, chunk.valid, base,
                                        indexConstant(b, loc, 0));
   return chunk;
@@ -1684,7 +1726,8 @@ LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
     if (type.getKind() == ValueKind::Scalar)
       rowValues[arg] = inputs.lookup(arg);
     else if (type.getKind() == ValueKind::Row)
-      rowValues[arg] = load(inputs.lookup(arg), type.getElementType(), row);
+      rowValues[arg] =
+          load(inputs.lookup(arg), type.getElementType(), row, 0, rowValid);
   }
   if (config.rowOnChip)
     for (int64_t c = 0; c < config.chunks; ++c) {
@@ -1828,42 +1871,6 @@ Value finalizeRowGroups(OpBuilder &b, Location loc, KernelOp kernel,
       arguments[2 * columnReductions(kernel).size()]);
 }
 
-/// A GPU load of `otherwise`'s type from `base` + `byteOffset` where
-/// `predicate` holds, else `otherwise`: a predicated `ld.global` (PTX),
-/// which moves no bytes when the predicate is off, where a load of a
-/// clamped address would (LLVM has no predicated load; its masked loads
-/// become branches).
-Value predicatedLoad(OpBuilder &b, Location loc, Value base, int64_t byteOffset,
-                     Value predicate, Value otherwise) {
-  Type type = otherwise.getType();
-  unsigned bits = type.getIntOrFloatBitWidth();
-  assert((bits == 16 || bits == 32 || bits == 64) &&
-         "column partials are 16-, 32- or 64-bit");
-  bool isFloat = isa<FloatType>(type);
-  // NVPTX's inline-assembly register classes by width.
-  StringRef registerClass = bits == 64   ? (isFloat ? "d" : "l")
-                            : bits == 32 ? (isFloat ? "f" : "r")
-                                         : "h";
-  std::string constraints = ("=" + registerClass + ",b,l,0").str();
-  // PTX's address offsets are signed 32-bit.
-  if (byteOffset > std::numeric_limits<int32_t>::max()) {
-    base = LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base,
-                               ValueRange{LLVM::ConstantOp::create(
-                                   b, loc, b.getI64Type(), byteOffset)});
-    byteOffset = 0;
-  }
-  std::string ptx =
-      llvm::formatv("@$1 ld.global.b{0} $0, [$2+{1}];", bits, byteOffset).str();
-  return LLVM::InlineAsmOp::create(
-             b, loc, type, ValueRange{predicate, base, otherwise}, ptx,
-             constraints, /*has_side_effects=*/false, /*is_align_stack=*/false,
-             LLVM::tailcallkind::TailCallKind::None,
-             LLVM::AsmDialectAttr::get(b.getContext(),
-                                       LLVM::AsmDialect::AD_ATT),
-             /*operand_attrs=*/ArrayAttr())
-      .getResult(0);
-}
-
 /// For each column reduction: the combination of partials[g, column] over
 /// partial rows g in [first, first + count), in blocks laid out for `maxCount`
 /// rows. A thread takes `group` rows per iteration, all loaded before any is
@@ -1921,9 +1928,9 @@ SmallVector<Value> combinePartials(OpBuilder &b, Location loc, KernelOp kernel,
                                     indexConstant(b, loc, n)))});
       loaded[position].push_back(LLVM::LoadOp::create(b, loc, compute, base));
       for (int64_t row = 1; row < group; ++row)
-        loaded[position].push_back(
-            predicatedLoad(b, loc, base, row * n * storageBytes(compute),
-                           present[row - 1], identities[position]));
+        loaded[position].push_back(predicatedLoad(
+            b, loc, base, row * n * storageBytes(compute), present[row - 1],
+            identities[position], storageBytes(compute), /*mayMerge=*/true));
     }
     // The group's own total first, in pairs: a partial then takes part in
     // at most 4 + 16 additions for a slice of 256 rows. A row past the
@@ -2319,8 +2326,13 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   emitter.emitPartialsInit(rowGroup);
 
   // Every thread of a block runs the same number of row iterations (the
-  // reductions synchronize the block); rows past the end are clamped for
-  // loads and do not store.
+  // reductions synchronize the block); a row group's rows past the end are
+  // clamped, load nothing (predicatedLoads) and do not store. A block of
+  // one row group has none: its trips end at the last row, which the
+  // column reductions' grids rely on (the clamp cost layer_norm_bwd bf16
+  // n = 4096 17 registers); elsewhere ptxas's register choices moved
+  // without it (cross_entropy_capped_fwd f32 n = 32000: 64% -> 52% in the
+  // traffic model), so they keep it.
   Value firstRow = arith::MulIOp::create(b, loc, block, rpb);
   Value remaining = arith::SubIOp::create(
       b, loc, arith::MaxSIOp::create(b, loc, rows, firstRow), firstRow);
@@ -2331,10 +2343,14 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   Value row = arith::AddIOp::create(
       b, loc, rowGroup,
       arith::MulIOp::create(b, loc, loop.getInductionVar(), rowGroups));
-  Value rowValid =
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, rows);
-  Value lastRow = arith::SubIOp::create(b, loc, rows, indexConstant(b, loc, 1));
-  Value clamped = arith::SelectOp::create(b, loc, rowValid, row, lastRow);
+  Value rowValid, clamped = row;
+  if (config->rowsPerBlock > 1 || !shape->hasColumnReduction) {
+    rowValid =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, rows);
+    Value lastRow =
+        arith::SubIOp::create(b, loc, rows, indexConstant(b, loc, 1));
+    clamped = arith::SelectOp::create(b, loc, rowValid, row, lastRow);
+  }
   if (failed(emitter.emitRow(clamped, rowValid, rowGroup)))
     return failure();
   b.setInsertionPointToEnd(&entry);

@@ -27,7 +27,8 @@ constexpr int64_t kMinThreadsPerBlock = 256;
 constexpr int64_t kVectorsPerThread = 4;
 constexpr int64_t kMaxOnChipChunks = 8;
 constexpr int64_t kKeptElementsPerThread = 32;
-constexpr int64_t kBlocksPerSM = 4;
+constexpr int64_t kMultiTensorBlocksPerSM = 4;
+constexpr int64_t kColumnReductionBlocksPerSM = 2;
 constexpr int64_t kCpuVectorBytes = 32;
 constexpr int64_t kCpuElementsPerTask = 65536;
 constexpr int64_t kMultiTensorChunk = 65536;
@@ -104,7 +105,7 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
     config.threadsPerRow = kMultiTensorThreads;
     config.chunks =
         kMultiTensorChunk / (kMultiTensorThreads * config.vectorWidth);
-    config.blocksPerSM = kBlocksPerSM;
+    config.blocksPerSM = kMultiTensorBlocksPerSM;
     return config;
   }
   int64_t n = shape.n;
@@ -138,7 +139,8 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
   config.rowOnChip = shape.hasRowReduction &&
                      config.chunks <= kMaxOnChipChunks &&
                      fitsInRegisters(shape, config);
-  config.blocksPerSM = shape.hasColumnReduction ? kBlocksPerSM : 0;
+  config.blocksPerSM =
+      shape.hasColumnReduction ? kColumnReductionBlocksPerSM : 0;
   return config;
 }
 

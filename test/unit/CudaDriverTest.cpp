@@ -149,16 +149,16 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
 }
 
 TEST_F(CudaDriverTest, PersistentGridTakesOnlyResidentBlocks) {
-  // The tile asks for 4 blocks per SM; the driver says 3 fit (registers):
-  // 3 per SM, and as many rows of partials.
+  // The tile asks for 2 blocks per SM; the driver says 1 fits (registers):
+  // 1 per SM, and as many rows of partials.
   auto backward = kernel("rms_norm_bwd", "bf16", 4096);
   const TileConfig &tile = backward->info.tile;
-  ASSERT_EQ(tile.blocksPerSM, 4);
+  ASSERT_EQ(tile.blocksPerSM, 2);
   ASSERT_EQ(tile.partialChunks, tile.chunks);
-  fakeCudaState().residentBlocks = 3;
+  fakeCudaState().residentBlocks = 1;
   auto groups = driver->partialRows(backward, 100000, 0);
   ASSERT_TRUE(static_cast<bool>(groups));
-  EXPECT_EQ(*groups, 3 * 132);
+  EXPECT_EQ(*groups, 132);
   ASSERT_EQ(fakeCudaState().occupancyQueries.size(), 1u);
   const FakeCudaState::OccupancyQuery &query =
       fakeCudaState().occupancyQueries[0];
@@ -170,11 +170,17 @@ TEST_F(CudaDriverTest, PersistentGridTakesOnlyResidentBlocks) {
   ASSERT_FALSE(
       static_cast<bool>(launchRmsNormBwd(backward, 100000, offsetSlot)));
   ASSERT_EQ(fakeCudaState().launches.size(), 2u);
-  EXPECT_EQ(fakeCudaState().launches[0].grid, 3u * 132u);
+  EXPECT_EQ(fakeCudaState().launches[0].grid, 132u);
   EXPECT_EQ(fakeCudaState().launches[1].params[2], uint64_t(*groups));
-  // Asked once per loaded kernel; a driver that says none fit gets one
-  // block per SM, never an empty grid.
+  // Asked once per loaded kernel; more resident blocks than the tile asks
+  // for get the tile's, and a driver that says none fit gets one block per
+  // SM, never an empty grid.
   EXPECT_EQ(fakeCudaState().occupancyQueries.size(), 1u);
+  fakeCudaState().residentBlocks = 3;
+  auto capped =
+      driver->partialRows(kernel("rms_norm_bwd", "f32", 4096), 100000, 0);
+  ASSERT_TRUE(static_cast<bool>(capped));
+  EXPECT_EQ(*capped, 2 * 132);
   fakeCudaState().residentBlocks = 0;
   auto other = kernel("rms_norm_bwd", "bf16", 8192);
   auto fewest = driver->partialRows(other, 100000, 0);

@@ -1,0 +1,152 @@
+//===- PredicatedLoad.cpp - PTX loads that move no bytes when off ---------===//
+
+#include "PredicatedLoad.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cassert>
+#include <limits>
+
+using namespace mlir;
+
+namespace {
+
+/// One PTX load per `unitBytes` of a vector: 16- and 8-byte units as
+/// `.v4`/`.v2` of 32-bit registers, smaller ones into one register (a byte
+/// into a 16-bit one, PTX's narrowest).
+struct VectorUnits {
+  int64_t unitBytes, count, registersPerUnit;
+  unsigned registerBits;
+  std::string opcode;
+};
+
+VectorUnits vectorUnits(int64_t bytes, unsigned alignment) {
+  VectorUnits units;
+  units.unitBytes = std::min<int64_t>({bytes, alignment, 16});
+  assert(llvm::isPowerOf2_64(units.unitBytes) && bytes % units.unitBytes == 0);
+  units.count = bytes / units.unitBytes;
+  units.registersPerUnit = std::max<int64_t>(1, units.unitBytes / 4);
+  units.registerBits = units.unitBytes >= 4 ? 32 : 16;
+  units.opcode =
+      units.unitBytes > 4
+          ? llvm::formatv("ld.global.v{0}.b32", units.registersPerUnit).str()
+      : units.unitBytes == 4 ? "ld.global.b32"
+      : units.unitBytes == 2 ? "ld.global.b16"
+                             : "ld.global.u8";
+  return units;
+}
+
+} // namespace
+
+Value tilefuse::predicatedLoad(OpBuilder &b, Location loc, Value base,
+                               int64_t byteOffset, Value predicate,
+                               Value otherwise, unsigned alignment,
+                               bool mayMerge) {
+  Type type = otherwise.getType();
+  // PTX's address offsets are signed 32-bit.
+  if (byteOffset > std::numeric_limits<int32_t>::max()) {
+    base = LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base,
+                               ValueRange{LLVM::ConstantOp::create(
+                                   b, loc, b.getI64Type(), byteOffset)});
+    byteOffset = 0;
+  }
+  auto emit = [&](Type resultType, ValueRange tied, StringRef registerClass,
+                  StringRef ptx) {
+    std::string constraints;
+    for (size_t i = 0; i < tied.size(); ++i)
+      constraints += ("=" + registerClass + ",").str();
+    constraints += "b,l";
+    for (size_t i = 0; i < tied.size(); ++i)
+      constraints += "," + std::to_string(i);
+    SmallVector<Value> operands = {predicate, base};
+    llvm::append_range(operands, tied);
+    return LLVM::InlineAsmOp::create(
+               b, loc, resultType, operands, ptx, constraints,
+               /*has_side_effects=*/!mayMerge, /*is_align_stack=*/false,
+               LLVM::tailcallkind::TailCallKind::None,
+               LLVM::AsmDialectAttr::get(b.getContext(),
+                                         LLVM::AsmDialect::AD_ATT),
+               /*operand_attrs=*/ArrayAttr())
+        .getResult(0);
+  };
+
+  auto vector = dyn_cast<VectorType>(type);
+  if (!vector && type.getIntOrFloatBitWidth() == 8) {
+    // No 8-bit register class: a vector of one byte.
+    Value loaded =
+        predicatedLoad(b, loc, base, byteOffset, predicate,
+                       vector::BroadcastOp::create(
+                           b, loc, VectorType::get({1}, type), otherwise),
+                       alignment, mayMerge);
+    return vector::ExtractOp::create(b, loc, loaded, 0);
+  }
+  if (!vector) {
+    unsigned bits = type.getIntOrFloatBitWidth();
+    assert((bits == 16 || bits == 32 || bits == 64) &&
+           "scalar predicated loads are 8-, 16-, 32- or 64-bit");
+    bool isFloat = isa<FloatType>(type);
+    // NVPTX's inline-assembly register classes by width.
+    StringRef registerClass = bits == 64   ? (isFloat ? "d" : "l")
+                              : bits == 32 ? (isFloat ? "f" : "r")
+                                           : "h";
+    std::string ptx =
+        llvm::formatv("@$1 ld.global.b{0} $0, [$2+{1}];", bits, byteOffset)
+            .str();
+    return emit(type, otherwise, registerClass, ptx);
+  }
+
+  // A vector: loaded as integer registers, bit-cast back.
+  Type element = vector.getElementType();
+  int64_t bytes = vector.getNumElements() *
+                  llvm::divideCeil(element.getIntOrFloatBitWidth(), 8);
+  VectorUnits units = vectorUnits(bytes, alignment);
+  int64_t registers = units.count * units.registersPerUnit;
+  Type memoryRegister =
+      b.getIntegerType(units.unitBytes == 1 ? 8 : units.registerBits);
+  Type registerType = b.getIntegerType(units.registerBits);
+  Value asRegisters = vector::BitCastOp::create(
+      b, loc, VectorType::get({registers}, memoryRegister), otherwise);
+  SmallVector<Value> tied;
+  for (int64_t i = 0; i < registers; ++i) {
+    Value value = vector::ExtractOp::create(b, loc, asRegisters, i);
+    if (memoryRegister != registerType)
+      value = arith::ExtUIOp::create(b, loc, registerType, value);
+    tied.push_back(value);
+  }
+  // Operands: the registers, then the predicate and the address.
+  std::string ptx;
+  for (int64_t unit = 0; unit < units.count; ++unit) {
+    SmallVector<std::string> names;
+    for (int64_t r = 0; r < units.registersPerUnit; ++r)
+      names.push_back("$" + std::to_string(unit * units.registersPerUnit + r));
+    std::string destination =
+        names.size() == 1 ? names[0] : "{" + llvm::join(names, ", ") + "}";
+    ptx += llvm::formatv("{0}@${1} {2} {3}, [${4}+{5}];", unit ? "\n\t" : "",
+                         registers, units.opcode, destination, registers + 1,
+                         byteOffset + unit * units.unitBytes)
+               .str();
+  }
+  SmallVector<Type> fields(registers, registerType);
+  Type resultType =
+      registers == 1 ? registerType
+                     : LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
+  Value result =
+      emit(resultType, tied, units.registerBits == 32 ? "r" : "h", ptx);
+  SmallVector<Value> loaded;
+  for (int64_t i = 0; i < registers; ++i) {
+    Value value =
+        registers == 1
+            ? result
+            : LLVM::ExtractValueOp::create(b, loc, result, i).getResult();
+    if (memoryRegister != registerType)
+      value = arith::TruncIOp::create(b, loc, memoryRegister, value);
+    loaded.push_back(value);
+  }
+  Value packed = vector::FromElementsOp::create(
+      b, loc, VectorType::get({registers}, memoryRegister), loaded);
+  return vector::BitCastOp::create(b, loc, vector, packed);
+}
