@@ -418,8 +418,11 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   result.idealPerRow = ideal;
 
   // Measured, scaled to the modeled launch, per row.
+  // A persistent grid runs at most the tile's blocks per SM (CudaDriver).
   int occupancy = emu::residentBlocks(tile.threadsPerBlock(), result.registers,
                                       launches[0].sharedBytes);
+  if (persistent)
+    occupancy = std::clamp<int>(occupancy, 1, tile.blocksPerSM);
   result.blocksPerSM = occupancy;
   int64_t resident =
       std::min<int64_t>(modelGrid, int64_t(occupancy) * h200::kSMs);

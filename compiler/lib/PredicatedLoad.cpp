@@ -75,8 +75,11 @@ Value tilefuse::predicatedLoad(OpBuilder &b, Location loc, Value base,
   };
 
   auto vector = dyn_cast<VectorType>(type);
-  if (!vector && type.getIntOrFloatBitWidth() == 8) {
-    // No 8-bit register class: a vector of one byte.
+  if (!vector &&
+      (type.getIntOrFloatBitWidth() == 8 ||
+       (type.getIntOrFloatBitWidth() == 16 && isa<FloatType>(type)))) {
+    // No 8-bit register class, and 16-bit floats through integer registers:
+    // a vector of one.
     Value loaded =
         predicatedLoad(b, loc, base, byteOffset, predicate,
                        vector::BroadcastOp::create(
