@@ -22,6 +22,7 @@
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/Utils/Utils.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -516,13 +517,15 @@ public:
       : kernel(kernel), config(config), n(shape.n), aligned(shape.aligned),
         mapping(mapping), b(builder), loc(kernel.getLoc()),
         mathLowering(MathLowering::of(config, shape)),
-        // Predicated loads zero their registers first (a move per 32 bits:
-        // 7-17% more instructions at n = 1000 in the backward norms, and
-        // issue-bound cross-entropy kernels lost 1-5% in the traffic
-        // model); they pay where bytes count, in the HBM-bound persistent
-        // grids of column reductions, whose row groups' clamped rows
-        // recur. Elsewhere a tail vector or the last block's clamped row
-        // reads what its neighbours just did (L1).
+        // Predicated loads of a row zero their registers first (a move per
+        // 32 bits: 7-17% more instructions at n = 1000 in the backward
+        // norms, and issue-bound cross-entropy kernels lost 1-5% in the
+        // traffic model); they pay where bytes count, in the HBM-bound
+        // persistent grids of column reductions, whose blocks of several
+        // row groups end with clamped rows and whose short rows end with
+        // vectors past them. Elsewhere a tail vector or the last block's
+        // clamped row reads what its neighbours just did (L1). (A gather's
+        // one predicated load, emitGather, is not a row's.)
         predicatedLoads(config.isGPU() && shape.hasColumnReduction) {}
 
   /// Binds input `index` of the kernel to a lowered argument (a pointer for
@@ -560,7 +563,7 @@ private:
   struct Chunk {
     Value base;  // first column of this thread's vector
     Value valid; // i1: base < n (null when every lane's vector is full)
-    Value loadValid; // `valid` where loads are predicated on it
+    bool unrolled = false; // a constant index: a chunk of a row on chip
     Value slot;  // chunk * threads_per_row + lane, unclamped
     bool staged = false; // its re-read inputs live in shared memory
     bool partialOnChip = false; // its column partials live there
@@ -834,9 +837,9 @@ void RowProgramEmitter::preloadInputs(MutableArrayRef<Chunk> chunks,
                                       ArrayRef<BlockArgument> chunkInputs) {
   SmallVector<std::tuple<Chunk *, BlockArgument, Value>> toStage;
   for (Chunk &chunk : chunks) {
-    // With predicatedLoads, a row past the end (clamped) and a vector past
-    // it load nothing.
-    Value loadValid = predicatedLoads ? chunk.loadValid : Value();
+    // With predicatedLoads, a row past the end (clamped) and, in a row kept
+    // on chip, a vector past the row's end load nothing.
+    Value loadValid = predicatedLoads && chunk.unrolled ? chunk.valid : Value();
     Value inRow;
     for (BlockArgument input : chunkInputs) {
       if (chunk.values.contains(input))
@@ -935,6 +938,7 @@ RowProgramEmitter::Chunk RowProgramEmitter::makeChunk(Value chunkIndex) {
   // Every lane's vector is in the row: all chunks when the row is a whole
   // number of them, or this one when its last lane's is.
   std::optional<int64_t> constantIndex = getConstantIntValue(chunkIndex);
+  chunk.unrolled = constantIndex.has_value();
   if (n % (config.threadsPerRow * config.vectorWidth) == 0 ||
       (constantIndex &&
        ((*constantIndex + 1) * config.threadsPerRow) * config.vectorWidth <=
@@ -949,8 +953,6 @@ RowProgramEmitter::Chunk RowProgramEmitter::makeChunk(Value chunkIndex) {
   // (layer_norm_bwd f32 n = 32000: 20 bytes).
   chunk.valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, base,
                                       indexConstant(b, loc, n));
-  if (constantIndex)
-    chunk.loadValid = chunk.valid;
   chunk.base = arith::SelectOp::create(b, loc, chunk.valid, base,
                                        indexConstant(b, loc, 0));
   return chunk;
@@ -1886,8 +1888,8 @@ SmallVector<std::pair<ReduceOp, Type>> columnReductions(KernelOp kernel) {
 /// (more still add up right, the top level taking them all; each level
 /// costs loop bounds in every thread): the CPU has one per
 /// kCpuRowsPerPartial rows; a GPU slice a finalizeSlices(n)-th of at most
-/// 4 blocks per SM (or of their row groups, for partials that do not fit
-/// on chip): a few hundred on today's chips.
+/// 2 blocks per SM (TileConfig.h; or of their row groups, for partials that
+/// do not fit on chip): a few hundred on today's chips.
 constexpr int64_t kMaxCpuPartialRows = int64_t(1) << 24;
 constexpr int64_t kMaxSliceRows = 256;
 

@@ -5,6 +5,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -40,6 +41,22 @@ VectorUnits vectorUnits(int64_t bytes, unsigned alignment) {
   return units;
 }
 
+/// `@$predicate opcode destination, [$address+offset];` with registers
+/// $first.. $(first + registers - 1) as the destination (a `{}` list of
+/// several).
+std::string loadInstruction(StringRef opcode, int64_t first, int64_t registers,
+                            int64_t predicate, int64_t address,
+                            int64_t offset) {
+  SmallVector<std::string> names;
+  for (int64_t r = first; r < first + registers; ++r)
+    names.push_back("$" + std::to_string(r));
+  std::string destination =
+      registers == 1 ? names[0] : "{" + llvm::join(names, ", ") + "}";
+  return llvm::formatv("@${0} {1} {2}, [${3}+{4}];", predicate, opcode,
+                       destination, address, offset)
+      .str();
+}
+
 } // namespace
 
 Value tilefuse::predicatedLoad(OpBuilder &b, Location loc, Value base,
@@ -47,8 +64,15 @@ Value tilefuse::predicatedLoad(OpBuilder &b, Location loc, Value base,
                                Value otherwise, unsigned alignment,
                                bool mayMerge) {
   Type type = otherwise.getType();
-  // PTX's address offsets are signed 32-bit.
-  if (byteOffset > std::numeric_limits<int32_t>::max()) {
+  assert(byteOffset >= 0 && "predicated loads take non-negative offsets");
+  // PTX's address offsets are signed 32-bit (those of a vector's last unit
+  // too).
+  auto vector = dyn_cast<VectorType>(type);
+  int64_t bytes =
+      vector ? vector.getNumElements() *
+                   llvm::divideCeil(vector.getElementTypeBitWidth(), 8)
+             : llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
+  if (byteOffset + bytes > std::numeric_limits<int32_t>::max()) {
     base = LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base,
                                ValueRange{LLVM::ConstantOp::create(
                                    b, loc, b.getI64Type(), byteOffset)});
@@ -74,7 +98,6 @@ Value tilefuse::predicatedLoad(OpBuilder &b, Location loc, Value base,
         .getResult(0);
   };
 
-  auto vector = dyn_cast<VectorType>(type);
   if (!vector &&
       (type.getIntOrFloatBitWidth() == 8 ||
        (type.getIntOrFloatBitWidth() == 16 && isa<FloatType>(type)))) {
@@ -96,16 +119,12 @@ Value tilefuse::predicatedLoad(OpBuilder &b, Location loc, Value base,
     StringRef registerClass = bits == 64   ? (isFloat ? "d" : "l")
                               : bits == 32 ? (isFloat ? "f" : "r")
                                            : "h";
-    std::string ptx =
-        llvm::formatv("@$1 ld.global.b{0} $0, [$2+{1}];", bits, byteOffset)
-            .str();
-    return emit(type, otherwise, registerClass, ptx);
+    std::string opcode = llvm::formatv("ld.global.b{0}", bits).str();
+    return emit(type, otherwise, registerClass,
+                loadInstruction(opcode, 0, 1, 1, 2, byteOffset));
   }
 
   // A vector: loaded as integer registers, bit-cast back.
-  Type element = vector.getElementType();
-  int64_t bytes = vector.getNumElements() *
-                  llvm::divideCeil(element.getIntOrFloatBitWidth(), 8);
   VectorUnits units = vectorUnits(bytes, alignment);
   int64_t registers = units.count * units.registersPerUnit;
   Type memoryRegister =
@@ -121,18 +140,12 @@ Value tilefuse::predicatedLoad(OpBuilder &b, Location loc, Value base,
     tied.push_back(value);
   }
   // Operands: the registers, then the predicate and the address.
-  std::string ptx;
-  for (int64_t unit = 0; unit < units.count; ++unit) {
-    SmallVector<std::string> names;
-    for (int64_t r = 0; r < units.registersPerUnit; ++r)
-      names.push_back("$" + std::to_string(unit * units.registersPerUnit + r));
-    std::string destination =
-        names.size() == 1 ? names[0] : "{" + llvm::join(names, ", ") + "}";
-    ptx += llvm::formatv("{0}@${1} {2} {3}, [${4}+{5}];", unit ? "\n\t" : "",
-                         registers, units.opcode, destination, registers + 1,
-                         byteOffset + unit * units.unitBytes)
-               .str();
-  }
+  SmallVector<std::string> instructions;
+  for (int64_t unit = 0; unit < units.count; ++unit)
+    instructions.push_back(loadInstruction(
+        units.opcode, unit * units.registersPerUnit, units.registersPerUnit,
+        registers, registers + 1, byteOffset + unit * units.unitBytes));
+  std::string ptx = llvm::join(instructions, "\n\t");
   SmallVector<Type> fields(registers, registerType);
   Type resultType =
       registers == 1 ? registerType

@@ -1,8 +1,9 @@
 //===- PredicatedLoad.h - PTX loads that move no bytes when off -*- C++ -*-===//
 //
 // Private to the compiler library: the column-reduction kernels' vectors
-// past a row's end and rows past the launch's, and the finalize's partial
-// rows past a thread's share, load through this.
+// past a row's end and rows past the launch's, a gathered element only the
+// row's leader needs, and the finalize's partial rows past a thread's
+// share load through this.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,8 +14,8 @@
 
 namespace tilefuse {
 
-/// A GPU load of `otherwise`'s type (a scalar of 16, 32 or 64 bits, or a
-/// vector) from `base` + `byteOffset`, aligned to `alignment` bytes, where
+/// A GPU load of `otherwise`'s type (a scalar of 8, 16, 32 or 64 bits, or
+/// a vector) from `base` + `byteOffset`, aligned to `alignment` bytes, where
 /// `predicate` holds, else `otherwise`: predicated `ld.global`s (inline
 /// PTX), which move no bytes when the predicate is off, where a load of a
 /// clamped address would. LLVM has no predicated load (its masked loads
