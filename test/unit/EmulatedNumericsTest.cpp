@@ -199,8 +199,8 @@ TEST_F(EmulatedNumerics, LongRows) {
 }
 
 /// With 2 SMs, column reductions run a persistent grid of fewer blocks
-/// than rows (as many as can be resident): blocks loop over rows, and the
-/// last row group's rows clamp.
+/// than rows (as many as can be resident, at most the tile's): blocks loop
+/// over rows, and the last row group's rows clamp.
 /// Their partials stay in shared memory across the rows (n = 32000: beside
 /// staged chunks of the streamed row, or as many of them as fit) and reach
 /// global memory once.
@@ -247,6 +247,16 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
                       (partialRows + rows) * offChipColumns * 4 +
                           partialRows * onChipColumns * 4);
           }
+        // A row group whose row is past the last and a vector past a row's
+        // end load nothing (predicated): a row kept on chip reads each
+        // element of the full inputs once.
+        if (n < 32000)
+          for (const emulator::BufferTraffic &buffer : launches[0].buffers)
+            if (buffer.name == "x" || buffer.name == "dy") {
+              SCOPED_TRACE(buffer.name);
+              EXPECT_EQ(buffer.loadedBytes,
+                        uint64_t(rows * n) * elementBytes(dtypeName(dtype)));
+            }
         EXPECT_EQ(launches[1].buffers.size(),
                   name == std::string("rms_norm_bwd") ? 2u : 4u)
             << "each column output and its partials";
