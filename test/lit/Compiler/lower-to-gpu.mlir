@@ -4,6 +4,11 @@
 // threads per column; at n = 4096 16 columns (256 blocks), 16 threads.
 // RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=8192}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=WIDE
 // RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=4096}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=MEDIUM
+// A block of one row group (n = 8192) has no row past the end: its row is
+// frozen (opaque to loop strength reduction), neither clamped nor masked.
+// WIDE-LABEL: gpu.func @softmax_colsum(
+// WIDE: llvm.freeze %{{.+}} : i64
+// WIDE-NOT: arith.select
 // WIDE-LABEL: gpu.func @softmax_colsum_finalize(
 // WIDE: arith.remui %{{.+}}, %c32
 // WIDE: arith.ceildivui %{{.+}}, %c8
