@@ -659,6 +659,11 @@ private:
   int finalLevel = 0;
   bool preloaded = false;
   bool predicatedLoads;
+  /// What a load of this row's data is predicated on: the row being in the
+  /// launch, with predicatedLoads (null: always loads).
+  Value rowLoadPredicate() const {
+    return predicatedLoads ? rowValid : Value();
+  }
 };
 
 void RowProgramEmitter::computeLevels() {
@@ -742,16 +747,14 @@ Value RowProgramEmitter::load(Value pointer, Type type, Value offset,
   Value address = pointerAt(pointer, getElementTypeOrSelf(stored), offset);
   if (!align)
     align = alignment(stored);
+  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(stored));
   Value value =
       predicate && config.isGPU()
-          ? predicatedLoad(
-                b, loc, address, 0, predicate,
-                arith::ConstantOp::create(b, loc, b.getZeroAttr(stored)), align,
-                /*mayMerge=*/false)
+          ? predicatedLoad(b, loc, address, 0, predicate, zero, align,
+                           /*mayMerge=*/false)
           : LLVM::LoadOp::create(b, loc, stored, address, align).getResult();
   if (stored == type)
     return value;
-  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(stored));
   return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, value, zero);
 }
 
@@ -840,7 +843,7 @@ void RowProgramEmitter::preloadInputs(MutableArrayRef<Chunk> chunks,
     // With predicatedLoads, a row past the end (clamped) and, in a row kept
     // on chip, a vector past the row's end load nothing.
     Value loadValid = predicatedLoads && chunk.unrolled ? chunk.valid : Value();
-    Value inRow;
+    Value inRow = andConditions(b, loc, loadValid, rowLoadPredicate());
     for (BlockArgument input : chunkInputs) {
       if (chunk.values.contains(input))
         continue;
@@ -853,13 +856,9 @@ void RowProgramEmitter::preloadInputs(MutableArrayRef<Chunk> chunks,
       else if (stage && inSharedMemory.contains(input))
         loaded = load(stage, vector, sharedOffset(chunk),
                       sharedAlignment(vector));
-      else {
-        if (!inRow)
-          inRow = andConditions(b, loc, loadValid,
-                                predicatedLoads ? rowValid : Value());
+      else
         loaded = load(inputs.lookup(input), vector, flatOffset(row, chunk.base),
                       0, inRow);
-      }
       if (stage && !inSharedMemory.contains(input))
         toStage.push_back({&chunk, input, loaded});
       chunk.values[input] = loaded;
@@ -1758,7 +1757,7 @@ LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
       rowValues[arg] = inputs.lookup(arg);
     else if (type.getKind() == ValueKind::Row)
       rowValues[arg] = load(inputs.lookup(arg), type.getElementType(), row, 0,
-                            predicatedLoads ? rowValid : Value());
+                            rowLoadPredicate());
   }
   if (config.rowOnChip)
     for (int64_t c = 0; c < config.chunks; ++c) {
