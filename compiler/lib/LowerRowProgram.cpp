@@ -55,7 +55,10 @@ bool isChunked(ValueKind kind) {
 /// - a fuse.reduce to a row: the partial result;
 /// - a fuse.arg_reduce: the best value so far and its column (i32);
 /// - a fuse.max_sum_exp: the running max m and sum of exp(x - m);
-/// - a fuse.moments: Welford's count, mean and sum of squared deviations.
+/// - a fuse.moments: Welford's count, mean and sum of squared deviations of
+///   the values shifted by the row's first element, and the plain sum of the
+///   values on one lane (the mean: shifted, it rounded at the size of the
+///   first element, 4.6-8.9 ulps where the mean is small against the spread).
 struct RowReduction {
   enum class Form { Plain, Arg, MaxSumExp, Moments };
   Operation *op;
@@ -82,7 +85,7 @@ struct RowReduction {
     case Form::Plain: return 1;
     case Form::Arg:
     case Form::MaxSumExp: return 2;
-    case Form::Moments: return 3;
+    case Form::Moments: return 4;
     }
     llvm_unreachable("unknown form");
   }
@@ -304,9 +307,10 @@ ReductionState combineMaxSumExp(OpBuilder &b, Location loc,
                    arith::MulFOp::create(b, loc, smaller, scale))};
 }
 
-/// Chan's merge of two Welford states (count, mean, M2):
+/// Chan's merge of two Welford states (count, mean, M2, sum):
 /// mean = mean_a + d * n_b / n, M2 = M2_a + M2_b + d^2 * n_a * n_b / n with
-/// d = mean_b - mean_a (two empty states merge to an empty one).
+/// d = mean_b - mean_a (two empty states merge to an empty one); the sums
+/// add.
 ReductionState combineMoments(OpBuilder &b, Location loc, ArrayRef<Value> lhs,
                               ArrayRef<Value> rhs) {
   Value count = arith::AddFOp::create(b, loc, lhs[0], rhs[0]);
@@ -320,7 +324,8 @@ ReductionState combineMoments(OpBuilder &b, Location loc, ArrayRef<Value> lhs,
       b, loc, arith::MulFOp::create(b, loc, delta, step), lhs[0]);
   Value m2 = arith::AddFOp::create(
       b, loc, arith::AddFOp::create(b, loc, lhs[2], rhs[2]), cross);
-  return {count, mean, m2};
+  Value sum = arith::AddFOp::create(b, loc, lhs[3], rhs[3]);
+  return {count, mean, m2, sum};
 }
 
 /// Combines two states of `reduction`, as scalars or vectors.
@@ -1232,8 +1237,13 @@ ReductionState RowProgramEmitter::identityState(const RowReduction &reduction,
   if (reduction.form == RowReduction::Form::MaxSumExp)
     return {splatFloat(-std::numeric_limits<double>::infinity()),
             splatFloat(0.0)};
-  if (reduction.form == RowReduction::Form::Moments)
-    return {splatFloat(0.0), splatFloat(0.0), splatFloat(0.0)};
+  if (reduction.form == RowReduction::Form::Moments) {
+    Value oneLaneZero = arith::ConstantOp::create(
+        b, loc,
+        SplatElementsAttr::get(VectorType::get({1}, elementType),
+                               FloatAttr::get(elementType, 0.0)));
+    return {splatFloat(0.0), splatFloat(0.0), splatFloat(0.0), oneLaneZero};
+  }
   ReductionState state = {
       splat(reductionIdentity(reduction.kind, elementType))};
   if (reduction.isArg())
@@ -1294,9 +1304,20 @@ ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
                          chunkState(chunk, reduction), mathLowering);
   // Welford's update of the shifted values. Every lane of a thread's state
   // has seen the same chunks, so one scalar reciprocal of the count serves
-  // the vector.
-  Value x = arith::SubFOp::create(b, loc, emitInChunk(chunk, reduction.input),
-                                  momentShifts.lookup(reduction.op));
+  // the vector. The chunk's valid values are summed across its lanes first.
+  Value input = emitInChunk(chunk, reduction.input);
+  Value terms = input;
+  if (chunk.valid)
+    terms = arith::SelectOp::create(b, loc, chunk.valid, input,
+                                    floatConstant(b, loc, input, 0.0));
+  Value sum = vector::BroadcastOp::create(
+      b, loc, accumulator[3].getType(),
+      vector::ReductionOp::create(
+          b, loc, vector::CombiningKind::ADD, terms,
+          vector::ExtractOp::create(b, loc, accumulator[3], 0),
+          arith::FastMathFlags::reassoc));
+  Value x =
+      arith::SubFOp::create(b, loc, input, momentShifts.lookup(reduction.op));
   Value count = arith::AddFOp::create(b, loc, accumulator[0],
                                       floatConstant(b, loc, x, 1.0));
   Value countScalar = vector::ExtractOp::create(b, loc, count, 0);
@@ -1316,6 +1337,7 @@ ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
   if (chunk.valid)
     for (auto [value, old] : llvm::zip(state, accumulator))
       value = arith::SelectOp::create(b, loc, chunk.valid, value, old);
+  state.push_back(sum);
   return state;
 }
 
@@ -1410,12 +1432,17 @@ ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
     return {vector::ReductionOp::create(
         b, loc, vectorCombiningKind(reduction.kind, isFloat), state[0])};
   }
-  // No vector form: lane by lane.
+  // No vector form: lane by lane (a moments' sum has one lane).
   ReductionState scalar;
   for (int64_t lane = 0; lane < config.vectorWidth; ++lane) {
     ReductionState laneState;
-    for (Value value : state)
-      laneState.push_back(vector::ExtractOp::create(b, loc, value, lane));
+    for (Value value : state) {
+      bool oneLane = cast<VectorType>(value.getType()).getNumElements() == 1;
+      laneState.push_back(
+          oneLane && lane > 0
+              ? floatConstant(b, loc, laneState.front(), 0.0)
+              : vector::ExtractOp::create(b, loc, value, oneLane ? 0 : lane));
+    }
     scalar = lane == 0
                  ? laneState
                  : combineStates(b, loc, reduction, scalar, laneState,
@@ -1510,14 +1537,29 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
           state[1]);
       break;
     }
-    case RowReduction::Form::Moments:
-      rowValues[op->getResult(0)] = arith::AddFOp::create(
-          b, loc,
-          vector::ExtractOp::create(b, loc, momentShifts.lookup(op), 0),
-          state[1]);
+    case RowReduction::Form::Moments: {
+      // Two estimates of the mean, each rounded at the size of what it
+      // accumulated: the sum / n at the size of the mean, the shift plus
+      // Welford's shifted mean at the size of mean - x[row, 0]. The one
+      // that accumulated the smaller value is taken: the sum where the
+      // first element lies farther from the mean than zero does (mean 0.5,
+      // unit spread), the shifted mean where the mean is large against the
+      // spread (1e3 + 0.1 randn). A NaN keeps the shifted mean.
+      Value shifted = state[1];
+      Value shiftedMean = arith::AddFOp::create(
+          b, loc, vector::ExtractOp::create(b, loc, momentShifts.lookup(op), 0),
+          shifted);
+      Value sumMean = divideByN(state[3]);
+      Value sumIsCloser =
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT,
+                                math::AbsFOp::create(b, loc, sumMean),
+                                math::AbsFOp::create(b, loc, shifted));
+      rowValues[op->getResult(0)] =
+          arith::SelectOp::create(b, loc, sumIsCloser, sumMean, shiftedMean);
       rowValues[op->getResult(1)] =
           reduction.kind == ReduceKind::Mean ? divideByN(state[2]) : state[2];
       break;
+    }
     }
   }
   return success();

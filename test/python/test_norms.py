@@ -156,6 +156,31 @@ def test_norms_over_staged_rows(dtype, n):
             assert_no_worse_than_torch(grad, eager_grad, want, dtype)
 
 
+@pytest.mark.parametrize("n,misaligned", [(8192, True), (32000, False), (32000, True)],
+                         ids=["8192-misaligned", "32000", "32000-misaligned"])
+def test_layer_norm_saved_mean_against_float64(n, misaligned):
+    # Streamed f32 rows (misaligned ones take scalar accesses and stream at
+    # 8192 on a GPU) merge mean and variance into Welford moments of
+    # x - x[row, 0]; with a mean of 0.5 and unit spread that shifted mean
+    # rounded at the size of the first element: 2.9-4.2 ulps on the CPU,
+    # 3.4-7.0 emulated (4.6-8.9 on an H200) where PyTorch's saved mean has
+    # 0.6-1.2. Judged as the GPU check does: ulps of f32 at
+    # max(|mean|, rms of the means).
+    torch.manual_seed(0)
+    rows = 32
+    storage = 0.5 + torch.randn(rows * n + misaligned)
+    x = storage[int(misaligned):].view(rows, n)
+    weight, bias = 1 + 0.1 * torch.randn(n), 0.1 * torch.randn(n)
+    _, mean, _ = torch.ops.tilefuse.layer_norm_fwd(x, weight, bias, 1e-5)
+    _, torch_mean, _ = torch.ops.aten.native_layer_norm(x, (n,), weight, bias, 1e-5)
+    want = x.double().mean(-1)
+    scale = torch.maximum(want.abs(), want.square().mean().sqrt())
+
+    def ulps(value):
+        return float(((value.double().view(-1) - want) / scale).abs().max()) / torch.finfo(torch.float32).eps
+    assert ulps(mean) <= max(1.5, 2 * ulps(torch_mean)), (ulps(mean), ulps(torch_mean))
+
+
 def test_staged_row_crosses_hbm_once():
     # rms_norm's forward reads x twice (its reduction, then the output):
     # staged whole (f32 n = 32768, 16 chunks), x is loaded from global

@@ -63,19 +63,21 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 
 // LayerNorm over a streamed row in two passes (moments, then the output)
 // instead of three: the moments pass carries Welford's (count, mean, M2) of
-// x - x[row, 0], one reciprocal of the count per chunk; blocks of 16 chunks
-// merge by Chan's formula (a vector division per block). The output pass,
+// x - x[row, 0], one reciprocal of the count per chunk, and the plain sum of
+// x on one lane (the mean); blocks of 16 chunks merge by Chan's formula (a
+// vector division per block). The output pass,
 // with no reduction state to carry, takes four chunks per iteration and
 // loads them all before it stores any (and PTX generation keeps the loads
 // there: the kernel is marked).
 // GPU-LABEL: gpu.func @layer_norm
 // GPU-SAME: tilefuse.keep_load_order
 // GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
-// GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO:.+]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]]) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>)
+// GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO:.+]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]], %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>)
 // GPU: scf.for %{{.+}} step %c2 iter_args
+// GPU: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
 // GPU-COUNT-2: arith.divf %{{.+}}, %{{.+}} : f32
 // GPU-NOT: arith.divf
-// GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}} : vector<8xf32>, vector<8xf32>, vector<8xf32>
+// GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>
 // GPU: arith.divf %{{.+}}, %{{.+}} : vector<8xf32>
 // GPU: gpu.shuffle  xor
 // GPU: scf.for %{{.+}} = %c0 to %c8 step %c1 {
@@ -95,7 +97,7 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // PARTIAL-NOT: llvm.load {{.+}} vector<8xbf16>
 // PARTIAL: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // CPU-LABEL: func.func @layer_norm
-// CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>)
+// CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>)
 // CPU: llvm.load
 // CPU: scf.yield
 // CPU: llvm.store
