@@ -81,7 +81,42 @@ constexpr double kDivisionIssue = 9;
 /// model's loaded memory latency.
 constexpr double kInFlightPerSM = 32 * 1024;
 constexpr double kLatency = kInFlightPerSM * kSMs / kPeakBytesPerSecond;
+constexpr double kSchedulers = 4;
+/// What a round trip costs a block whose warps meet at a barrier before its
+/// next loads (a row's reduction across warps): fitted to the backward
+/// norms timed on an H200 (benchmarks/README.md). Their loads leave in a
+/// burst and the last one arrives late; the shuffles and barriers after it
+/// are a chain of latencies the instruction count does not see.
+constexpr double kSynchronizedRoundTrip = 1.7e-6;
 } // namespace h200
+
+/// Seconds one block of `launch` takes, as the emulator ran it: per round
+/// trip to memory, the latency, then the instructions that use the loads.
+/// Round trips a barrier separates (the fraction the block's barriers
+/// cover) cost kSynchronizedRoundTrip and the issue of all the block's warps
+/// (each scheduler issues its warps' instructions one after another); the
+/// others cost kLatency and the warp's own issue (other warps overlap it).
+/// The resident blocks overlap one another, not a block its own phases.
+static double roundTripSeconds(const emu::LaunchRecord &launch) {
+  double blocks = double(launch.grid[0]) * launch.grid[1] * launch.grid[2];
+  double threads =
+      blocks * launch.block[0] * launch.block[1] * launch.block[2];
+  double roundTrips = double(launch.loadRoundTrips) / threads;
+  if (roundTrips == 0)
+    return 0;
+  double issueSeconds = double(launch.totalInstructions()) / threads /
+                        roundTrips / h200::kClock;
+  double warpsPerScheduler =
+      std::ceil(std::ceil(launch.block[0] * launch.block[1] *
+                          launch.block[2] / 32.0) /
+                h200::kSchedulers);
+  double synchronized =
+      std::min(1.0, double(launch.barriers) / blocks / roundTrips);
+  return roundTrips *
+         (synchronized * (h200::kSynchronizedRoundTrip +
+                          warpsPerScheduler * issueSeconds) +
+          (1 - synchronized) * (h200::kLatency + issueSeconds));
+}
 
 //===----------------------------------------------------------------------===//
 // ptxas -v
@@ -515,8 +550,8 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
                           : h200::kInFlightPerSM;
     if (!finalize)
       result.inFlightPerSM = inFlight;
-    double latencySeconds =
-        launchHbm * h200::kLatency / (std::max(inFlight, 1.0) * active);
+    double latencySeconds = roundTripSeconds(launch) *
+                            std::ceil(double(grid) / (active * launchOccupancy));
     double launchSeconds =
         std::max({issueSeconds, memorySeconds, latencySeconds});
     seconds += launchSeconds;
@@ -604,14 +639,15 @@ int main(int argc, char **argv) {
 
   llvm::outs() << llvm::formatv(
       "H200 model: {0} TB/s HBM, {1} SMs, {2} registers and {3} threads per "
-      "SM, {4} MB L2, {5} GHz, {6:f2} us memory latency; {7} rows per "
-      "launch. Budget: {8:f1} thread-instructions per byte, {9:f0} KiB in "
-      "flight per SM at full bandwidth.\n\n",
+      "SM, {4} MB L2, {5} GHz, {6:f2} us memory latency ({10:f1} us a round "
+      "trip a barrier ends); {7} rows per launch. Budget: {8:f1} "
+      "thread-instructions per byte, {9:f0} KiB in flight per SM at full "
+      "bandwidth.\n\n",
       h200::kPeakBytesPerSecond / 1e12, h200::kSMs, h200::kRegistersPerSM,
       h200::kThreadsPerSM, 50, h200::kClock / 1e9, h200::kLatency * 1e6,
       modelRows.getValue(),
       h200::kIssueLanes * h200::kSMs * h200::kClock / h200::kPeakBytesPerSecond,
-      h200::kInFlightPerSM / 1024);
+      h200::kInFlightPerSM / 1024, h200::kSynchronizedRoundTrip * 1e6);
   llvm::outs()
       << "| kernel | dtype | n | bytes/row | ideal/row | ratio | "
          "passes | instr/ideal B | regs | blocks/SM | KiB in flight/SM "
