@@ -550,8 +550,9 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
                           : h200::kInFlightPerSM;
     if (!finalize)
       result.inFlightPerSM = inFlight;
-    double latencySeconds = roundTripSeconds(launch) *
-                            std::ceil(double(grid) / (active * launchOccupancy));
+    double latencySeconds =
+        roundTripSeconds(launch) *
+        std::ceil(double(grid) / (active * std::max(1, launchOccupancy)));
     double launchSeconds =
         std::max({issueSeconds, memorySeconds, latencySeconds});
     seconds += launchSeconds;

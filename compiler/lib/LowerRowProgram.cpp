@@ -1432,7 +1432,8 @@ ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
     return {vector::ReductionOp::create(
         b, loc, vectorCombiningKind(reduction.kind, isFloat), state[0])};
   }
-  // No vector form: lane by lane (a moments' sum has one lane).
+  // No vector form: lane by lane. A moments' sum has one lane: the other
+  // lanes add -0.0 (exact, and folded away).
   ReductionState scalar;
   for (int64_t lane = 0; lane < config.vectorWidth; ++lane) {
     ReductionState laneState;
@@ -1440,7 +1441,7 @@ ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
       bool oneLane = cast<VectorType>(value.getType()).getNumElements() == 1;
       laneState.push_back(
           oneLane && lane > 0
-              ? floatConstant(b, loc, laneState.front(), 0.0)
+              ? floatConstant(b, loc, laneState.front(), -0.0)
               : vector::ExtractOp::create(b, loc, value, oneLane ? 0 : lane));
     }
     scalar = lane == 0
@@ -1544,7 +1545,8 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
       // that accumulated the smaller value is taken: the sum where the
       // first element lies farther from the mean than zero does (mean 0.5,
       // unit spread), the shifted mean where the mean is large against the
-      // spread (1e3 + 0.1 randn). A NaN keeps the shifted mean.
+      // spread (1e3 + 0.1 randn). A sum that overflowed to inf, or a NaN,
+      // keeps the shifted mean.
       Value shifted = state[1];
       Value shiftedMean = arith::AddFOp::create(
           b, loc, vector::ExtractOp::create(b, loc, momentShifts.lookup(op), 0),

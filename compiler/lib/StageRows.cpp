@@ -22,13 +22,13 @@ using namespace tilefuse::fuse;
 namespace {
 
 /// Bytes of static workgroup memory the row reductions may take beside the
-/// staged chunks: a slot per warp, per reduction-state value (at most 3),
-/// of at most 8 bytes.
+/// staged chunks: a slot per warp, per reduction-state value (at most 4:
+/// the moments' count, mean, M2 and sum), of at most 8 bytes.
 int64_t reductionSharedBytes(KernelOp kernel, const TileConfig &config) {
   int64_t reductions = 0;
   kernel.walk([&](Operation *op) { reductions += isRowReduction(op); });
   int64_t warps = llvm::divideCeil(config.threadsPerBlock(), 32);
-  return warps * std::max<int64_t>(1, reductions) * 3 * 8;
+  return warps * std::max<int64_t>(1, reductions) * 4 * 8;
 }
 
 Type elementType(BlockArgument input) {

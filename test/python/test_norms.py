@@ -164,8 +164,10 @@ def test_layer_norm_saved_mean_against_float64(n, misaligned):
     # x - x[row, 0]; with a mean of 0.5 and unit spread that shifted mean
     # rounded at the size of the first element: 2.9-4.2 ulps on the CPU,
     # 3.4-7.0 emulated (4.6-8.9 on an H200) where PyTorch's saved mean has
-    # 0.6-1.2. Judged as the GPU check does: ulps of f32 at
-    # max(|mean|, rms of the means).
+    # 0.6-1.2. Ulps of f32 at max(|mean|, rms of the means), as the GPU
+    # check judges them, but against 1.5 ulps (the check allows 4) or
+    # twice PyTorch's error. The CPU target's rows have no masked tail
+    # (8 lanes divide n); emulated, 8192 and 32000 misaligned do.
     torch.manual_seed(0)
     rows = 32
     storage = 0.5 + torch.randn(rows * n + misaligned)

@@ -69,10 +69,13 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // with no reduction state to carry, takes four chunks per iteration and
 // loads them all before it stores any (and PTX generation keeps the loads
 // there: the kernel is marked).
+// The row's 16 warps publish 4 state values each in workgroup memory.
 // GPU-LABEL: gpu.func @layer_norm
+// GPU-SAME: workgroup(%{{.+}} : memref<64xf32, #gpu.address_space<workgroup>>)
 // GPU-SAME: tilefuse.keep_load_order
+// GPU: %[[SUM_ZERO:.+]] = arith.constant dense<0.000000e+00> : vector<1xf32>
 // GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
-// GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO:.+]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]], %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>)
+// GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO:.+]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[SUM_ZERO]]) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>)
 // GPU: scf.for %{{.+}} step %c2 iter_args
 // GPU: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
 // GPU-COUNT-2: arith.divf %{{.+}}, %{{.+}} : f32
@@ -80,6 +83,16 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>
 // GPU: arith.divf %{{.+}}, %{{.+}} : vector<8xf32>
 // GPU: gpu.shuffle  xor
+// The mean: the sum / n where it is smaller than Welford's shifted mean,
+// else the shift plus that mean (after the warps' states are combined).
+// GPU: gpu.barrier
+// GPU: gpu.barrier
+// GPU-NEXT: %[[SHIFTED:.+]] = arith.addf %{{.+}}, %[[WELFORD:.+]] : f32
+// GPU-NEXT: %[[SUM_MEAN:.+]] = arith.divf %{{.+}}, %{{.+}} : f32
+// GPU-NEXT: %[[WELFORD_SIZE:.+]] = math.absf %[[WELFORD]] : f32
+// GPU-NEXT: %[[SUM_SIZE:.+]] = math.absf %[[SUM_MEAN]] : f32
+// GPU-NEXT: %[[SUM_CLOSER:.+]] = arith.cmpf olt, %[[SUM_SIZE]], %[[WELFORD_SIZE]] : f32
+// GPU-NEXT: arith.select %[[SUM_CLOSER]], %[[SUM_MEAN]], %[[SHIFTED]] : f32
 // GPU: scf.for %{{.+}} = %c0 to %c8 step %c1 {
 // GPU-COUNT-4: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // GPU-NOT: llvm.store
