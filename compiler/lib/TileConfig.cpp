@@ -28,7 +28,9 @@ constexpr int64_t kVectorsPerThread = 4;
 constexpr int64_t kMaxOnChipChunks = 8;
 constexpr int64_t kKeptElementsPerThread = 32;
 constexpr int64_t kMultiTensorBlocksPerSM = 4;
-constexpr int64_t kColumnReductionBlocksPerSM = 2;
+constexpr int64_t kMinColumnReductionBlocksPerSM = 2;
+constexpr int64_t kMaxColumnReductionBlocksPerSM = 4;
+constexpr int64_t kColumnReductionBytesInFlight = 64 * 1024;
 constexpr int64_t kCpuVectorBytes = 32;
 constexpr int64_t kCpuElementsPerTask = 65536;
 constexpr int64_t kMultiTensorChunk = 65536;
@@ -139,8 +141,14 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
   config.rowOnChip = shape.hasRowReduction &&
                      config.chunks <= kMaxOnChipChunks &&
                      fitsInRegisters(shape, config);
-  config.blocksPerSM =
-      shape.hasColumnReduction ? kColumnReductionBlocksPerSM : 0;
+  if (shape.hasColumnReduction) {
+    int64_t rowGroupBytes =
+        config.rowsPerBlock * n * shape.storageBytes * shape.fullInputs;
+    config.blocksPerSM = std::clamp<int64_t>(
+        llvm::divideCeil(kColumnReductionBytesInFlight,
+                         std::max<int64_t>(rowGroupBytes, 1)),
+        kMinColumnReductionBlocksPerSM, kMaxColumnReductionBlocksPerSM);
+  }
   return config;
 }
 

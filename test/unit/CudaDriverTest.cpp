@@ -149,11 +149,11 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
 }
 
 TEST_F(CudaDriverTest, PersistentGridTakesOnlyResidentBlocks) {
-  // The tile asks for 2 blocks per SM; the driver says 1 fits (registers):
+  // The tile asks for 4 blocks per SM; the driver says 1 fits (registers):
   // 1 per SM, and as many rows of partials.
   auto backward = kernel("rms_norm_bwd", "bf16", 4096);
   const TileConfig &tile = backward->info.tile;
-  ASSERT_EQ(tile.blocksPerSM, 2);
+  ASSERT_EQ(tile.blocksPerSM, 4);
   ASSERT_EQ(tile.partialChunks, tile.chunks);
   fakeCudaState().residentBlocks = 1;
   auto groups = driver->partialRows(backward, 100000, 0);

@@ -163,7 +163,7 @@ TEST(Runtime, GpuKernelsCompileToPtxAndCacheOnDisk) {
     EXPECT_NE((*kernel)->ptx.find(".visible .entry rms_norm_bwd_finalize("), std::string::npos);
     EXPECT_EQ((*kernel)->info.tile.target, "sm_90");
     EXPECT_EQ((*kernel)->info.tile.threadsPerRow, 256);
-    EXPECT_EQ((*kernel)->info.tile.blocksPerSM, 2);
+    EXPECT_EQ((*kernel)->info.tile.blocksPerSM, 4);
     EXPECT_EQ(runtime.compileCount(), 1);
   }
   Runtime runtime(temp.dir);
