@@ -1,10 +1,11 @@
-"""Per-kernel GPU times of the backward norms and cross-entropy (torch.profiler).
+"""Per-kernel GPU times of the norms and cross-entropy (torch.profiler).
 
 On the GPU machine, beside the GPU check (README, "The GPU check"), with the
 same bundle:
     python3 benchmarks/gpu_kernel_times.py .gpu/tilefuse-gpu.tar.xz "$OUT"
 writes $OUT/profile.md: each case's 20 calls, kernel by kernel (the main
-kernel and its finalize apart), beside PyTorch eager's RMSNorm backward.
+kernel and its finalize apart), beside PyTorch eager's RMSNorm backward;
+the forward norms too (the traffic model's calibration: benchmarks/README.md).
 On a machine without a GPU (TILEFUSE_TARGET=emulate) it runs tiny shapes
 on the CPU as a smoke test. Results: benchmarks/results/.
 """
@@ -43,8 +44,10 @@ for rows, n in ([(16384, 4096), (16384, 8192), (8192, 1000)] if dev == "cuda" el
     w = torch.randn(n, device=dev, dtype=bf16)
     b = torch.randn(n, device=dev, dtype=bf16)
     dy = torch.randn(rows, n, device=dev, dtype=bf16)
+    report(f"rms_norm_fwd {rows}x{n}", lambda: ops.rms_norm_fwd(x, w, 1e-6))
     y, rstd = ops.rms_norm_fwd(x, w, 1e-6)
     report(f"rms_norm_bwd {rows}x{n}", lambda: ops.rms_norm_bwd(dy, x, w, rstd))
+    report(f"layer_norm_fwd {rows}x{n}", lambda: ops.layer_norm_fwd(x, w, b, 1e-5))
     y, mean, rstd2 = ops.layer_norm_fwd(x, w, b, 1e-5)
     report(f"layer_norm_bwd {rows}x{n}", lambda: ops.layer_norm_bwd(dy, x, w, mean, rstd2))
     xt, wt = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
