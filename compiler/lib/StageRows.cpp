@@ -22,13 +22,15 @@ using namespace tilefuse::fuse;
 namespace {
 
 /// Bytes of static workgroup memory the row reductions may take beside the
-/// staged chunks: a slot per warp, per reduction-state value (at most 4:
-/// the moments' count, mean, M2 and sum), of at most 8 bytes.
+/// staged chunks: a slot per warp of each row group (one for a row of fewer
+/// than 32 threads, as lowering allocates them), per reduction-state value
+/// (at most 4: the moments' count, mean, M2 and sum), of at most 8 bytes.
 int64_t reductionSharedBytes(KernelOp kernel, const TileConfig &config) {
   int64_t reductions = 0;
   kernel.walk([&](Operation *op) { reductions += isRowReduction(op); });
-  int64_t warps = llvm::divideCeil(config.threadsPerBlock(), 32);
-  return warps * std::max<int64_t>(1, reductions) * 4 * 8;
+  int64_t slots =
+      config.rowsPerBlock * std::max<int64_t>(1, config.threadsPerRow / 32);
+  return slots * std::max<int64_t>(1, reductions) * 4 * 8;
 }
 
 Type elementType(BlockArgument input) {
