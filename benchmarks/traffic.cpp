@@ -456,6 +456,11 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   // A persistent grid runs at most the tile's blocks per SM (CudaDriver).
   int occupancy = emu::residentBlocks(tile.threadsPerBlock(), result.registers,
                                       launches[0].sharedBytes);
+  if (occupancy == 0)
+    return llvm::createStringError(
+        "no block of " + name.str() + " fits on an SM (" +
+        std::to_string(result.registers) + " registers, " +
+        std::to_string(launches[0].sharedBytes) + " bytes of shared memory)");
   if (persistent)
     occupancy = std::clamp<int>(occupancy, 1, tile.blocksPerSM);
   result.blocksPerSM = occupancy;

@@ -37,6 +37,22 @@ constexpr int64_t kMultiTensorChunk = 65536;
 constexpr int64_t kMultiTensorThreads = 512;
 } // namespace
 
+/// A persistent grid's blocks per SM (TileConfig.h), 0 without column
+/// reductions: 2, or up to 4 where a row group's full inputs are too few
+/// bytes for the block's barrier-bound round trips.
+static int64_t columnReductionBlocksPerSM(const KernelShape &shape,
+                                          const TileConfig &config) {
+  if (!shape.hasColumnReduction)
+    return 0;
+  int64_t rowGroupBytes =
+      config.rowsPerBlock * shape.n * shape.storageBytes * shape.fullInputs;
+  if (!shape.hasRowReduction || rowGroupBytes == 0)
+    return kMinColumnReductionBlocksPerSM;
+  return std::clamp<int64_t>(
+      llvm::divideCeil(kColumnReductionBytesInFlight, rowGroupBytes),
+      kMinColumnReductionBlocksPerSM, kMaxColumnReductionBlocksPerSM);
+}
+
 /// Whether the full inputs a thread keeps for the whole row (one 32-bit
 /// register per element once widened) take at most half of the registers a
 /// thread gets when a block of this size fills the SM, or 3/8 of them in a
@@ -141,14 +157,7 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
   config.rowOnChip = shape.hasRowReduction &&
                      config.chunks <= kMaxOnChipChunks &&
                      fitsInRegisters(shape, config);
-  if (shape.hasColumnReduction) {
-    int64_t rowGroupBytes =
-        config.rowsPerBlock * n * shape.storageBytes * shape.fullInputs;
-    config.blocksPerSM = std::clamp<int64_t>(
-        llvm::divideCeil(kColumnReductionBytesInFlight,
-                         std::max<int64_t>(rowGroupBytes, 1)),
-        kMinColumnReductionBlocksPerSM, kMaxColumnReductionBlocksPerSM);
-  }
+  config.blocksPerSM = columnReductionBlocksPerSM(shape, config);
   return config;
 }
 
@@ -511,6 +520,8 @@ struct FuseSelectTilesPass
                   "); at most " + Twine(kMaxUnrolledChunks) +
                   " are unrolled: use row-on-chip=false or auto" +
                   (config.isGPU() ? " or more threads-per-row" : ""));
+    if (config.isGPU())
+      config.blocksPerSM = columnReductionBlocksPerSM(shape, config);
     return success();
   }
 };

@@ -73,8 +73,14 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU-LABEL: gpu.func @layer_norm
 // GPU-SAME: workgroup(%{{.+}} : memref<64xf32, #gpu.address_space<workgroup>>)
 // GPU-SAME: tilefuse.keep_load_order
+// GPU-NOT: arith.constant {{-?}}0.000000e+00 : f32
+// GPU: %[[N:.+]] = arith.constant 1.310720e+05 : f32
+// GPU-NOT: arith.constant {{-?}}0.000000e+00 : f32
 // GPU: %[[SUM_ZERO:.+]] = arith.constant dense<0.000000e+00> : vector<1xf32>
-// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU-NOT: arith.constant {{-?}}0.000000e+00 : f32
+// GPU: %[[HEAD:.+]] = llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU-NEXT: %[[HEAD_F32:.+]] = arith.extf %[[HEAD]]
+// GPU-NEXT: %[[SHIFT:.+]] = vector.extract %[[HEAD_F32]][0] : f32 from vector<8xf32>
 // GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO:.+]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[SUM_ZERO]]) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>)
 // GPU: scf.for %{{.+}} step %c2 iter_args
 // GPU: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
@@ -84,15 +90,25 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU: arith.divf %{{.+}}, %{{.+}} : vector<8xf32>
 // GPU: gpu.shuffle  xor
 // The mean: the sum / n where it is smaller than Welford's shifted mean,
-// else the shift plus that mean (after the warps' states are combined).
+// else the shift plus that mean (after the warps' states are combined:
+// the last warp's M2, then its sum). The lanes' sums need no zeros: a
+// thread's sum has one lane, the other lanes add -0.0, which folds.
 // GPU: gpu.barrier
-// GPU: gpu.barrier
-// GPU-NEXT: %[[SHIFTED:.+]] = arith.addf %{{.+}}, %[[WELFORD:.+]] : f32
-// GPU-NEXT: %[[SUM_MEAN:.+]] = arith.divf %{{.+}}, %{{.+}} : f32
+// GPU-COUNT-64: memref.load %{{.+}} : memref<64xf32, #gpu.address_space<workgroup>>
+// GPU: arith.divf %{{.+}}, %{{.+}} : f32
+// GPU-NEXT: arith.mulf
+// GPU-NEXT: %[[WELFORD:.+]] = arith.addf %{{.+}}, %{{.+}} : f32
+// GPU: arith.addf %{{.+}}, %{{.+}} : f32
+// GPU-NEXT: %[[M2:.+]] = arith.addf %{{.+}}, %{{.+}} : f32
+// GPU-NEXT: %[[SUM:.+]] = arith.addf %{{.+}}, %{{.+}} : f32
+// GPU-NEXT: gpu.barrier
+// GPU-NEXT: %[[SHIFTED:.+]] = arith.addf %[[SHIFT]], %[[WELFORD]] : f32
+// GPU-NEXT: %[[SUM_MEAN:.+]] = arith.divf %[[SUM]], %[[N]] : f32
 // GPU-NEXT: %[[WELFORD_SIZE:.+]] = math.absf %[[WELFORD]] : f32
 // GPU-NEXT: %[[SUM_SIZE:.+]] = math.absf %[[SUM_MEAN]] : f32
 // GPU-NEXT: %[[SUM_CLOSER:.+]] = arith.cmpf olt, %[[SUM_SIZE]], %[[WELFORD_SIZE]] : f32
 // GPU-NEXT: arith.select %[[SUM_CLOSER]], %[[SUM_MEAN]], %[[SHIFTED]] : f32
+// GPU-NEXT: arith.divf %[[M2]], %[[N]] : f32
 // GPU: scf.for %{{.+}} = %c0 to %c8 step %c1 {
 // GPU-COUNT-4: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // GPU-NOT: llvm.store

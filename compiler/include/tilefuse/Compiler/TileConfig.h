@@ -57,13 +57,16 @@
 //    (blocks_per_sm blocks per SM, striding over rows) so that the partials
 //    it leaves for the final reduction are bounded; others launch one
 //    row group per row. Its blocks per SM (fewer when they do not fit):
-//    enough that their row groups' full inputs make 64 KiB per SM, 2 to 4.
-//    A block waits for a row group's loads, reduces the row across its
-//    warps (barriers) and only then loads the next: on an H200 such a round
-//    trip took ~1.7 us (benchmarks/README.md), so an SM needs ~64 KiB per
-//    round trip for its 132nd of 4.8 TB/s (two blocks of bf16 n = 4096
-//    rows, 32 KiB, measured 67% and 60% there). Each block writes a row of
-//    partials: more blocks than that would only add bytes.
+//    2, or, with row reductions, enough that their row groups' full inputs
+//    make 64 KiB per SM, up to 4. Such a block waits for a row group's
+//    loads, reduces the row across its warps (barriers) and only then
+//    loads the next: on an H200 a row of bf16 n = 4096 took ~2.0 us a
+//    block (the traffic model charges 1.7 us plus the issue), and two
+//    blocks of those rows, 32 KiB of loads per SM, reached 60-67% of 4.8
+//    TB/s. 64 KiB a round trip is a 132nd of 4.8 TB/s for 1.8 us, a
+//    little more than the loads need (stores share the bandwidth). Each
+//    block writes a row of partials: more blocks than that would only add
+//    bytes.
 // CPU: V = 8 f32 lanes (one AVX2 register) when n % 8 == 0, else 1; one
 // "thread" per row; rows_per_task = max(1, 65536 / n) rows per task of the
 // runtime's thread pool; row_on_chip as on the GPU but without the
