@@ -1552,10 +1552,12 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
           b, loc, vector::ExtractOp::create(b, loc, momentShifts.lookup(op), 0),
           shifted);
       Value sumMean = divideByN(state[3]);
-      Value sumIsCloser =
-          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT,
-                                math::AbsFOp::create(b, loc, sumMean),
-                                math::AbsFOp::create(b, loc, shifted));
+      // Sequenced: as two arguments of one call, the compilers that build
+      // tilefuse emitted the sizes in either order.
+      Value shiftedSize = math::AbsFOp::create(b, loc, shifted);
+      Value sumSize = math::AbsFOp::create(b, loc, sumMean);
+      Value sumIsCloser = arith::CmpFOp::create(
+          b, loc, arith::CmpFPredicate::OLT, sumSize, shiftedSize);
       rowValues[op->getResult(0)] =
           arith::SelectOp::create(b, loc, sumIsCloser, sumMean, shiftedMean);
       rowValues[op->getResult(1)] =
