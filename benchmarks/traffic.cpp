@@ -462,7 +462,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
         std::to_string(result.registers) + " registers, " +
         std::to_string(launches[0].sharedBytes) + " bytes of shared memory)");
   if (persistent)
-    occupancy = std::clamp<int>(occupancy, 1, tile.blocksPerSM);
+    occupancy = std::min<int>(occupancy, tile.blocksPerSM);
   result.blocksPerSM = occupancy;
   int64_t resident =
       std::min<int64_t>(modelGrid, int64_t(occupancy) * h200::kSMs);

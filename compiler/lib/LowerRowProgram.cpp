@@ -629,6 +629,7 @@ private:
   ReductionState chunkState(Chunk &chunk, const RowReduction &reduction);
   ReductionState accumulateChunk(Chunk &chunk, const RowReduction &reduction,
                                  ArrayRef<Value> accumulator);
+  Value foldIntoLane(vector::CombiningKind kind, Value terms, Value lane);
   ReductionState accumulateMaxSumExp(Chunk &chunk,
                                      const RowReduction &reduction,
                                      ArrayRef<Value> accumulator);
@@ -752,9 +753,12 @@ Value RowProgramEmitter::load(Value pointer, Type type, Value offset,
   Value address = pointerAt(pointer, getElementTypeOrSelf(stored), offset);
   if (!align)
     align = alignment(stored);
-  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(stored));
+  bool predicated = predicate && config.isGPU();
+  Value zero = predicated || stored != type
+                   ? arith::ConstantOp::create(b, loc, b.getZeroAttr(stored))
+                   : Value();
   Value value =
-      predicate && config.isGPU()
+      predicated
           ? predicatedLoad(b, loc, address, 0, predicate, zero, align,
                            /*mayMerge=*/false)
           : LLVM::LoadOp::create(b, loc, stored, address, align).getResult();
@@ -1237,13 +1241,10 @@ ReductionState RowProgramEmitter::identityState(const RowReduction &reduction,
   if (reduction.form == RowReduction::Form::MaxSumExp)
     return {splatFloat(-std::numeric_limits<double>::infinity()),
             splatFloat(0.0)};
-  if (reduction.form == RowReduction::Form::Moments) {
-    Value oneLaneZero = arith::ConstantOp::create(
-        b, loc,
-        SplatElementsAttr::get(VectorType::get({1}, elementType),
-                               FloatAttr::get(elementType, 0.0)));
-    return {splatFloat(0.0), splatFloat(0.0), splatFloat(0.0), oneLaneZero};
-  }
+  if (reduction.form == RowReduction::Form::Moments)
+    return {splatFloat(0.0), splatFloat(0.0), splatFloat(0.0),
+            arith::ConstantOp::create(
+                b, loc, b.getZeroAttr(VectorType::get({1}, elementType)))};
   ReductionState state = {
       splat(reductionIdentity(reduction.kind, elementType))};
   if (reduction.isArg())
@@ -1256,8 +1257,8 @@ ReductionState RowProgramEmitter::identityState(const RowReduction &reduction,
 }
 
 /// This chunk's contribution to a plain or arg `reduction`, or the values
-/// an online softmax folds (accumulateChunk folds moments in place); masked
-/// lanes hold the identity.
+/// an online softmax or the moments' sum folds (accumulateChunk folds the
+/// rest of the moments in place); masked lanes hold the identity.
 ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
                                              const RowReduction &reduction) {
   ReductionState state = {emitInChunk(chunk, reduction.input)};
@@ -1282,40 +1283,37 @@ ReductionState RowProgramEmitter::chunkState(Chunk &chunk,
   return state;
 }
 
+/// `lane` (a one-lane state) with `terms`' lanes combined into it by
+/// `kind`: a float sum as a tree (reassoc), then the running total.
+Value RowProgramEmitter::foldIntoLane(vector::CombiningKind kind, Value terms,
+                                      Value lane) {
+  bool isFloat = isa<FloatType>(getElementTypeOrSelf(terms.getType()));
+  Value total = vector::ReductionOp::create(
+      b, loc, kind, terms, vector::ExtractOp::create(b, loc, lane, 0),
+      isFloat ? arith::FastMathFlags::reassoc : arith::FastMathFlags::none);
+  return vector::BroadcastOp::create(b, loc, lane.getType(), total);
+}
+
 /// `accumulator` with this chunk's elements folded in.
 ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
                                                   const RowReduction &reduction,
                                                   ArrayRef<Value> accumulator) {
   if (reduction.form == RowReduction::Form::MaxSumExp)
     return accumulateMaxSumExp(chunk, reduction, accumulator);
-  if (foldsToOneLane(reduction)) {
-    // A float sum as a tree (reassoc), then the running total.
-    bool isFloat = valueType(reduction.input).isFloat();
-    Value total = vector::ReductionOp::create(
-        b, loc, vectorCombiningKind(reduction.kind, isFloat),
-        chunkState(chunk, reduction)[0],
-        vector::ExtractOp::create(b, loc, accumulator[0], 0),
-        isFloat ? arith::FastMathFlags::reassoc : arith::FastMathFlags::none);
-    return {vector::BroadcastOp::create(b, loc, accumulator[0].getType(),
-                                        total)};
-  }
+  if (foldsToOneLane(reduction))
+    return {
+        foldIntoLane(vectorCombiningKind(reduction.kind,
+                                         valueType(reduction.input).isFloat()),
+                     chunkState(chunk, reduction)[0], accumulator[0])};
   if (reduction.form != RowReduction::Form::Moments)
     return combineStates(b, loc, reduction, accumulator,
                          chunkState(chunk, reduction), mathLowering);
   // Welford's update of the shifted values. Every lane of a thread's state
   // has seen the same chunks, so one scalar reciprocal of the count serves
-  // the vector. The chunk's valid values are summed across its lanes first.
+  // the vector. The chunk's valid values join the one-lane sum.
   Value input = emitInChunk(chunk, reduction.input);
-  Value terms = input;
-  if (chunk.valid)
-    terms = arith::SelectOp::create(b, loc, chunk.valid, input,
-                                    floatConstant(b, loc, input, 0.0));
-  Value sum = vector::BroadcastOp::create(
-      b, loc, accumulator[3].getType(),
-      vector::ReductionOp::create(
-          b, loc, vector::CombiningKind::ADD, terms,
-          vector::ExtractOp::create(b, loc, accumulator[3], 0),
-          arith::FastMathFlags::reassoc));
+  Value sum = foldIntoLane(vector::CombiningKind::ADD,
+                           chunkState(chunk, reduction)[0], accumulator[3]);
   Value x =
       arith::SubFOp::create(b, loc, input, momentShifts.lookup(reduction.op));
   Value count = arith::AddFOp::create(b, loc, accumulator[0],
@@ -1933,7 +1931,7 @@ SmallVector<std::pair<ReduceOp, Type>> columnReductions(KernelOp kernel) {
 /// (more still add up right, the top level taking them all; each level
 /// costs loop bounds in every thread): the CPU has one per
 /// kCpuRowsPerPartial rows; a GPU slice a finalizeSlices(n)-th of at most
-/// 2 blocks per SM (TileConfig.h; or of their row groups, for partials that
+/// 4 blocks per SM (TileConfig.h; or of their row groups, for partials that
 /// do not fit on chip): a few hundred on today's chips.
 constexpr int64_t kMaxCpuPartialRows = int64_t(1) << 24;
 constexpr int64_t kMaxSliceRows = 256;
