@@ -221,6 +221,9 @@ struct Result {
   int64_t n = 0, modelRows = 0, emulatedRows = 0;
   TileConfig tile;
   int registers = 0, finalizeRegisters = 0, spills = 0, blocksPerSM = 0;
+  /// Where CudaDriver loaded the PTX that asks for more blocks per SM: the
+  /// registers without asking (0 otherwise).
+  int unaskedRegisters = 0;
   double inFlightPerSM = 0; // bytes of loads in flight, main kernel
   int64_t grid = 0; // of the modeled launch
   double bytesPerRow = 0, idealPerRow = 0, passes = 0;
@@ -282,15 +285,32 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   llvm::Expected<PtxasReport> report = ptxasReport(kernel->ptx);
   if (!report)
     return report.takeError();
-  result.registers = report->registers[info.name];
-  result.finalizeRegisters =
-      report->registers[info.name + std::string(kFinalizeSuffix)];
-  for (auto &[function, bytes] : report->spills)
-    result.spills += bytes;
+  // Where fewer blocks fit than blocksPerSMGoal, CudaDriver loads the PTX
+  // again asking ptxas for more (CudaDriver::raiseOccupancy): what ptxas
+  // does for each count it may ask for.
+  std::map<unsigned, PtxasReport> asked;
+  int64_t goal = blocksPerSMGoal(tile);
+  for (int64_t ask = emu::residentBlocks(tile.threadsPerBlock(),
+                                         report->registers[info.name], 0) +
+                     1;
+       goal > 0 && ask <= goal; ++ask) {
+    llvm::Expected<std::string> askingPtx =
+        withMinBlocksPerSM(kernel->ptx, info.name, ask);
+    if (!askingPtx)
+      return askingPtx.takeError();
+    llvm::Expected<PtxasReport> askedReport = ptxasReport(*askingPtx);
+    if (!askedReport)
+      return askedReport.takeError();
+    asked[ask] = std::move(*askedReport);
+  }
   // The occupancy the driver reports (and a persistent grid's size) counts
   // them.
-  for (auto &[function, registers] : report->registers)
-    emu::setRegisters(function, registers);
+  for (auto &[function, registers] : report->registers) {
+    std::map<unsigned, int> spills;
+    for (auto &[ask, askedReport] : asked)
+      spills[ask] = askedReport.spills[function];
+    emu::setRegisters(function, registers, spills);
+  }
 
   // The emulated launch: every block does what a block of the modeled one
   // does. A persistent grid (column reductions) gets one SM and a 132nd of
@@ -379,6 +399,16 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   std::vector<emu::LaunchRecord> launches = emu::takeLaunches();
   if (launches.empty())
     return llvm::createStringError("no launch recorded");
+  auto askedLoaded = asked.find(launches[0].minBlocksPerSM);
+  const PtxasReport &loaded =
+      askedLoaded != asked.end() ? askedLoaded->second : *report;
+  result.registers = loaded.registers.at(info.name);
+  if (&loaded != &*report)
+    result.unaskedRegisters = report->registers[info.name];
+  result.finalizeRegisters =
+      report->registers[info.name + std::string(kFinalizeSuffix)];
+  for (auto &[function, bytes] : loaded.spills)
+    result.spills += bytes;
   // The finalize again, over the partials of the whole modeled launch (the
   // miniature's are one SM's): its loads in flight depend on how many
   // partial rows each of its threads combines.
@@ -607,6 +637,7 @@ static llvm::json::Value toJSON(const Result &r) {
       {"row_on_chip", r.tile.rowOnChip},
       {"grid", r.grid},
       {"registers", r.registers},
+      {"unasked_registers", r.unaskedRegisters},
       {"finalize_registers", r.finalizeRegisters},
       {"spill_bytes", r.spills},
       {"blocks_per_sm", r.blocksPerSM},
@@ -680,7 +711,10 @@ int main(int argc, char **argv) {
             "{8}{9} | {10} | {11:f0} | {12:f0}% | {13} |\n",
             r.kernel, r.dtype, r.n, r.bytesPerRow, r.idealPerRow,
             r.bytesPerRow / r.idealPerRow, r.passes, r.instructionsPerIdealByte,
-            r.registers,
+            r.unaskedRegisters ? llvm::formatv("{0} (asked; {1})", r.registers,
+                                               r.unaskedRegisters)
+                                     .str()
+                               : std::to_string(r.registers),
             r.finalizeRegisters
                 ? llvm::formatv("+{0}", r.finalizeRegisters).str()
                 : "",

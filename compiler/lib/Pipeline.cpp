@@ -534,6 +534,35 @@ llvm::Expected<std::string> tilefuse::findLibdevice() {
                                  llvm::join(candidates, ", "));
 }
 
+llvm::Expected<std::string>
+tilefuse::withMinBlocksPerSM(StringRef ptx, StringRef entry, int64_t blocks) {
+  auto fail = [&](const Twine &why) {
+    return llvm::createStringError("cannot ask ptxas for " + Twine(blocks) +
+                                   " blocks per SM of " + entry + ": " + why);
+  };
+  if (blocks < 1)
+    return fail("not a block count");
+  // The NVPTX backend prints an entry's performance directives between its
+  // parameter list and its body.
+  size_t start = ptx.find((".entry " + entry + "(").str());
+  if (start == StringRef::npos)
+    return fail("no such entry");
+  size_t body = ptx.find("\n{", start);
+  if (body == StringRef::npos)
+    return fail("the entry has no body");
+  StringRef header = ptx.slice(start, body);
+  if (header.contains("\n.minnctapersm "))
+    return fail("it already asks for some");
+  size_t maxntid = header.find("\n.maxntid ");
+  if (maxntid == StringRef::npos)
+    return fail("it has no .maxntid");
+  size_t lineEnd = header.find('\n', maxntid + 1);
+  size_t at = lineEnd == StringRef::npos ? body : start + lineEnd;
+  return (ptx.take_front(at) + "\n.minnctapersm " + Twine(blocks) +
+          ptx.drop_front(at))
+      .str();
+}
+
 std::string tilefuse::fingerprint(ModuleOp module) {
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -91,6 +91,14 @@ bool tilefuse::runsAloneOnSM(const TileConfig &config,
   return 2 * sharedPerBlock > sharedPerSM;
 }
 
+int64_t tilefuse::blocksPerSMGoal(const TileConfig &config) {
+  constexpr int64_t kResidentThreadsGoal = 1024;
+  if (!config.isGPU() || config.blocksPerSM > 0 || config.stageBytes > 0)
+    return 0;
+  int64_t blocks = kResidentThreadsGoal / config.threadsPerBlock();
+  return blocks > 1 ? blocks : 0;
+}
+
 int64_t tilefuse::storageBytes(Type elementType) {
   return llvm::divideCeil(elementType.getIntOrFloatBitWidth(), 8);
 }

@@ -34,7 +34,9 @@ constexpr size_t kJitLogBytes = 1 << 16;
 constexpr int kMultiprocessorCount = 16;
 constexpr int kComputeCapabilityMajor = 75;
 constexpr int kComputeCapabilityMinor = 76;
-// CUfunction_attribute: past 48 KiB, dynamic shared memory is opted into.
+// CUfunction_attribute: local memory a thread uses (ptxas's spills), and
+// past 48 KiB, dynamic shared memory is opted into.
+constexpr int kLocalSizeBytes = 3;
 constexpr int kMaxDynamicSharedSizeBytes = 8;
 } // namespace
 
@@ -53,6 +55,7 @@ struct CudaDriver::Api {
                                void **) = nullptr;
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*moduleUnload)(CUmodule);
+  CUresult (*funcGetAttribute)(int *, int, CUfunction);
   CUresult (*funcSetAttribute)(CUfunction, int, int);
   CUresult (*occupancy)(int *, CUfunction, int, size_t);
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
@@ -91,6 +94,7 @@ CudaDriver::load(const std::string &library) {
   resolve(api->moduleLoadData, "cuModuleLoadData");
   resolve(api->moduleGetFunction, "cuModuleGetFunction");
   resolve(api->moduleUnload, "cuModuleUnload");
+  resolve(api->funcGetAttribute, "cuFuncGetAttribute");
   resolve(api->funcSetAttribute, "cuFuncSetAttribute");
   resolve(api->occupancy, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   resolve(api->launchKernel, "cuLaunchKernel");
@@ -290,11 +294,13 @@ CudaDriver::functions(int device,
   // Holding the kernel keeps its address from naming another kernel later.
   Loaded loaded{kernel};
   const std::string &name = kernel->info.name;
-  llvm::Error error = loadModule(&loaded.module, *kernel);
+  llvm::Error error = loadModule(&loaded.module, kernel->ptx, name);
   if (!error)
     error = check(api->moduleGetFunction(&loaded.main, loaded.module,
                                          name.c_str()),
                   "cuModuleGetFunction", name);
+  if (!error)
+    error = raiseOccupancy(loaded);
   const TileConfig &tile = kernel->info.tile;
   if (!error && tile.stageBytes)
     error = check(api->funcSetAttribute(loaded.main, kMaxDynamicSharedSizeBytes,
@@ -325,31 +331,91 @@ CudaDriver::functions(int device,
   return it->second = loaded;
 }
 
-llvm::Error CudaDriver::loadModule(void **module, const GpuKernel &kernel) {
-  const std::string &name = kernel.info.name;
-  if (!api->moduleLoadDataEx)
-    return check(api->moduleLoadData(module, kernel.ptx.c_str()),
-                 "cuModuleLoadData", name);
-  // The PTX JIT's own words: in full in the error, and with
-  // TILEFUSE_LOG=jit its report (registers, spills) on stderr.
-  static const bool logJit = [] {
+/// TILEFUSE_LOG=jit: the PTX JIT's report (registers, spills) and what
+/// raiseOccupancy did, on stderr.
+static bool logJit() {
+  static const bool enabled = [] {
     const char *log = std::getenv("TILEFUSE_LOG");
     return log && llvm::StringRef(log).contains("jit");
   }();
+  return enabled;
+}
+
+llvm::Error CudaDriver::raiseOccupancy(Loaded &loaded) {
+  const std::string &name = loaded.kernel->info.name;
+  const TileConfig &tile = loaded.kernel->info.tile;
+  int64_t goal = blocksPerSMGoal(tile);
+  if (goal == 0)
+    return llvm::Error::success();
+  int threads = tile.threadsPerBlock(), resident = 0;
+  if (llvm::Error error =
+          check(api->occupancy(&resident, loaded.main, threads, 0),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor", name))
+    return error;
+  // The goal, and where asking for it spills, one block more than fit.
+  llvm::SmallVector<int64_t, 2> asks;
+  for (int64_t ask : {goal, int64_t(resident) + 1})
+    if (ask > resident && ask <= goal && !llvm::is_contained(asks, ask))
+      asks.push_back(ask);
+  for (int64_t ask : asks) {
+    llvm::Expected<std::string> ptx =
+        withMinBlocksPerSM(loaded.kernel->ptx, name, ask);
+    if (!ptx)
+      return ptx.takeError();
+    void *module = nullptr, *main = nullptr;
+    int raised = 0, localBytes = 0;
+    llvm::Error error = loadModule(&module, *ptx, name);
+    if (!error)
+      error = check(api->moduleGetFunction(&main, module, name.c_str()),
+                    "cuModuleGetFunction", name);
+    if (!error)
+      error = check(api->occupancy(&raised, main, threads, 0),
+                    "cuOccupancyMaxActiveBlocksPerMultiprocessor", name);
+    if (!error)
+      error = check(api->funcGetAttribute(&localBytes, kLocalSizeBytes, main),
+                    "cuFuncGetAttribute", name);
+    bool keep = !error && localBytes == 0 && raised > resident;
+    if (logJit() && !error)
+      llvm::errs() << llvm::formatv(
+          "tilefuse: {0}: {1} blocks per SM resident; asked ptxas for {2}: "
+          "{3} resident, {4} bytes of local memory: {5}\n",
+          name, resident, ask, raised, localBytes, keep ? "kept" : "dropped");
+    if (!keep) {
+      if (module)
+        api->moduleUnload(module);
+      if (error)
+        return error;
+      continue;
+    }
+    api->moduleUnload(loaded.module);
+    loaded.module = module;
+    loaded.main = main;
+    return llvm::Error::success();
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error CudaDriver::loadModule(void **module, const std::string &ptx,
+                                   const std::string &name) {
+  if (!api->moduleLoadDataEx)
+    return check(api->moduleLoadData(module, ptx.c_str()), "cuModuleLoadData",
+                 name);
+  // The PTX JIT's own words: in full in the error, and with
+  // TILEFUSE_LOG=jit its report on stderr.
   std::string info(kJitLogBytes, '\0'), errors(kJitLogBytes, '\0');
   int options[] = {kJitInfoLogBuffer, kJitInfoLogBufferSizeBytes,
                    kJitErrorLogBuffer, kJitErrorLogBufferSizeBytes,
                    kJitLogVerbose};
   void *values[] = {info.data(), reinterpret_cast<void *>(kJitLogBytes),
                     errors.data(), reinterpret_cast<void *>(kJitLogBytes),
-                    reinterpret_cast<void *>(uintptr_t(logJit))};
+                    reinterpret_cast<void *>(uintptr_t(logJit()))};
   llvm::Error error =
-      check(api->moduleLoadDataEx(module, kernel.ptx.c_str(),
-                                  std::size(options), options, values),
+      check(api->moduleLoadDataEx(module, ptx.c_str(), std::size(options),
+                                  options, values),
             "cuModuleLoadDataEx", name);
   info.resize(std::strlen(info.c_str()));
   errors.resize(std::strlen(errors.c_str()));
-  if (logJit && !info.empty())
+  if (logJit() && !info.empty())
     llvm::errs() << "tilefuse: PTX JIT of " << name << ":\n" << info << "\n";
   if (error && !errors.empty())
     return llvm::createStringError(llvm::toString(std::move(error)) +

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 
 using namespace tilefuse;
 
@@ -115,7 +116,76 @@ TEST_F(CudaDriverTest, RowProgramParametersInABIOrder) {
   EXPECT_EQ(launch.params,
             (std::vector<uint64_t>{0x1000, 0x2000, bits(epsilon), bits(offset),
                                    0x3000, 0x4000, 5}));
-  EXPECT_STREQ(fakeCudaState().lastImage, rmsNorm->ptx.c_str());
+  EXPECT_EQ(fakeCudaState().lastImage, rmsNorm->ptx);
+}
+
+/// Launches rms_norm_fwd bf16 n = 4096 (256-thread blocks: the goal is 4
+/// per SM) once; what was launched and how many modules stayed loaded.
+static void launchRmsNormFwd(CudaDriver &driver,
+                             std::shared_ptr<const GpuKernel> forward) {
+  fakeCudaState().paramsPerLaunch = {7};
+  uint64_t epsSlot = 0, offsetSlot = 0;
+  std::vector<void *> arguments = {reinterpret_cast<void *>(0x1000),
+                                   reinterpret_cast<void *>(0x2000),
+                                   &epsSlot,
+                                   &offsetSlot,
+                                   reinterpret_cast<void *>(0x3000),
+                                   reinterpret_cast<void *>(0x4000)};
+  ASSERT_FALSE(
+      static_cast<bool>(driver.launch(forward, arguments, {}, 5, 0, nullptr)));
+}
+
+TEST_F(CudaDriverTest, RaisesOccupancyWhenNothingSpills) {
+  auto forward = kernel("rms_norm_fwd", "bf16", 4096);
+  ASSERT_EQ(blocksPerSMGoal(forward->info.tile), 4);
+  fakeCudaState().residentBlocks = 3;
+  launchRmsNormFwd(*driver, forward);
+  // Loaded twice, the second time asking for 4 blocks; that one launched.
+  ASSERT_EQ(fakeCudaState().modulesLoaded, 2);
+  EXPECT_EQ(fakeCudaState().modulesUnloaded, 1);
+  ASSERT_EQ(fakeCudaState().asked, (std::vector<int>{0, 4}));
+  EXPECT_NE(
+      fakeCudaState().lastImage.find(".maxntid 256, 1, 1\n.minnctapersm 4\n{"),
+      std::string::npos);
+  ASSERT_EQ(fakeCudaState().launches.size(), 1u);
+  EXPECT_EQ(fakeCudaState().launches[0].handle, 2u); // the asking module's
+  EXPECT_EQ(fakeCudaState().occupancyQueries.size(), 2u);
+}
+
+TEST_F(CudaDriverTest, AsksForOneMoreBlockWhereTheGoalSpills) {
+  auto forward = kernel("rms_norm_fwd", "bf16", 4096);
+  fakeCudaState().residentBlocks = 2;
+  fakeCudaState().localBytesWhenAsked = {{4, 24}};
+  launchRmsNormFwd(*driver, forward);
+  ASSERT_EQ(fakeCudaState().asked, (std::vector<int>{0, 4, 3}));
+  EXPECT_EQ(fakeCudaState().modulesUnloaded, 2); // the spilling and plain
+  ASSERT_EQ(fakeCudaState().launches.size(), 1u);
+  EXPECT_EQ(fakeCudaState().launches[0].handle, 3u);
+}
+
+TEST_F(CudaDriverTest, KeepsThePlainKernelWhenAskingSpillsOrGainsNothing) {
+  struct Case {
+    int plain, whenAsked;
+    std::map<int, int> spills;
+    std::vector<int> asked;
+  };
+  for (const Case &c : {
+           Case{3, 0, {{4, 16}}, {0, 4}},            // the goal spills
+           Case{2, 0, {{4, 16}, {3, 8}}, {0, 4, 3}}, // so does one more
+           Case{3, 3, {}, {0, 4}},                   // no more fit
+           Case{4, 0, {}, {0}},                      // enough fit already
+       }) {
+    SetUp();
+    fakeCudaState().residentBlocks = c.plain;
+    fakeCudaState().residentBlocksWhenAsked = c.whenAsked;
+    fakeCudaState().localBytesWhenAsked = c.spills;
+    launchRmsNormFwd(*driver, kernel("rms_norm_fwd", "bf16", 4096));
+    EXPECT_EQ(fakeCudaState().asked, c.asked) << c.plain;
+    EXPECT_EQ(fakeCudaState().modulesUnloaded, int(c.asked.size()) - 1)
+        << c.plain;
+    ASSERT_EQ(fakeCudaState().launches.size(), 1u);
+    EXPECT_EQ(fakeCudaState().launches[0].handle, 1u) << c.plain;
+  }
 }
 
 TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
@@ -32,6 +33,7 @@ int cuModuleLoadData(void **, const void *);
 int cuModuleGetFunction(void **, void *, const char *);
 int cuModuleUnload(void *);
 int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *, void *, int, size_t);
+int cuFuncGetAttribute(int *, int, void *);
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
                    unsigned, unsigned, void *, void **, void **);
 }
@@ -380,6 +382,44 @@ TEST_F(EmulatorChecks, OccupancyFromThreadsAndSharedMemory) {
                                                         2048, 0),
             kInvalidValue);
   EXPECT_NE(message(kInvalidValue).find("block size 2048"), std::string::npos);
+}
+
+/// The registers a benchmark gave a function, and under `.minnctapersm`
+/// at most what that many blocks of its `.maxntid` leave (then the spills
+/// it gave): occupancy and cuFuncGetAttribute (NUM_REGS 4, LOCAL_SIZE 3).
+TEST_F(EmulatorChecks, RegistersUnderMinBlocksPerSM) {
+  auto function = [&](bool asking) {
+    std::string ptx = std::string(".version 8.0\n.target sm_90\n"
+                                  ".address_size 64\n"
+                                  ".visible .entry regs()\n"
+                                  ".maxntid 256, 1, 1\n") +
+                      (asking ? ".minnctapersm 4\n" : "") + "{\n\tret;\n}\n";
+    if (module)
+      cuModuleUnload(module);
+    EXPECT_EQ(cuModuleLoadData(&module, ptx.c_str()), 0) << message(1);
+    void *loaded = nullptr;
+    EXPECT_EQ(cuModuleGetFunction(&loaded, module, "regs"), 0);
+    return loaded;
+  };
+  auto describe = [](void *loaded) {
+    int blocks = -1, registers = -1, local = -1;
+    EXPECT_EQ(
+        cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, loaded, 256, 0),
+        0);
+    EXPECT_EQ(cuFuncGetAttribute(&registers, 4, loaded), 0);
+    EXPECT_EQ(cuFuncGetAttribute(&local, 3, loaded), 0);
+    return std::tuple{blocks, registers, local};
+  };
+  tilefuse::emulator::setRegisters("regs", 80, {{4, 24}, {3, 0}});
+  EXPECT_EQ(describe(function(false)), std::tuple(3, 80, 0));
+  EXPECT_EQ(describe(function(true)), std::tuple(4, 64, 24));
+  tilefuse::emulator::setRegisters("regs", 48, {{4, 24}}); // fits: no spills
+  EXPECT_EQ(describe(function(true)), std::tuple(5, 48, 0));
+  tilefuse::emulator::setRegisters("regs", 0);
+  int value = -1;
+  EXPECT_EQ(cuFuncGetAttribute(&value, 8, function(true)), kInvalidValue);
+  EXPECT_NE(message(kInvalidValue).find("function attribute 8 is not emulated"),
+            std::string::npos);
 }
 
 /// bar.sync is barrier.sync.aligned: warps at different bar.sync

@@ -9,6 +9,7 @@
 
 #include "FakeCudaDriver.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -68,11 +69,26 @@ int cuModuleLoadDataEx(void **module, const void *image, unsigned count,
 }
 int cuModuleGetFunction(void **function, void *, const char *name) {
   state.functions.emplace_back(name);
+  size_t asks = state.lastImage.find(".minnctapersm ");
+  state.asked.push_back(asks == std::string::npos
+                            ? 0
+                            : std::atoi(state.lastImage.c_str() + asks +
+                                        sizeof(".minnctapersm")));
   // The function handle is its index + 1.
   *function = reinterpret_cast<void *>(state.functions.size());
   return 0;
 }
-int cuModuleUnload(void *) { return 0; }
+int cuModuleUnload(void *) {
+  ++state.modulesUnloaded;
+  return 0;
+}
+int cuFuncGetAttribute(int *value, int attribute, void *function) {
+  if (attribute != 3) // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+    return 1;
+  int asked = state.asked[reinterpret_cast<size_t>(function) - 1];
+  *value = asked ? state.localBytesWhenAsked[asked] : 0;
+  return 0;
+}
 int cuFuncSetAttribute(void *function, int attribute, int value) {
   state.sharedOptIns.push_back(
       {state.functions[reinterpret_cast<size_t>(function) - 1], attribute,
@@ -85,14 +101,18 @@ int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function,
   state.occupancyQueries.push_back(
       {state.functions[reinterpret_cast<size_t>(function) - 1], blockSize,
        dynamicSharedBytes});
-  *blocks = state.residentBlocks;
+  int asked = state.asked[reinterpret_cast<size_t>(function) - 1];
+  *blocks = !asked                          ? state.residentBlocks
+            : state.residentBlocksWhenAsked ? state.residentBlocksWhenAsked
+                                            : asked;
   return 0;
 }
 int cuLaunchKernel(void *function, unsigned gridX, unsigned, unsigned,
                    unsigned blockX, unsigned, unsigned, unsigned sharedBytes,
                    void *stream, void **params, void **) {
   FakeCudaState::Launch launch;
-  launch.function = state.functions[reinterpret_cast<size_t>(function) - 1];
+  launch.handle = reinterpret_cast<size_t>(function);
+  launch.function = state.functions[launch.handle - 1];
   launch.grid = gridX;
   launch.block = blockX;
   launch.dynamicSharedBytes = sharedBytes;

@@ -4,12 +4,15 @@
 #define TILEFUSE_TEST_FAKECUDADRIVER_H
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 struct FakeCudaState {
   struct Launch {
     std::string function;
+    /// The function handle: 1 + its index in `functions`.
+    size_t handle = 0;
     unsigned grid = 0, block = 0, dynamicSharedBytes = 0;
     void *stream = nullptr;
     /// Each parameter's first 8 bytes (pass scalars in 8-byte slots).
@@ -28,7 +31,8 @@ struct FakeCudaState {
   /// cuModuleLoadDataEx's result and the error log it writes.
   int loadResult = 0;
   std::string jitErrorLog;
-  const char *lastImage = nullptr;
+  /// A copy of the last PTX loaded (the driver copies it too).
+  std::string lastImage;
   std::vector<std::string> functions;
   std::vector<Launch> launches;
   /// cuFuncSetAttribute's calls: function, attribute, value.
@@ -38,8 +42,17 @@ struct FakeCudaState {
   };
   std::vector<Attribute> sharedOptIns;
   /// What cuOccupancyMaxActiveBlocksPerMultiprocessor answers, and its
-  /// calls: function, block size, dynamic shared bytes.
+  /// calls: function, block size, dynamic shared bytes. For a function
+  /// whose PTX asks for N blocks per SM (`.minnctapersm N`), it answers N
+  /// (or residentBlocksWhenAsked where that is set), and cuFuncGetAttribute
+  /// a local size of localBytesWhenAsked[N] (0 for the others).
   int residentBlocks = 32;
+  int residentBlocksWhenAsked = 0;
+  std::map<int, int> localBytesWhenAsked;
+  /// Per function of `functions`: the blocks per SM its module's PTX asked
+  /// for (0: none).
+  std::vector<int> asked;
+  int modulesUnloaded = 0;
   struct OccupancyQuery {
     std::string function;
     int blockSize = 0;

@@ -103,3 +103,52 @@ TEST(PtxPipeline, ReusedLibdeviceSlicesGiveTheSamePtx) {
 }
 
 } // namespace
+
+TEST(PtxPipeline, MinBlocksPerSMFollowsTheEntrysMaxntid) {
+  std::string ptx = ".visible .entry k_finalize(\n\t.param .u64 p\n)\n"
+                    ".maxntid 256, 1, 1\n{\n\tret;\n}\n"
+                    ".visible .entry k(\n\t.param .u64 p\n)\n"
+                    ".maxntid 512, 1, 1\n{\n\tret;\n}\n";
+  llvm::Expected<std::string> asked = tilefuse::withMinBlocksPerSM(ptx, "k", 2);
+  ASSERT_TRUE(static_cast<bool>(asked)) << llvm::toString(asked.takeError());
+  // Only `k` asks (not k_finalize, whose name it begins), on its own line.
+  EXPECT_EQ(*asked, ".visible .entry k_finalize(\n\t.param .u64 p\n)\n"
+                    ".maxntid 256, 1, 1\n{\n\tret;\n}\n"
+                    ".visible .entry k(\n\t.param .u64 p\n)\n"
+                    ".maxntid 512, 1, 1\n.minnctapersm 2\n{\n\tret;\n}\n");
+
+  // Asking twice, an entry without .maxntid or a missing entry fails.
+  for (auto [text, entry] :
+       {std::pair{*asked, "k"}, std::pair{ptx, "absent"},
+        std::pair{std::string(".visible .entry k(\n)\n{\n}\n"), "k"}}) {
+    llvm::Expected<std::string> failed =
+        tilefuse::withMinBlocksPerSM(text, entry, 2);
+    ASSERT_FALSE(static_cast<bool>(failed)) << entry;
+    EXPECT_NE(
+        llvm::toString(failed.takeError())
+            .find(std::string("cannot ask ptxas for 2 blocks per SM of ") +
+                  entry),
+        std::string::npos);
+  }
+}
+
+TEST(PtxPipeline, BlocksPerSMGoalIs1024ThreadsOfRowGroupKernels) {
+  tilefuse::TileConfig config;
+  config.target = "sm_90";
+  config.threadsPerRow = 64;
+  config.rowsPerBlock = 4;
+  EXPECT_EQ(tilefuse::blocksPerSMGoal(config), 4);
+  config.rowsPerBlock = 8;
+  EXPECT_EQ(tilefuse::blocksPerSMGoal(config), 2);
+  config.rowsPerBlock = 16;
+  EXPECT_EQ(tilefuse::blocksPerSMGoal(config), 0); // one block is the goal
+  config.rowsPerBlock = 4;
+  config.blocksPerSM = 2; // a persistent grid: its tile decides
+  EXPECT_EQ(tilefuse::blocksPerSMGoal(config), 0);
+  config.blocksPerSM = 0;
+  config.stageBytes = 16384; // shared memory bounds it
+  EXPECT_EQ(tilefuse::blocksPerSMGoal(config), 0);
+  config.stageBytes = 0;
+  config.target = "cpu";
+  EXPECT_EQ(tilefuse::blocksPerSMGoal(config), 0);
+}

@@ -58,7 +58,12 @@ struct State {
   std::optional<Approximation> approximation; // by setApproximation
   uint64_t blockInstructionBudget = 0;
   bool log = false;
-  std::map<std::string, int> registers; // per function name (setRegisters)
+  /// Per function name (setRegisters): registers, and spills when asked.
+  struct Registers {
+    int count = 0;
+    std::map<unsigned, int> spillBytesWhenAsked;
+  };
+  std::map<std::string, Registers> registers;
 };
 
 State &state() {
@@ -234,11 +239,12 @@ int tilefuse::emulator::residentBlocks(int64_t threads, int registers,
        sharedPerSM / (sharedBytes + kReservedSharedPerBlock)}));
 }
 
-void tilefuse::emulator::setRegisters(const std::string &function,
-                                      int registers) {
+void tilefuse::emulator::setRegisters(
+    const std::string &function, int registers,
+    const std::map<unsigned, int> &spillBytesWhenAsked) {
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.registers[function] = registers;
+  s.registers[function] = {registers, spillBytesWhenAsked};
 }
 
 void tilefuse::emulator::setApproximation(Approximation mode) {
@@ -277,6 +283,34 @@ void tilefuse::emulator::setHostThreads(unsigned threads) {
 //===----------------------------------------------------------------------===//
 // The driver API
 //===----------------------------------------------------------------------===//
+
+/// What ptxas gives `function`: its registers (0: unknown) and bytes of
+/// local memory, as setRegisters describes.
+static std::pair<int, int> registersOf(const Function &function) {
+  State &s = state();
+  int registers = 0, spills = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto known = s.registers.find(function.name);
+    if (known == s.registers.end())
+      return {0, 0};
+    registers = known->second.count;
+    auto asked =
+        known->second.spillBytesWhenAsked.find(function.minBlocksPerSM);
+    if (asked != known->second.spillBytesWhenAsked.end())
+      spills = asked->second;
+  }
+  if (function.minBlocksPerSM == 0 || function.maxThreads == 0)
+    return {registers, 0};
+  constexpr int kRegistersPerSM = 65536, kMaxRegisters = 255;
+  int64_t warps = (function.maxThreads + 31) / 32;
+  int cap = std::min<int64_t>(
+      kMaxRegisters,
+      kRegistersPerSM / (function.minBlocksPerSM * warps * 32) / 8 * 8);
+  if (registers <= cap)
+    return {registers, 0};
+  return {cap, spills};
+}
 
 extern "C" {
 
@@ -471,6 +505,25 @@ int cuModuleGetFunction(void **function, void *module, const char *name) {
   return kSuccess;
 }
 
+/// The registers and local memory of setRegisters (CU_FUNC_ATTRIBUTE_NUM_REGS
+/// and _LOCAL_SIZE_BYTES); nothing else.
+int cuFuncGetAttribute(int *value, int attribute, void *function) {
+  if (!function || !value)
+    return failWith(kInvalidHandle, "null function or result");
+  auto &loaded = *static_cast<LoadedFunction *>(function);
+  constexpr int kLocalSizeBytes = 3, kNumRegisters = 4;
+  std::pair<int, int> given = registersOf(*loaded.function);
+  if (attribute == kLocalSizeBytes)
+    *value = given.second;
+  else if (attribute == kNumRegisters)
+    *value = given.first;
+  else
+    return failWith(
+        kInvalidValue,
+        llvm::formatv("function attribute {0} is not emulated", attribute));
+  return kSuccess;
+}
+
 int cuFuncSetAttribute(void *function, int attribute, int value) {
   if (!function)
     return failWith(kInvalidHandle, "null function");
@@ -509,14 +562,7 @@ int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function,
     return failWith(kInvalidValue,
                     llvm::formatv("{0}: block size {1} is not in [1, 1024]",
                                   loaded.function->name, blockSize));
-  State &s = state();
-  int registers = 0;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    auto known = s.registers.find(loaded.function->name);
-    if (known != s.registers.end())
-      registers = known->second;
-  }
+  int registers = registersOf(*loaded.function).first;
   *blocks = residentBlocks(
       blockSize, registers,
       loaded.function->staticSharedBytes + int64_t(dynamicSharedBytes));

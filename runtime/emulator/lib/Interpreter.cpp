@@ -1448,6 +1448,7 @@ std::optional<LaunchError> tilefuse::emulator::execute(const Launch &launch,
   std::copy_n(launch.grid, 3, record.grid);
   std::copy_n(launch.block, 3, record.block);
   record.declaredRegisters = kernel.declaredRegisters;
+  record.minBlocksPerSM = kernel.minBlocksPerSM;
   record.sharedBytes = kernel.staticSharedBytes + launch.dynamicSharedBytes;
 
   unsigned workers =

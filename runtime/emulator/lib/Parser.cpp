@@ -579,7 +579,11 @@ llvm::Error Parser::parseFunction(bool entry) {
         fn.requiredThreads[i] = values[i];
       for (size_t i = values.size(); i < 3; ++i)
         fn.requiredThreads[i] = 1;
-    } else if (directive != ".minnctapersm" && directive != ".maxnreg") {
+    } else if (directive == ".minnctapersm") {
+      if (values.size() != 1 || values[0] == 0 || values[0] > 32)
+        return error(".minnctapersm takes one block count from 1 to 32");
+      fn.minBlocksPerSM = values[0];
+    } else if (directive != ".maxnreg") {
       return error(llvm::formatv("unsupported directive {0}", directive));
     }
   }

@@ -252,6 +252,8 @@ struct Function {
   /// .maxntid / .reqntid (0 when absent).
   uint32_t maxThreads = 0;
   std::array<uint32_t, 3> requiredThreads = {0, 0, 0};
+  /// .minnctapersm (0 when absent): the blocks per SM ptxas must fit.
+  uint32_t minBlocksPerSM = 0;
   /// 32-bit registers declared (a 64-bit one counts twice).
   unsigned declaredRegisters = 0;
   /// False for a declaration (.func prototype without a body).

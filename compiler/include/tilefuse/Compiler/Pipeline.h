@@ -121,6 +121,14 @@ mlir::FailureOr<CompileResult> compile(mlir::ModuleOp module,
                                        const CompileOptions &options,
                                        Stage stop);
 
+/// `ptx` with the kernel `entry` asking ptxas for at least `blocks` resident
+/// blocks per SM (`.minnctapersm`, after its `.maxntid`): ptxas then keeps
+/// the registers a thread uses within what `blocks` blocks of that size
+/// leave it, spilling if it must. Fails where `entry` has no `.maxntid` or
+/// already has a `.minnctapersm`.
+llvm::Expected<std::string>
+withMinBlocksPerSM(llvm::StringRef ptx, llvm::StringRef entry, int64_t blocks);
+
 /// The canonical fingerprint of the fusions in `module` (hex SHA-256 of
 /// their generic form): SSA names, comments, whitespace and locations do not
 /// change it, any change to an op does. The cache keys on it.

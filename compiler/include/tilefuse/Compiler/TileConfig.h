@@ -67,6 +67,17 @@
 //    little more than the loads need (stores share the bandwidth). Each
 //    block writes a row of partials: more blocks than that would only add
 //    bytes.
+//  - registers (the runtime, after the driver's PTX JIT): a kernel launched
+//    one row group per row and staging nothing (blocksPerSMGoal) aims at
+//    1024 resident threads per SM (64 registers a thread). Where the JIT
+//    left fewer blocks resident, the runtime loads the PTX again with
+//    `.minnctapersm` asking for that many, and where that spills, for one
+//    block more than fit; it keeps the first that spilled nothing and fits
+//    more blocks (CudaDriver). ptxas otherwise spends the registers a
+//    block size allows on keeping values live: rms_norm_fwd bf16 n = 4096
+//    took 80 (3 blocks of 256, 48 KiB of loads in flight per SM) and fits
+//    in 64 without spilling (4 blocks, 64 KiB). Kernels that would spill
+//    stay as they were.
 // CPU: V = 8 f32 lanes (one AVX2 register) when n % 8 == 0, else 1; one
 // "thread" per row; rows_per_task = max(1, 65536 / n) rows per task of the
 // runtime's thread pool; row_on_chip as on the GPU but without the
@@ -186,6 +197,13 @@ int64_t maxSharedBytesPerBlock(llvm::StringRef target);
 /// and may give a thread every register the block size allows. Left to
 /// itself, ptxas aimed at two 512-thread blocks (64 registers) and spilled.
 bool runsAloneOnSM(const TileConfig &config, int64_t staticSharedBytes);
+
+/// The blocks per SM the runtime asks the PTX JIT for (`.minnctapersm`)
+/// where fewer are resident (the registers paragraph above): 1024 threads'
+/// worth; 0 (ask for nothing) for persistent grids, whose blocks per SM
+/// the tile sets, for blocks that stage rows in shared memory (which
+/// bounds them), for blocks of 1024 threads, and on the CPU.
+int64_t blocksPerSMGoal(const TileConfig &config);
 
 /// Bytes per element of `elementType` in memory: a mask (i1) takes one, as
 /// a torch.bool does.

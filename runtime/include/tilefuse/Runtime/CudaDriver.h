@@ -133,9 +133,15 @@ private:
   /// context), once per context.
   llvm::Expected<Loaded>
   functions(int device, const std::shared_ptr<const GpuKernel> &kernel);
-  /// JIT-compiles `kernel`'s PTX into the current context; a failure
-  /// carries the JIT's error log in full.
-  llvm::Error loadModule(void **module, const GpuKernel &kernel);
+  /// JIT-compiles `ptx` (of the kernel `name`) into the current context; a
+  /// failure carries the JIT's error log in full.
+  llvm::Error loadModule(void **module, const std::string &ptx,
+                         const std::string &name);
+  /// Where fewer blocks of `loaded`'s main kernel are resident than
+  /// blocksPerSMGoal (TileConfig.h) asks for, loads its PTX again asking
+  /// ptxas for that many, and where that spills, for one more block than
+  /// fit; keeps the first module that spilled nothing and fits more blocks.
+  llvm::Error raiseOccupancy(Loaded &loaded);
   /// The blocks a launch of `loaded` over `rows` rows takes.
   llvm::Expected<int64_t> blocks(const Loaded &loaded, int64_t rows,
                                  int device);

@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -98,6 +99,8 @@ struct LaunchRecord {
   /// 32-bit registers each thread declares (a .b64 counts twice; ptxas
   /// allocates its own, usually fewer) and static shared bytes per block.
   unsigned declaredRegisters = 0, sharedBytes = 0;
+  /// The kernel's `.minnctapersm` (0 when it has none).
+  unsigned minBlocksPerSM = 0;
   double seconds = 0;
 
   uint64_t totalInstructions() const;
@@ -129,9 +132,15 @@ int deviceMultiprocessors();
 int residentBlocks(int64_t threads, int registers, int64_t sharedBytes);
 
 /// The registers per thread ptxas gives the functions named `function`
-/// (0: unknown). The emulator runs PTX's virtual registers and cannot know
-/// them; a benchmark that asked ptxas says them here, for the occupancy.
-void setRegisters(const std::string &function, int registers);
+/// (0: unknown), and per `.minnctapersm` value the bytes of local memory
+/// it spills to when that leaves it fewer. The emulator runs PTX's virtual
+/// registers and cannot know them; a benchmark that asked ptxas says them
+/// here, for the occupancy and cuFuncGetAttribute. Under `.minnctapersm`
+/// a function gets at most the registers that many blocks of its
+/// `.maxntid` leave a thread (in units of 8), and spills only when that is
+/// fewer than `registers`.
+void setRegisters(const std::string &function, int registers,
+                  const std::map<unsigned, int> &spillBytesWhenAsked = {});
 
 /// Counts distinct sectors per block and per launch (BufferTraffic). Off
 /// by default (it costs memory and time per access).
