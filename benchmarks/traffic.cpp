@@ -125,6 +125,7 @@ static double roundTripSeconds(const emu::LaunchRecord &launch) {
 struct PtxasReport {
   std::map<std::string, int> registers; // per entry function
   std::map<std::string, int> spills;    // bytes of spill stores
+  std::map<std::string, int> stack;     // bytes of local memory
 };
 
 static llvm::Expected<PtxasReport> ptxasReport(const std::string &ptx) {
@@ -159,8 +160,8 @@ static llvm::Expected<PtxasReport> ptxasReport(const std::string &ptx) {
   llvm::SmallVector<llvm::StringRef> lines;
   (*log)->getBuffer().split(lines, '\n');
   llvm::Regex entry("Compiling entry function '([^']+)'"),
-      used("Used ([0-9]+) registers"),
-      spill("([0-9]+) bytes spill stores");
+      used("Used ([0-9]+) registers"), spill("([0-9]+) bytes spill stores"),
+      stack("([0-9]+) bytes stack frame");
   for (llvm::StringRef line : lines) {
     llvm::SmallVector<llvm::StringRef, 2> match;
     if (entry.match(line, &match))
@@ -169,6 +170,8 @@ static llvm::Expected<PtxasReport> ptxasReport(const std::string &ptx) {
       report.registers[function] = std::stoi(match[1].str());
     if (spill.match(line, &match))
       report.spills[function] = std::stoi(match[1].str());
+    if (stack.match(line, &match))
+      report.stack[function] = std::stoi(match[1].str());
   }
   return report;
 }
@@ -290,10 +293,10 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   // does for each count it may ask for.
   std::map<unsigned, PtxasReport> asked;
   int64_t goal = blocksPerSMGoal(tile);
-  for (int64_t ask = emu::residentBlocks(tile.threadsPerBlock(),
-                                         report->registers[info.name], 0) +
-                     1;
-       goal > 0 && ask <= goal; ++ask) {
+  bool mayAsk =
+      goal > 0 && emu::residentBlocks(tile.threadsPerBlock(),
+                                      report->registers[info.name], 0) < goal;
+  for (int64_t ask = 2; mayAsk && ask <= goal; ++ask) {
     llvm::Expected<std::string> askingPtx =
         withMinBlocksPerSM(kernel->ptx, info.name, ask);
     if (!askingPtx)
@@ -306,10 +309,12 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   // The occupancy the driver reports (and a persistent grid's size) counts
   // them.
   for (auto &[function, registers] : report->registers) {
-    std::map<unsigned, int> spills;
+    std::map<unsigned, emu::PtxasAllocation> whenAsked;
     for (auto &[ask, askedReport] : asked)
-      spills[ask] = askedReport.spills[function];
-    emu::setRegisters(function, registers, spills);
+      whenAsked[ask] = {askedReport.registers[function],
+                        askedReport.stack[function]};
+    emu::setRegisters(function, {registers, report->stack[function]},
+                      whenAsked);
   }
 
   // The emulated launch: every block does what a block of the modeled one
@@ -400,6 +405,11 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   if (launches.empty())
     return llvm::createStringError("no launch recorded");
   auto askedLoaded = asked.find(launches[0].minBlocksPerSM);
+  if (goal > 0 && launches[0].minBlocksPerSM > 0 && askedLoaded == asked.end())
+    return llvm::createStringError(
+        "the runtime kept a module asking for " +
+        std::to_string(launches[0].minBlocksPerSM) +
+        " blocks per SM, which ptxas was not asked for");
   const PtxasReport &loaded =
       askedLoaded != asked.end() ? askedLoaded->second : *report;
   result.registers = loaded.registers.at(info.name);

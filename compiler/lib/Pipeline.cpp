@@ -553,10 +553,12 @@ tilefuse::withMinBlocksPerSM(StringRef ptx, StringRef entry, int64_t blocks) {
   StringRef header = ptx.slice(start, body);
   if (header.contains("\n.minnctapersm "))
     return fail("it already asks for some");
-  size_t maxntid = header.find("\n.maxntid ");
-  if (maxntid == StringRef::npos)
-    return fail("it has no .maxntid");
-  size_t lineEnd = header.find('\n', maxntid + 1);
+  size_t blockSize = header.find("\n.maxntid ");
+  if (blockSize == StringRef::npos)
+    blockSize = header.find("\n.reqntid ");
+  if (blockSize == StringRef::npos)
+    return fail("it has no .maxntid or .reqntid");
+  size_t lineEnd = header.find('\n', blockSize + 1);
   size_t at = lineEnd == StringRef::npos ? body : start + lineEnd;
   return (ptx.take_front(at) + "\n.minnctapersm " + Twine(blocks) +
           ptx.drop_front(at))

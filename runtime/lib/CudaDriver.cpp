@@ -341,6 +341,15 @@ static bool logJit() {
   return enabled;
 }
 
+namespace {
+/// A module that asks ptxas for blocks per SM: its kernel, the blocks of
+/// it resident and its local memory (spills).
+struct AskedModule {
+  void *module = nullptr, *main = nullptr;
+  int resident = 0, localBytes = 0;
+};
+} // namespace
+
 llvm::Error CudaDriver::raiseOccupancy(Loaded &loaded) {
   const std::string &name = loaded.kernel->info.name;
   const TileConfig &tile = loaded.kernel->info.tile;
@@ -352,45 +361,60 @@ llvm::Error CudaDriver::raiseOccupancy(Loaded &loaded) {
           check(api->occupancy(&resident, loaded.main, threads, 0),
                 "cuOccupancyMaxActiveBlocksPerMultiprocessor", name))
     return error;
-  // The goal, and where asking for it spills, one block more than fit.
-  llvm::SmallVector<int64_t, 2> asks;
-  for (int64_t ask : {goal, int64_t(resident) + 1})
-    if (ask > resident && ask <= goal && !llvm::is_contained(asks, ask))
-      asks.push_back(ask);
-  for (int64_t ask : asks) {
+  auto load = [&](int64_t ask) -> llvm::Expected<AskedModule> {
     llvm::Expected<std::string> ptx =
         withMinBlocksPerSM(loaded.kernel->ptx, name, ask);
     if (!ptx)
       return ptx.takeError();
-    void *module = nullptr, *main = nullptr;
-    int raised = 0, localBytes = 0;
-    llvm::Error error = loadModule(&module, *ptx, name);
+    AskedModule asked;
+    llvm::Error error = loadModule(&asked.module, *ptx, name);
     if (!error)
-      error = check(api->moduleGetFunction(&main, module, name.c_str()),
-                    "cuModuleGetFunction", name);
+      error =
+          check(api->moduleGetFunction(&asked.main, asked.module, name.c_str()),
+                "cuModuleGetFunction", name);
     if (!error)
-      error = check(api->occupancy(&raised, main, threads, 0),
+      error = check(api->occupancy(&asked.resident, asked.main, threads, 0),
                     "cuOccupancyMaxActiveBlocksPerMultiprocessor", name);
     if (!error)
-      error = check(api->funcGetAttribute(&localBytes, kLocalSizeBytes, main),
-                    "cuFuncGetAttribute", name);
-    bool keep = !error && localBytes == 0 && raised > resident;
-    if (logJit() && !error)
+      error = check(
+          api->funcGetAttribute(&asked.localBytes, kLocalSizeBytes, asked.main),
+          "cuFuncGetAttribute", name);
+    if (error) {
+      if (asked.module)
+        api->moduleUnload(asked.module);
+      return std::move(error);
+    }
+    return asked;
+  };
+  // The goal, and where asking for it spills, one block more than fit. A
+  // module that fails to load is only a chance lost: the plain one stays.
+  for (int64_t ask = goal; ask > resident;) {
+    llvm::Expected<AskedModule> asked = load(ask);
+    if (!asked) {
+      std::string why = llvm::toString(asked.takeError());
+      if (logJit())
+        llvm::errs() << llvm::formatv("tilefuse: {0}: asking ptxas for {1} "
+                                      "blocks per SM failed: {2}\n",
+                                      name, ask, why);
+      return llvm::Error::success();
+    }
+    bool keep = asked->localBytes == 0 && asked->resident > resident;
+    if (logJit())
       llvm::errs() << llvm::formatv(
           "tilefuse: {0}: {1} blocks per SM resident; asked ptxas for {2}: "
           "{3} resident, {4} bytes of local memory: {5}\n",
-          name, resident, ask, raised, localBytes, keep ? "kept" : "dropped");
-    if (!keep) {
-      if (module)
-        api->moduleUnload(module);
-      if (error)
-        return error;
-      continue;
+          name, resident, ask, asked->resident, asked->localBytes,
+          keep ? "kept" : "dropped");
+    if (keep) {
+      api->moduleUnload(loaded.module);
+      loaded.module = asked->module;
+      loaded.main = asked->main;
+      return llvm::Error::success();
     }
-    api->moduleUnload(loaded.module);
-    loaded.module = module;
-    loaded.main = main;
-    return llvm::Error::success();
+    api->moduleUnload(asked->module);
+    if (asked->localBytes == 0 || ask == resident + 1)
+      break;
+    ask = resident + 1;
   }
   return llvm::Error::success();
 }

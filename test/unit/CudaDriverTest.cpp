@@ -149,7 +149,21 @@ TEST_F(CudaDriverTest, RaisesOccupancyWhenNothingSpills) {
       std::string::npos);
   ASSERT_EQ(fakeCudaState().launches.size(), 1u);
   EXPECT_EQ(fakeCudaState().launches[0].handle, 2u); // the asking module's
-  EXPECT_EQ(fakeCudaState().occupancyQueries.size(), 2u);
+  ASSERT_EQ(fakeCudaState().occupancyQueries.size(), 2u);
+  for (const FakeCudaState::OccupancyQuery &query :
+       fakeCudaState().occupancyQueries) {
+    EXPECT_EQ(query.blockSize, 256);
+    EXPECT_EQ(query.dynamicSharedBytes, 0u);
+  }
+}
+
+TEST_F(CudaDriverTest, AFailedSecondJitKeepsThePlainKernel) {
+  fakeCudaState().residentBlocks = 3;
+  fakeCudaState().loadResultWhenAsked = 1; // CUDA_ERROR_INVALID_VALUE
+  launchRmsNormFwd(*driver, kernel("rms_norm_fwd", "bf16", 4096));
+  EXPECT_EQ(fakeCudaState().modulesLoaded, 1);
+  ASSERT_EQ(fakeCudaState().launches.size(), 1u);
+  EXPECT_EQ(fakeCudaState().launches[0].handle, 1u);
 }
 
 TEST_F(CudaDriverTest, AsksForOneMoreBlockWhereTheGoalSpills) {
@@ -173,9 +187,10 @@ TEST_F(CudaDriverTest, KeepsThePlainKernelWhenAskingSpillsOrGainsNothing) {
            Case{3, 0, {{4, 16}}, {0, 4}},            // the goal spills
            Case{2, 0, {{4, 16}, {3, 8}}, {0, 4, 3}}, // so does one more
            Case{3, 3, {}, {0, 4}},                   // no more fit
-           Case{4, 0, {}, {0}},                      // enough fit already
+           Case{2, 2, {}, {0, 4}}, // none spilled: fewer cannot fit more
+           Case{4, 0, {}, {0}},    // enough fit already
        }) {
-    SetUp();
+    ASSERT_NO_FATAL_FAILURE(SetUp());
     fakeCudaState().residentBlocks = c.plain;
     fakeCudaState().residentBlocksWhenAsked = c.whenAsked;
     fakeCudaState().localBytesWhenAsked = c.spills;

@@ -410,12 +410,17 @@ TEST_F(EmulatorChecks, RegistersUnderMinBlocksPerSM) {
     EXPECT_EQ(cuFuncGetAttribute(&local, 3, loaded), 0);
     return std::tuple{blocks, registers, local};
   };
-  tilefuse::emulator::setRegisters("regs", 80, {{4, 24}, {3, 0}});
+  // What the benchmark gave: plain, and asking for 4.
+  tilefuse::emulator::setRegisters("regs", {80, 0}, {{4, {64, 24}}});
   EXPECT_EQ(describe(function(false)), std::tuple(3, 80, 0));
   EXPECT_EQ(describe(function(true)), std::tuple(4, 64, 24));
-  tilefuse::emulator::setRegisters("regs", 48, {{4, 24}}); // fits: no spills
+  // Nothing given for 4: at most what 4 blocks of 8 warps leave (64), no
+  // spills; a function that fits keeps its registers.
+  tilefuse::emulator::setRegisters("regs", {80, 0});
+  EXPECT_EQ(describe(function(true)), std::tuple(4, 64, 0));
+  tilefuse::emulator::setRegisters("regs", {48, 0});
   EXPECT_EQ(describe(function(true)), std::tuple(5, 48, 0));
-  tilefuse::emulator::setRegisters("regs", 0);
+  tilefuse::emulator::setRegisters("regs", {});
   int value = -1;
   EXPECT_EQ(cuFuncGetAttribute(&value, 8, function(true)), kInvalidValue);
   EXPECT_NE(message(kInvalidValue).find("function attribute 8 is not emulated"),

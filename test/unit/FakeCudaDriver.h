@@ -28,8 +28,9 @@ struct FakeCudaState {
   /// How many parameters the next launches pass (the fake cannot know).
   std::vector<int> paramsPerLaunch;
   int modulesLoaded = 0;
-  /// cuModuleLoadDataEx's result and the error log it writes.
-  int loadResult = 0;
+  /// cuModuleLoadDataEx's result and the error log it writes, and its
+  /// result for PTX that asks for blocks per SM.
+  int loadResult = 0, loadResultWhenAsked = 0;
   std::string jitErrorLog;
   /// A copy of the last PTX loaded (the driver copies it too).
   std::string lastImage;

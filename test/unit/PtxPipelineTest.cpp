@@ -117,7 +117,16 @@ TEST(PtxPipeline, MinBlocksPerSMFollowsTheEntrysMaxntid) {
                     ".visible .entry k(\n\t.param .u64 p\n)\n"
                     ".maxntid 512, 1, 1\n.minnctapersm 2\n{\n\tret;\n}\n");
 
-  // Asking twice, an entry without .maxntid or a missing entry fails.
+  // After a .reqntid as well.
+  llvm::Expected<std::string> required = tilefuse::withMinBlocksPerSM(
+      ".visible .entry k(\n)\n.reqntid 256, 1, 1\n{\n}\n", "k", 4);
+  ASSERT_TRUE(static_cast<bool>(required))
+      << llvm::toString(required.takeError());
+  EXPECT_EQ(
+      *required,
+      ".visible .entry k(\n)\n.reqntid 256, 1, 1\n.minnctapersm 4\n{\n}\n");
+
+  // Asking twice, an entry without a block size or a missing entry fails.
   for (auto [text, entry] :
        {std::pair{*asked, "k"}, std::pair{ptx, "absent"},
         std::pair{std::string(".visible .entry k(\n)\n{\n}\n"), "k"}}) {

@@ -58,12 +58,12 @@ struct State {
   std::optional<Approximation> approximation; // by setApproximation
   uint64_t blockInstructionBudget = 0;
   bool log = false;
-  /// Per function name (setRegisters): registers, and spills when asked.
-  struct Registers {
-    int count = 0;
-    std::map<unsigned, int> spillBytesWhenAsked;
+  /// Per function name (setRegisters): plain, and per .minnctapersm.
+  struct Allocations {
+    PtxasAllocation plain;
+    std::map<unsigned, PtxasAllocation> whenAsked;
   };
-  std::map<std::string, Registers> registers;
+  std::map<std::string, Allocations> registers;
 };
 
 State &state() {
@@ -240,11 +240,11 @@ int tilefuse::emulator::residentBlocks(int64_t threads, int registers,
 }
 
 void tilefuse::emulator::setRegisters(
-    const std::string &function, int registers,
-    const std::map<unsigned, int> &spillBytesWhenAsked) {
+    const std::string &function, PtxasAllocation plain,
+    const std::map<unsigned, PtxasAllocation> &whenAsked) {
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.registers[function] = {registers, spillBytesWhenAsked};
+  s.registers[function] = {plain, whenAsked};
 }
 
 void tilefuse::emulator::setApproximation(Approximation mode) {
@@ -284,32 +284,34 @@ void tilefuse::emulator::setHostThreads(unsigned threads) {
 // The driver API
 //===----------------------------------------------------------------------===//
 
-/// What ptxas gives `function`: its registers (0: unknown) and bytes of
-/// local memory, as setRegisters describes.
-static std::pair<int, int> registersOf(const Function &function) {
+/// What ptxas gives `function` (setRegisters).
+static PtxasAllocation allocationOf(const Function &function) {
   State &s = state();
-  int registers = 0, spills = 0;
+  PtxasAllocation plain;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     auto known = s.registers.find(function.name);
     if (known == s.registers.end())
-      return {0, 0};
-    registers = known->second.count;
-    auto asked =
-        known->second.spillBytesWhenAsked.find(function.minBlocksPerSM);
-    if (asked != known->second.spillBytesWhenAsked.end())
-      spills = asked->second;
+      return {};
+    if (function.minBlocksPerSM == 0)
+      return known->second.plain;
+    auto asked = known->second.whenAsked.find(function.minBlocksPerSM);
+    if (asked != known->second.whenAsked.end())
+      return asked->second;
+    plain = known->second.plain;
   }
-  if (function.minBlocksPerSM == 0 || function.maxThreads == 0)
-    return {registers, 0};
-  constexpr int kRegistersPerSM = 65536, kMaxRegisters = 255;
-  int64_t warps = (function.maxThreads + 31) / 32;
-  int cap = std::min<int64_t>(
-      kMaxRegisters,
-      kRegistersPerSM / (function.minBlocksPerSM * warps * 32) / 8 * 8);
-  if (registers <= cap)
-    return {registers, 0};
-  return {cap, spills};
+  uint32_t threads = function.maxThreads ? function.maxThreads
+                                         : function.requiredThreads[0] *
+                                               function.requiredThreads[1] *
+                                               function.requiredThreads[2];
+  if (threads == 0)
+    return {plain.registers, 0};
+  constexpr int64_t kRegistersPerQuarter = 16384, kMaxRegisters = 255;
+  int64_t warps = (threads + 31) / 32;
+  int64_t warpsPerQuarter = (function.minBlocksPerSM * warps + 3) / 4;
+  int64_t cap = std::min<int64_t>(kMaxRegisters, kRegistersPerQuarter /
+                                                     warpsPerQuarter / 256 * 8);
+  return {int(std::min<int64_t>(plain.registers, cap)), 0};
 }
 
 extern "C" {
@@ -512,11 +514,11 @@ int cuFuncGetAttribute(int *value, int attribute, void *function) {
     return failWith(kInvalidHandle, "null function or result");
   auto &loaded = *static_cast<LoadedFunction *>(function);
   constexpr int kLocalSizeBytes = 3, kNumRegisters = 4;
-  std::pair<int, int> given = registersOf(*loaded.function);
+  PtxasAllocation given = allocationOf(*loaded.function);
   if (attribute == kLocalSizeBytes)
-    *value = given.second;
+    *value = given.localBytes;
   else if (attribute == kNumRegisters)
-    *value = given.first;
+    *value = given.registers;
   else
     return failWith(
         kInvalidValue,
@@ -562,7 +564,7 @@ int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function,
     return failWith(kInvalidValue,
                     llvm::formatv("{0}: block size {1} is not in [1, 1024]",
                                   loaded.function->name, blockSize));
-  int registers = registersOf(*loaded.function).first;
+  int registers = allocationOf(*loaded.function).registers;
   *blocks = residentBlocks(
       blockSize, registers,
       loaded.function->staticSharedBytes + int64_t(dynamicSharedBytes));

@@ -21,6 +21,7 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -580,8 +581,9 @@ llvm::Error Parser::parseFunction(bool entry) {
       for (size_t i = values.size(); i < 3; ++i)
         fn.requiredThreads[i] = 1;
     } else if (directive == ".minnctapersm") {
-      if (values.size() != 1 || values[0] == 0 || values[0] > 32)
-        return error(".minnctapersm takes one block count from 1 to 32");
+      if (values.size() != 1 || values[0] == 0 ||
+          values[0] > std::numeric_limits<uint32_t>::max())
+        return error(".minnctapersm takes one positive block count");
       fn.minBlocksPerSM = values[0];
     } else if (directive != ".maxnreg") {
       return error(llvm::formatv("unsupported directive {0}", directive));

@@ -122,10 +122,10 @@ mlir::FailureOr<CompileResult> compile(mlir::ModuleOp module,
                                        Stage stop);
 
 /// `ptx` with the kernel `entry` asking ptxas for at least `blocks` resident
-/// blocks per SM (`.minnctapersm`, after its `.maxntid`): ptxas then keeps
-/// the registers a thread uses within what `blocks` blocks of that size
-/// leave it, spilling if it must. Fails where `entry` has no `.maxntid` or
-/// already has a `.minnctapersm`.
+/// blocks per SM (`.minnctapersm`, after its `.maxntid` or `.reqntid`):
+/// ptxas then keeps the registers a thread uses within what `blocks` blocks
+/// of that size leave it, spilling if it must. Fails where `entry` has
+/// neither block size directive or already has a `.minnctapersm`.
 llvm::Expected<std::string>
 withMinBlocksPerSM(llvm::StringRef ptx, llvm::StringRef entry, int64_t blocks);
 

@@ -73,11 +73,12 @@
 //    left fewer blocks resident, the runtime loads the PTX again with
 //    `.minnctapersm` asking for that many, and where that spills, for one
 //    block more than fit; it keeps the first that spilled nothing and fits
-//    more blocks (CudaDriver). ptxas otherwise spends the registers a
-//    block size allows on keeping values live: rms_norm_fwd bf16 n = 4096
-//    took 80 (3 blocks of 256, 48 KiB of loads in flight per SM) and fits
-//    in 64 without spilling (4 blocks, 64 KiB). Kernels that would spill
-//    stay as they were.
+//    more blocks (CudaDriver); a module that fails to load leaves the
+//    plain one. Left to its own heuristic, ptxas often takes more
+//    registers than the goal's blocks leave: rms_norm_fwd bf16 n = 4096
+//    took 80 (3 blocks of 256; 48 KiB of loads in flight per SM in the
+//    traffic model) and fits in 64 without spilling (4 blocks, 64 KiB
+//    modeled). Kernels that would spill stay as they were.
 // CPU: V = 8 f32 lanes (one AVX2 register) when n % 8 == 0, else 1; one
 // "thread" per row; rows_per_task = max(1, 65536 / n) rows per task of the
 // runtime's thread pool; row_on_chip as on the GPU but without the

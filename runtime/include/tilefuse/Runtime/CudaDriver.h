@@ -141,6 +141,8 @@ private:
   /// blocksPerSMGoal (TileConfig.h) asks for, loads its PTX again asking
   /// ptxas for that many, and where that spills, for one more block than
   /// fit; keeps the first module that spilled nothing and fits more blocks.
+  /// A module that fails to load leaves the plain one (TILEFUSE_LOG=jit
+  /// says why).
   llvm::Error raiseOccupancy(Loaded &loaded);
   /// The blocks a launch of `loaded` over `rows` rows takes.
   llvm::Expected<int64_t> blocks(const Loaded &loaded, int64_t rows,

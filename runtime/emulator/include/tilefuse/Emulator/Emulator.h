@@ -131,16 +131,23 @@ int deviceMultiprocessors();
 /// cuOccupancyMaxActiveBlocksPerMultiprocessor answers.
 int residentBlocks(int64_t threads, int registers, int64_t sharedBytes);
 
-/// The registers per thread ptxas gives the functions named `function`
-/// (0: unknown), and per `.minnctapersm` value the bytes of local memory
-/// it spills to when that leaves it fewer. The emulator runs PTX's virtual
+/// What ptxas gives a function: registers per thread and bytes of local
+/// memory (its spills).
+struct PtxasAllocation {
+  int registers = 0;
+  int localBytes = 0;
+};
+
+/// What ptxas gives the functions named `function` (0 registers: unknown,
+/// no limit), and per `.minnctapersm` value what it gives them where the
+/// PTX asks for that many blocks per SM. The emulator runs PTX's virtual
 /// registers and cannot know them; a benchmark that asked ptxas says them
-/// here, for the occupancy and cuFuncGetAttribute. Under `.minnctapersm`
-/// a function gets at most the registers that many blocks of its
-/// `.maxntid` leave a thread (in units of 8), and spills only when that is
-/// fewer than `registers`.
-void setRegisters(const std::string &function, int registers,
-                  const std::map<unsigned, int> &spillBytesWhenAsked = {});
+/// here, for the occupancy and cuFuncGetAttribute. A `.minnctapersm` with
+/// no entry gets at most the registers that many blocks of its block size
+/// leave a thread (ptxas gives each of an SM's four quarters' 16K
+/// registers out to warps in units of 256) and no local memory.
+void setRegisters(const std::string &function, PtxasAllocation plain,
+                  const std::map<unsigned, PtxasAllocation> &whenAsked = {});
 
 /// Counts distinct sectors per block and per launch (BufferTraffic). Off
 /// by default (it costs memory and time per access).
