@@ -6,6 +6,9 @@ same bundle:
 writes $OUT/profile.md: each case's 20 calls, kernel by kernel (the main
 kernel and its finalize apart), beside PyTorch eager's RMSNorm backward;
 the forward norms too (the traffic model's calibration: benchmarks/README.md).
+On a GPU, $OUT/jit.log keeps its stderr with TILEFUSE_LOG=jit: the PTX
+JIT's registers and spills per kernel, and which kernels the runtime
+compiled again asking ptxas for more blocks per SM (CudaDriver).
 On a machine without a GPU (TILEFUSE_TARGET=emulate) it runs tiny shapes
 on the CPU as a smoke test. Results: benchmarks/results/.
 """
@@ -15,6 +18,10 @@ import torch.nn.functional as F
 from torch.profiler import profile, ProfilerActivity
 
 bundle, out = sys.argv[1], sys.argv[2]
+if torch.cuda.is_available():
+    os.environ.setdefault("TILEFUSE_LOG", "jit")
+    jit_log = open(os.path.join(out, "jit.log"), "w")
+    os.dup2(jit_log.fileno(), sys.stderr.fileno())
 folder = tempfile.mkdtemp()
 with tarfile.open(bundle) as t:
     t.extractall(folder, filter="data")
