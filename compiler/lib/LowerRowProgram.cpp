@@ -2213,7 +2213,7 @@ private:
 
 /// The most reduction-state values any one pass combines (sizes workgroup
 /// memory).
-int64_t maxReductionsPerPass(KernelOp kernel) {
+static int64_t maxReductionsPerPass(KernelOp kernel) {
   DenseMap<Value, int> levels = rowLevels(kernel);
   DenseMap<int, int64_t> perLevel;
   for (const RowReduction &reduction : rowReductions(kernel, levels, -1))
@@ -2357,27 +2357,26 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
     return failure();
   SmallVector<Type> parameters = loweredParameters(kernel, pointer, *abi);
   parameters.push_back(b.getI64Type()); // rows
-  int64_t maxReductions = maxReductionsPerPass(kernel);
-  int64_t warpsPerRow = std::max<int64_t>(1, config->threadsPerRow / 32);
-  // f64 row reductions cross warps in f64: f32 slots would round them.
-  Type slotType = b.getF32Type();
-  for (const RowReduction &reduction :
-       rowReductions(kernel, rowLevels(kernel), -1))
-    if (valueType(reduction.input).getElementType().isF64())
-      slotType = b.getF64Type();
-  auto workgroupType = MemRefType::get(
-      {config->rowsPerBlock * warpsPerRow * maxReductions}, slotType,
-      MemRefLayoutAttrInterface{},
-      gpu::AddressSpaceAttr::get(context, gpu::AddressSpace::Workgroup));
-  auto function = gpu::GPUFuncOp::create(
-      b, loc, kernel.getSymName(), b.getFunctionType(parameters, {}),
-      TypeRange{workgroupType}, TypeRange{});
+  ReductionWorkgroup reductionSlots = reductionWorkgroup(kernel, *config);
+  if (config->stageBytes + reductionSlots.bytes() >
+      maxSharedBytesPerBlock(config->target))
+    return kernel.emitError("the staged chunks (")
+           << config->stageBytes << " bytes) and the row reductions' slots ("
+           << reductionSlots.bytes() << ") exceed the shared memory a block "
+           << "of " << config->target << " may have";
+  SmallVector<Type> workgroupTypes;
+  if (reductionSlots.slots)
+    workgroupTypes.push_back(MemRefType::get(
+        {reductionSlots.slots}, reductionSlots.slotType,
+        MemRefLayoutAttrInterface{},
+        gpu::AddressSpaceAttr::get(context, gpu::AddressSpace::Workgroup)));
+  auto function = gpu::GPUFuncOp::create(b, loc, kernel.getSymName(),
+                                         b.getFunctionType(parameters, {}),
+                                         workgroupTypes, TypeRange{});
   function->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
   function.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
       {static_cast<int32_t>(config->threadsPerBlock()), 1, 1}));
-  int64_t workgroupBytes =
-      workgroupType.getNumElements() * storageBytes(slotType);
-  if (runsAloneOnSM(*config, workgroupBytes))
+  if (runsAloneOnSM(*config, reductionSlots.bytes()))
     function->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
                       b.getI32IntegerAttr(1));
 
@@ -2398,8 +2397,10 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
                                           entry.getArgument(parameters.size() - 1));
 
   GPURowMapping mapping(*config, MathLowering::of(*config, *shape), lane, group,
-                        function.getWorkgroupAttributions().front(),
-                        maxReductions);
+                        reductionSlots.slots
+                            ? Value(function.getWorkgroupAttributions().front())
+                            : Value(),
+                        maxReductionsPerPass(kernel));
   RowProgramEmitter emitter(kernel, *config, *shape, mapping, b);
   if (failed(emitter.checkSupported()))
     return failure();
@@ -3019,3 +3020,22 @@ struct FuseLowerToCPUPass
 };
 
 } // namespace
+
+int64_t ReductionWorkgroup::bytes() const {
+  return slots ? slots * storageBytes(slotType) : 0;
+}
+
+ReductionWorkgroup tilefuse::reductionWorkgroup(KernelOp kernel,
+                                                const TileConfig &config) {
+  ReductionWorkgroup workgroup;
+  Builder b(kernel.getContext());
+  workgroup.slotType = b.getF32Type();
+  for (const RowReduction &reduction :
+       rowReductions(kernel, rowLevels(kernel), -1))
+    if (valueType(reduction.input).getElementType().isF64())
+      workgroup.slotType = b.getF64Type();
+  if (config.threadsPerRow > 32)
+    workgroup.slots = config.rowsPerBlock * (config.threadsPerRow / 32) *
+                      maxReductionsPerPass(kernel);
+  return workgroup;
+}

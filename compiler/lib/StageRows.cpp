@@ -21,18 +21,6 @@ using namespace tilefuse::fuse;
 
 namespace {
 
-/// Bytes of static workgroup memory the row reductions may take beside the
-/// staged chunks: a slot per warp of each row group (one for a row of fewer
-/// than 32 threads, as lowering allocates them), per reduction-state value
-/// (at most 4: the moments' count, mean, M2 and sum), of at most 8 bytes.
-int64_t reductionSharedBytes(KernelOp kernel, const TileConfig &config) {
-  int64_t reductions = 0;
-  kernel.walk([&](Operation *op) { reductions += isRowReduction(op); });
-  int64_t slots =
-      config.rowsPerBlock * std::max<int64_t>(1, config.threadsPerRow / 32);
-  return slots * std::max<int64_t>(1, reductions) * 4 * 8;
-}
-
 Type elementType(BlockArgument input) {
   return cast<ValueType>(input.getType()).getElementType();
 }
@@ -76,7 +64,7 @@ struct FuseStageRowsPass
 
   void choose(KernelOp kernel, const KernelShape &shape, TileConfig &config) {
     int64_t budget = maxSharedBytesPerBlock(config.target) -
-                     reductionSharedBytes(kernel, config);
+                     reductionWorkgroup(kernel, config).bytes();
     // Column partials first: an element of a partial off chip costs a
     // load and a store for every row, a staged element a load per later
     // pass. All of them, or, where a block has one row group (its partial

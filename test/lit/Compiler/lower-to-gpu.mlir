@@ -4,6 +4,13 @@
 // threads per column; at n = 4096 16 columns (256 blocks), 16 threads.
 // RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=8192}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=WIDE
 // RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=4096}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=MEDIUM
+// Rows of at most 32 threads (n = 256: 32 rows of 8 threads a block) combine
+// by shuffles alone: no workgroup memory.
+// RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=256}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=NARROW
+// NARROW: gpu.func @softmax_colsum(%{{.+}}: i64) kernel attributes
+// NARROW-SAME: known_block_size = array<i32: 256, 1, 1>
+// NARROW-NOT: address_space<workgroup>
+// NARROW-LABEL: gpu.func @softmax_colsum_finalize(
 // A block of one row group (n = 8192) has no row past the end: its row is
 // frozen (opaque to loop strength reduction), neither clamped nor masked.
 // WIDE-LABEL: gpu.func @softmax_colsum(

@@ -206,6 +206,20 @@ bool runsAloneOnSM(const TileConfig &config, int64_t staticSharedBytes);
 /// bounds them), for blocks of 1024 threads, and on the CPU.
 int64_t blocksPerSMGoal(const TileConfig &config);
 
+/// The static workgroup memory lowering gives a block's row reductions to
+/// combine a row's warps: a slot per warp of each row group for each state
+/// value the busiest pass combines (moments take 4), f32, or f64 where a
+/// row reduction is of f64 (f32 slots would round it); none where a row
+/// takes at most 32 threads (its shuffles combine it). fuse-stage-rows
+/// leaves it room beside the staged chunks.
+struct ReductionWorkgroup {
+  mlir::Type slotType;
+  int64_t slots = 0;
+  int64_t bytes() const;
+};
+ReductionWorkgroup reductionWorkgroup(fuse::KernelOp kernel,
+                                      const TileConfig &config);
+
 /// Bytes per element of `elementType` in memory: a mask (i1) takes one, as
 /// a torch.bool does.
 int64_t storageBytes(mlir::Type elementType);
