@@ -427,6 +427,20 @@ TEST_F(EmulatorChecks, RegistersUnderMinBlocksPerSM) {
             std::string::npos);
 }
 
+/// Blocks by registers as cuda_occupancy.h counts them: 16K registers in
+/// each quarter of the SM, 256 a unit per warp, a block checked as if its
+/// warps were a multiple of 4.
+TEST_F(EmulatorChecks, OccupancyFromRegistersPerQuarter) {
+  using tilefuse::emulator::residentBlocks;
+  EXPECT_EQ(residentBlocks(256, 80, 0), 3); // 6 warps a quarter, 8 a block
+  EXPECT_EQ(residentBlocks(256, 64, 0), 4);
+  EXPECT_EQ(residentBlocks(64, 200, 0), 4);  // 2 warps a quarter (not 5)
+  EXPECT_EQ(residentBlocks(96, 168, 0), 4);  // 3 warps a quarter, 3 a block
+  EXPECT_EQ(residentBlocks(480, 136, 0), 0); // 15 warps counted as 16
+  EXPECT_EQ(residentBlocks(1024, 72, 0), 0);
+  EXPECT_EQ(residentBlocks(256, 0, 0), 8); // registers unknown
+}
+
 /// bar.sync is barrier.sync.aligned: warps at different bar.sync
 /// instructions never meet.
 TEST_F(EmulatorChecks, WarpsAtDifferentBarriers) {

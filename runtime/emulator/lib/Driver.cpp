@@ -230,10 +230,17 @@ int tilefuse::emulator::residentBlocks(int64_t threads, int registers,
   constexpr int64_t kThreadsPerSM = 2048, kBlocksPerSM = 32,
                     kRegistersPerSM = 65536, kReservedSharedPerBlock = 1024;
   int64_t sharedPerSM = chipNamed(deviceChip())->sharedPerSM;
+  // As cuda_occupancy.h counts them: each of the SM's 4 quarters gives its
+  // 16K registers out to warps in units of 256, and a block must fit its
+  // 64K as if its warps were rounded up to a multiple of 4.
+  constexpr int64_t kQuarters = 4;
   int64_t warps = (threads + 31) / 32;
   int64_t perWarp = llvm::alignTo(int64_t(registers) * 32, 256);
   int64_t byRegisters =
-      perWarp ? kRegistersPerSM / (perWarp * warps) : kBlocksPerSM;
+      perWarp == 0 ? kBlocksPerSM
+      : perWarp * llvm::alignTo(warps, kQuarters) > kRegistersPerSM
+          ? 0
+          : kRegistersPerSM / kQuarters / perWarp * kQuarters / warps;
   return int(std::min<int64_t>(
       {kBlocksPerSM, byRegisters, kThreadsPerSM / threads,
        sharedPerSM / (sharedBytes + kReservedSharedPerBlock)}));

@@ -126,8 +126,9 @@ int deviceMultiprocessors();
 /// Blocks of `threads` threads, each taking `registers` registers (0:
 /// unknown, no limit), with `sharedBytes` of shared memory a block, that
 /// one SM of the emulated chip holds at once: its limits of 2048 threads,
-/// 32 blocks, 64K registers (allocated per warp in units of 256) and its
-/// shared memory (1 KiB reserved per block). What
+/// 32 blocks, 64K registers (16K in each quarter of the SM, given out per
+/// warp in units of 256, as cuda_occupancy.h counts them) and its shared
+/// memory (1 KiB reserved per block). What
 /// cuOccupancyMaxActiveBlocksPerMultiprocessor answers.
 int residentBlocks(int64_t threads, int registers, int64_t sharedBytes);
 
