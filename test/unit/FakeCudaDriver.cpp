@@ -53,7 +53,9 @@ int cuDeviceGetAttribute(int *value, int attribute, int) {
 int cuModuleLoadData(void **module, const void *image) {
   ++state.modulesLoaded;
   state.lastImage = static_cast<const char *>(image);
-  *module = &state;
+  state.images.push_back(state.lastImage);
+  // The module handle is its index in `images` + 1.
+  *module = reinterpret_cast<void *>(state.images.size());
   return 0;
 }
 /// As the real driver: options name the JIT's log buffers.
@@ -70,13 +72,14 @@ int cuModuleLoadDataEx(void **module, const void *image, unsigned count,
     return state.loadResultWhenAsked;
   return cuModuleLoadData(module, image);
 }
-int cuModuleGetFunction(void **function, void *, const char *name) {
+int cuModuleGetFunction(void **function, void *module, const char *name) {
   state.functions.emplace_back(name);
-  size_t asks = state.lastImage.find(".minnctapersm ");
-  state.asked.push_back(asks == std::string::npos
-                            ? 0
-                            : std::atoi(state.lastImage.c_str() + asks +
-                                        sizeof(".minnctapersm")));
+  const std::string &image = state.images[reinterpret_cast<size_t>(module) - 1];
+  size_t asks = image.find(".minnctapersm ");
+  state.asked.push_back(
+      asks == std::string::npos
+          ? 0
+          : std::atoi(image.c_str() + asks + sizeof(".minnctapersm")));
   // The function handle is its index + 1.
   *function = reinterpret_cast<void *>(state.functions.size());
   return 0;

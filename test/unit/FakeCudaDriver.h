@@ -32,8 +32,10 @@ struct FakeCudaState {
   /// result for PTX that asks for blocks per SM.
   int loadResult = 0, loadResultWhenAsked = 0;
   std::string jitErrorLog;
-  /// A copy of the last PTX loaded (the driver copies it too).
+  /// A copy of the last PTX loaded (the driver copies it too), and of each
+  /// module's, by module handle - 1.
   std::string lastImage;
+  std::vector<std::string> images;
   std::vector<std::string> functions;
   std::vector<Launch> launches;
   /// cuFuncSetAttribute's calls: function, attribute, value.
