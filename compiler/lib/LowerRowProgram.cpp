@@ -3030,11 +3030,12 @@ ReductionWorkgroup tilefuse::reductionWorkgroup(KernelOp kernel,
   ReductionWorkgroup workgroup;
   Builder b(kernel.getContext());
   workgroup.slotType = b.getF32Type();
-  for (const RowReduction &reduction :
-       rowReductions(kernel, rowLevels(kernel), -1))
+  SmallVector<RowReduction> reductions =
+      rowReductions(kernel, rowLevels(kernel), -1);
+  for (const RowReduction &reduction : reductions)
     if (valueType(reduction.input).getElementType().isF64())
       workgroup.slotType = b.getF64Type();
-  if (config.threadsPerRow > 32)
+  if (config.threadsPerRow > 32 && !reductions.empty())
     workgroup.slots = config.rowsPerBlock * (config.threadsPerRow / 32) *
                       maxReductionsPerPass(kernel);
   return workgroup;

@@ -142,7 +142,7 @@ TEST_F(CudaDriverTest, RaisesOccupancyWhenNothingSpills) {
   launchRmsNormFwd(*driver, forward);
   // Loaded twice, the second time asking for 4 blocks; that one launched.
   ASSERT_EQ(fakeCudaState().modulesLoaded, 2);
-  EXPECT_EQ(fakeCudaState().modulesUnloaded, 1);
+  EXPECT_EQ(fakeCudaState().unloadedModules, (std::vector<size_t>{1}));
   ASSERT_EQ(fakeCudaState().asked, (std::vector<int>{0, 4}));
   EXPECT_NE(
       fakeCudaState().lastImage.find(".maxntid 256, 1, 1\n.minnctapersm 4\n{"),
@@ -161,7 +161,9 @@ TEST_F(CudaDriverTest, AFailedSecondJitKeepsThePlainKernel) {
   fakeCudaState().residentBlocks = 3;
   fakeCudaState().loadResultWhenAsked = 1; // CUDA_ERROR_INVALID_VALUE
   launchRmsNormFwd(*driver, kernel("rms_norm_fwd", "bf16", 4096));
+  EXPECT_EQ(fakeCudaState().loadAttempts, 2); // tried, failed
   EXPECT_EQ(fakeCudaState().modulesLoaded, 1);
+  EXPECT_EQ(fakeCudaState().modulesUnloaded, 0);
   ASSERT_EQ(fakeCudaState().launches.size(), 1u);
   EXPECT_EQ(fakeCudaState().launches[0].handle, 1u);
 }
@@ -172,7 +174,8 @@ TEST_F(CudaDriverTest, AsksForOneMoreBlockWhereTheGoalSpills) {
   fakeCudaState().localBytesWhenAsked = {{4, 24}};
   launchRmsNormFwd(*driver, forward);
   ASSERT_EQ(fakeCudaState().asked, (std::vector<int>{0, 4, 3}));
-  EXPECT_EQ(fakeCudaState().modulesUnloaded, 2); // the spilling and plain
+  // The spilling module, then the plain one.
+  EXPECT_EQ(fakeCudaState().unloadedModules, (std::vector<size_t>{2, 1}));
   ASSERT_EQ(fakeCudaState().launches.size(), 1u);
   EXPECT_EQ(fakeCudaState().launches[0].handle, 3u);
 }
@@ -196,8 +199,11 @@ TEST_F(CudaDriverTest, KeepsThePlainKernelWhenAskingSpillsOrGainsNothing) {
     fakeCudaState().localBytesWhenAsked = c.spills;
     launchRmsNormFwd(*driver, kernel("rms_norm_fwd", "bf16", 4096));
     EXPECT_EQ(fakeCudaState().asked, c.asked) << c.plain;
-    EXPECT_EQ(fakeCudaState().modulesUnloaded, int(c.asked.size()) - 1)
-        << c.plain;
+    // Each asking module, never the plain one (handle 1).
+    std::vector<size_t> asking;
+    for (size_t module = 2; module <= c.asked.size(); ++module)
+      asking.push_back(module);
+    EXPECT_EQ(fakeCudaState().unloadedModules, asking) << c.plain;
     ASSERT_EQ(fakeCudaState().launches.size(), 1u);
     EXPECT_EQ(fakeCudaState().launches[0].handle, 1u) << c.plain;
   }

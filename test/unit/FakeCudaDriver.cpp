@@ -61,6 +61,7 @@ int cuModuleLoadData(void **module, const void *image) {
 /// As the real driver: options name the JIT's log buffers.
 int cuModuleLoadDataEx(void **module, const void *image, unsigned count,
                        int *options, void **values) {
+  ++state.loadAttempts;
   for (unsigned i = 0; i < count; ++i)
     if (options[i] == 5 &&
         !state.jitErrorLog.empty()) // CU_JIT_ERROR_LOG_BUFFER
@@ -84,8 +85,9 @@ int cuModuleGetFunction(void **function, void *module, const char *name) {
   *function = reinterpret_cast<void *>(state.functions.size());
   return 0;
 }
-int cuModuleUnload(void *) {
+int cuModuleUnload(void *module) {
   ++state.modulesUnloaded;
+  state.unloadedModules.push_back(reinterpret_cast<size_t>(module));
   return 0;
 }
 int cuFuncGetAttribute(int *value, int attribute, void *function) {

@@ -56,6 +56,10 @@ struct FakeCudaState {
   /// for (0: none).
   std::vector<int> asked;
   int modulesUnloaded = 0;
+  /// The handles cuModuleUnload was given, and cuModuleLoadDataEx's calls
+  /// (failed ones too).
+  std::vector<size_t> unloadedModules;
+  int loadAttempts = 0;
   struct OccupancyQuery {
     std::string function;
     int blockSize = 0;

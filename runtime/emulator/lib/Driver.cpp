@@ -316,9 +316,12 @@ static PtxasAllocation allocationOf(const Function &function) {
   constexpr int64_t kRegistersPerQuarter = 16384, kMaxRegisters = 255;
   int64_t warps = (threads + 31) / 32;
   int64_t warpsPerQuarter = (function.minBlocksPerSM * warps + 3) / 4;
-  int64_t cap = std::min<int64_t>(kMaxRegisters, kRegistersPerQuarter /
-                                                     warpsPerQuarter / 256 * 8);
-  return {int(std::min<int64_t>(plain.registers, cap)), 0};
+  // At least one unit of 8 (0 would read as unknown).
+  int64_t cap = std::clamp<int64_t>(
+      kRegistersPerQuarter / warpsPerQuarter / 256 * 8, 8, kMaxRegisters);
+  if (plain.registers <= cap)
+    return plain;
+  return {int(cap), 0};
 }
 
 extern "C" {

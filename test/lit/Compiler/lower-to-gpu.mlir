@@ -9,7 +9,6 @@
 // RUN: tilefuse-opt %s --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=256}, fuse-select-tiles{target=sm_90}), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=NARROW
 // NARROW: gpu.func @softmax_colsum(%{{.+}}: i64) kernel attributes
 // NARROW-SAME: known_block_size = array<i32: 256, 1, 1>
-// NARROW-NOT: address_space<workgroup>
 // NARROW-LABEL: gpu.func @softmax_colsum_finalize(
 // A block of one row group (n = 8192) has no row past the end: its row is
 // frozen (opaque to loop strength reduction), neither clamped nor masked.
