@@ -410,10 +410,10 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
         "the runtime kept a module asking for " +
         std::to_string(launches[0].minBlocksPerSM) +
         " blocks per SM, which ptxas was not asked for");
-  const PtxasReport &loaded =
-      askedLoaded != asked.end() ? askedLoaded->second : *report;
+  bool keptAsked = askedLoaded != asked.end();
+  const PtxasReport &loaded = keptAsked ? askedLoaded->second : *report;
   result.registers = loaded.registers.at(info.name);
-  if (&loaded != &*report)
+  if (keptAsked)
     result.unaskedRegisters = report->registers[info.name];
   result.finalizeRegisters =
       report->registers[info.name + std::string(kFinalizeSuffix)];

@@ -2211,19 +2211,6 @@ private:
   int64_t maxReductions;
 };
 
-/// The most reduction-state values any one pass combines (sizes workgroup
-/// memory).
-static int64_t maxReductionsPerPass(KernelOp kernel) {
-  DenseMap<Value, int> levels = rowLevels(kernel);
-  DenseMap<int, int64_t> perLevel;
-  for (const RowReduction &reduction : rowReductions(kernel, levels, -1))
-    perLevel[levels.lookup(reduction.input)] += reduction.stateSize();
-  int64_t most = 1;
-  for (auto [level, count] : perLevel)
-    most = std::max(most, count);
-  return most;
-}
-
 /// `@<name>_finalize` (KernelABI.h): each block finalizes finalizeColumns(n)
 /// columns with finalizeSlices(n) threads per column. Slice s combines its
 /// contiguous share of the row groups (coalesced: a warp reads whole
@@ -2400,7 +2387,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
                         reductionSlots.slots
                             ? Value(function.getWorkgroupAttributions().front())
                             : Value(),
-                        maxReductionsPerPass(kernel));
+                        reductionSlots.stateValues);
   RowProgramEmitter emitter(kernel, *config, *shape, mapping, b);
   if (failed(emitter.checkSupported()))
     return failure();
@@ -3022,7 +3009,7 @@ struct FuseLowerToCPUPass
 } // namespace
 
 int64_t ReductionWorkgroup::bytes() const {
-  return slots ? slots * storageBytes(slotType) : 0;
+  return slots * storageBytes(slotType);
 }
 
 ReductionWorkgroup tilefuse::reductionWorkgroup(KernelOp kernel,
@@ -3030,13 +3017,18 @@ ReductionWorkgroup tilefuse::reductionWorkgroup(KernelOp kernel,
   ReductionWorkgroup workgroup;
   Builder b(kernel.getContext());
   workgroup.slotType = b.getF32Type();
-  SmallVector<RowReduction> reductions =
-      rowReductions(kernel, rowLevels(kernel), -1);
-  for (const RowReduction &reduction : reductions)
+  DenseMap<Value, int> levels = rowLevels(kernel);
+  SmallVector<RowReduction> reductions = rowReductions(kernel, levels, -1);
+  DenseMap<int, int64_t> stateValuesPerPass;
+  for (const RowReduction &reduction : reductions) {
     if (valueType(reduction.input).getElementType().isF64())
       workgroup.slotType = b.getF64Type();
+    int64_t &values = stateValuesPerPass[levels.lookup(reduction.input)];
+    values += reduction.stateSize();
+    workgroup.stateValues = std::max(workgroup.stateValues, values);
+  }
   if (config.threadsPerRow > 32 && !reductions.empty())
     workgroup.slots = config.rowsPerBlock * (config.threadsPerRow / 32) *
-                      maxReductionsPerPass(kernel);
+                      workgroup.stateValues;
   return workgroup;
 }

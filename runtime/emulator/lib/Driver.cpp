@@ -313,15 +313,15 @@ static PtxasAllocation allocationOf(const Function &function) {
                                                function.requiredThreads[2];
   if (threads == 0)
     return {plain.registers, 0};
-  constexpr int64_t kRegistersPerQuarter = 16384, kMaxRegisters = 255;
-  int64_t warps = (threads + 31) / 32;
-  int64_t warpsPerQuarter = (function.minBlocksPerSM * warps + 3) / 4;
-  // At least one unit of 8 (0 would read as unknown).
-  int64_t cap = std::clamp<int64_t>(
-      kRegistersPerQuarter / warpsPerQuarter / 256 * 8, 8, kMaxRegisters);
+  // The most registers (255, then units of 8) that leave room for that many
+  // blocks, at least 8 (0 would read as unknown).
+  int cap = 255;
+  while (cap > 8 && tilefuse::emulator::residentBlocks(threads, cap, 0) <
+                        int(function.minBlocksPerSM))
+    cap = (cap - 1) / 8 * 8;
   if (plain.registers <= cap)
     return plain;
-  return {int(cap), 0};
+  return {cap, 0};
 }
 
 extern "C" {

@@ -215,6 +215,8 @@ int64_t blocksPerSMGoal(const TileConfig &config);
 /// defined beside the lowering (LowerRowProgram.cpp), which allocates it.
 struct ReductionWorkgroup {
   mlir::Type slotType;
+  /// The state values of the busiest pass (at least 1), and the slots.
+  int64_t stateValues = 1;
   int64_t slots = 0;
   int64_t bytes() const;
 };

@@ -144,9 +144,8 @@ struct PtxasAllocation {
 /// PTX asks for that many blocks per SM. The emulator runs PTX's virtual
 /// registers and cannot know them; a benchmark that asked ptxas says them
 /// here, for the occupancy and cuFuncGetAttribute. A `.minnctapersm` with
-/// no entry gets at most the registers that many blocks of its block size
-/// leave a thread (ptxas gives each of an SM's four quarters' 16K
-/// registers out to warps in units of 256) and no local memory.
+/// no entry gets at most the registers with which that many blocks of its
+/// block size are resident (residentBlocks) and no local memory.
 void setRegisters(const std::string &function, PtxasAllocation plain,
                   const std::map<unsigned, PtxasAllocation> &whenAsked = {});
 
