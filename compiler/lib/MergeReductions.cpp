@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tilefuse/Compiler/Passes.h"
+#include "tilefuse/Compiler/TileConfig.h"
 
 namespace tilefuse {
 #define GEN_PASS_DEF_FUSEMERGEREDUCTIONS
@@ -15,6 +16,7 @@ namespace tilefuse {
 } // namespace tilefuse
 
 using namespace mlir;
+using namespace tilefuse;
 using namespace tilefuse::fuse;
 
 namespace {
@@ -95,23 +97,39 @@ bool mergeMoments(ReduceOp deviations) {
   return true;
 }
 
+void mergeRowReductions(KernelOp kernel) {
+  SmallVector<ReduceOp> candidates;
+  kernel.walk([&](ReduceOp reduce) {
+    if (reduce.isRowReduction() && (reduce.getKind() == ReduceKind::Sum ||
+                                    reduce.getKind() == ReduceKind::Mean))
+      candidates.push_back(reduce);
+  });
+  for (ReduceOp reduce : candidates)
+    if (!mergeMaxSumExp(reduce))
+      mergeMoments(reduce);
+}
+
+/// Whether merging leaves `kernel` one pass over its row (tried on a copy).
+bool mergesIntoOnePass(KernelOp kernel) {
+  OwningOpRef<KernelOp> merged = kernel.clone();
+  mergeRowReductions(*merged);
+  return passLevels(*merged).size() == 1;
+}
+
 struct FuseMergeReductionsPass
     : tilefuse::impl::FuseMergeReductionsBase<FuseMergeReductionsPass> {
   void runOnOperation() override {
     KernelOp kernel = getOperation();
-    if (auto tile = kernel->getAttrOfType<DictionaryAttr>("fuse.tile"))
-      if (auto onChip = tile.getAs<BoolAttr>("row_on_chip");
-          onChip && onChip.getValue())
+    if (kernel->hasAttr("fuse.tile")) {
+      FailureOr<TileConfig> config = TileConfig::fromKernel(kernel);
+      FailureOr<KernelShape> shape = getKernelShape(kernel);
+      if (failed(config) || failed(shape))
+        return signalPassFailure();
+      if (config->rowOnChip &&
+          (!mergesRowOnChip(*shape, *config) || !mergesIntoOnePass(kernel)))
         return;
-    SmallVector<ReduceOp> candidates;
-    kernel.walk([&](ReduceOp reduce) {
-      if (reduce.isRowReduction() && (reduce.getKind() == ReduceKind::Sum ||
-                                      reduce.getKind() == ReduceKind::Mean))
-        candidates.push_back(reduce);
-    });
-    for (ReduceOp reduce : candidates)
-      if (!mergeMaxSumExp(reduce))
-        mergeMoments(reduce);
+    }
+    mergeRowReductions(kernel);
   }
 };
 

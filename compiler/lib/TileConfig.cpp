@@ -91,6 +91,13 @@ bool tilefuse::runsAloneOnSM(const TileConfig &config,
   return 2 * sharedPerBlock > sharedPerSM;
 }
 
+bool tilefuse::mergesRowOnChip(const KernelShape &shape,
+                               const TileConfig &config) {
+  return config.isGPU() && config.rowOnChip &&
+         config.chunks * config.vectorWidth * shape.fullInputs >
+             kKeptElementsPerThread;
+}
+
 int64_t tilefuse::blocksPerSMGoal(const TileConfig &config) {
   constexpr int64_t kResidentThreadsGoal = 1024;
   if (!config.isGPU() || config.blocksPerSM > 0 || config.stageBytes > 0)

@@ -92,6 +92,13 @@ def test_streamed_rows_in_one_pass():
     loss = TF.cross_entropy(logits.float(), target, reduction="none")
     torch.testing.assert_close(loss.double(), F.cross_entropy(logits, target, reduction="none"),
                                atol=1e-5, rtol=1e-5)
+    # bf16 n = 32000 keeps the row on chip on a GPU (64 elements a thread)
+    # and merges there too; the loss is rounded to bf16.
+    logits16 = logits.bfloat16()
+    loss16 = TF.cross_entropy(logits16, target, reduction="none")
+    torch.testing.assert_close(loss16.double(),
+                               F.cross_entropy(logits16.double(), target, reduction="none"),
+                               atol=0, rtol=2**-8)
 
     x = torch.randn(3, n, dtype=torch.float64)
     x[1] += 1e4

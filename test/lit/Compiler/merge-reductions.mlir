@@ -3,6 +3,9 @@
 // In the compile pipeline it runs after tile selection, on streamed rows only.
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=262144}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=STREAMED
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=ONCHIP
+// And on rows on chip that keep more than 32 elements a thread (bf16 n = 32000: 64) where
+// merging leaves one pass over the row.
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=WIDE
 
 // Softmax: max, then the sum of exp(x - max), become one online max/sum.
 // exp(x - max) still feeds the output, computed in the next pass.
@@ -20,6 +23,11 @@
 // ONCHIP-NOT: fuse.max_sum_exp
 // ONCHIP: fuse.reduce max
 // ONCHIP: fuse.reduce sum
+// WIDE-LABEL: fuse.kernel @softmax
+// WIDE-SAME: row_on_chip = true
+// WIDE-NOT: fuse.max_sum_exp
+// WIDE: fuse.reduce max
+// WIDE: fuse.reduce sum
 fuse.kernel @softmax(%x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
   %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
   %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
@@ -36,6 +44,13 @@ fuse.kernel @softmax(%x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
 // Cross-entropy's log-sum-exp: the exp chain has no other use and goes; the
 // max keeps its other use (lse = max + log(sum)). Other reductions of the
 // first level (the mean of the logits) are untouched.
+// ONCHIP-LABEL: fuse.kernel @logsumexp
+// ONCHIP-NOT: fuse.max_sum_exp
+// ONCHIP: fuse.reduce max
+// WIDE-LABEL: fuse.kernel @logsumexp
+// WIDE-SAME: row_on_chip = true
+// WIDE: fuse.max_sum_exp
+// WIDE-NOT: fuse.reduce {{max|sum}}
 // CHECK-LABEL: fuse.kernel @logsumexp
 // CHECK-NEXT: %[[MAX:.+]], %[[SUM:.+]] = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f32>
 // CHECK-NEXT: %[[MEAN:.+]] = fuse.reduce mean %x
@@ -66,6 +81,8 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, gap: !fuse.
 // CHECK: %[[XC:.+]] = fuse.sub %x, %[[MEANF]]
 // CHECK: fuse.add %[[VAR]], %{{.+}} : !fuse.row<f32>
 // CHECK: fuse.yield %{{.+}}, %[[MEAN]]
+// WIDE-LABEL: fuse.kernel @layer_norm
+// WIDE-NOT: fuse.moments
 // STREAMED-LABEL: fuse.kernel @layer_norm
 // STREAMED: fuse.moments mean
 // STREAMED-NOT: fuse.reduce
@@ -88,6 +105,8 @@ fuse.kernel @layer_norm(%x: !fuse.full<f32>, %eps: !fuse.scalar<f32>) -> (y: !fu
 // A sum of squared deviations (no division by n) keeps its kind.
 // CHECK-LABEL: fuse.kernel @sum_of_squares
 // STREAMED-LABEL: fuse.kernel @sum_of_squares
+// WIDE-LABEL: fuse.kernel @sum_of_squares
+// WIDE: fuse.moments sum
 // STREAMED: fuse.moments sum
 // CHECK: %{{.+}}, %[[M2:.+]] = fuse.moments sum %x : !fuse.full<f64> to !fuse.row<f64>
 // CHECK: fuse.yield %[[M2]]

@@ -110,9 +110,12 @@ def FuseMergeReductions : Pass<"fuse-merge-reductions", "::tilefuse::fuse::Kerne
     ```
     Values the two reductions' inputs feed elsewhere (softmax's `exp(x -
     max)` in its output) stay and are computed in a later pass. Kernels
-    tiled with the row on chip are left alone: there a second pass reads
+    tiled with the row on chip are left alone (there a second pass reads
     registers, and two passes take fewer instructions than the merged
-    updates. Untiled kernels are rewritten (for tests).
+    updates) unless a thread keeps more than 32 elements of the row and
+    merging leaves one pass over it: the merged updates then free the
+    registers that held the row for the second pass (TileConfig.h).
+    Untiled kernels are rewritten (for tests).
   }];
   let dependentDialects = ["::tilefuse::fuse::FuseDialect"];
 }

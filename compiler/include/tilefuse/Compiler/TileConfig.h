@@ -67,6 +67,19 @@
 //    little more than the loads need (stores share the bandwidth). Each
 //    block writes a row of partials: more blocks than that would only add
 //    bytes.
+//  - merging on chip (fuse-merge-reductions): a row kept on chip makes its
+//    passes over registers, two reductions that depend on each other
+//    included (fewer instructions than the merged online updates), except
+//    where a thread keeps more than 32 elements of it (threads_per_row
+//    could not grow past 512) and merging leaves one pass over the row:
+//    then the row's values need not stay live for a second pass.
+//    cross_entropy_fwd bf16 n = 32000 took 116 registers in two passes (one
+//    512-thread block per SM; 57% of HBM in the traffic model) and 62 merged
+//    (two blocks; 100%). Where 32 elements or fewer are kept, merging cost
+//    more instructions than it saved registers in most kernels (the
+//    soft-capped, weighted and probability-target cross-entropy forwards,
+//    2-22 points lower in the model), and where a second pass stays
+//    (cross_entropy_fwd_grad, layer_norm_fwd) it only added instructions.
 //  - registers (the runtime, after the driver's PTX JIT): a kernel launched
 //    one row group per row and staging nothing (blocksPerSMGoal) aims at
 //    1024 resident threads per SM (64 registers a thread). Where the JIT
@@ -198,6 +211,10 @@ int64_t maxSharedBytesPerBlock(llvm::StringRef target);
 /// and may give a thread every register the block size allows. Left to
 /// itself, ptxas aimed at two 512-thread blocks (64 registers) and spilled.
 bool runsAloneOnSM(const TileConfig &config, int64_t staticSharedBytes);
+
+/// Whether fuse-merge-reductions merges the reductions of a row kept on
+/// chip too (the merging paragraph above).
+bool mergesRowOnChip(const KernelShape &shape, const TileConfig &config);
 
 /// The blocks per SM the runtime asks the PTX JIT for (`.minnctapersm`)
 /// where fewer are resident (the registers paragraph above): 1024 threads'
