@@ -56,8 +56,8 @@ private:
 };
 
 constexpr int kInvalidValue = 1, kIllegalAddress = 700,
-              kMisalignedAddress = 716, kLaunchFailed = 719,
-              kInvalidPtx = 218;
+              kMisalignedAddress = 716, kLaunchFailed = 719, kInvalidPtx = 218,
+              kInvalidHandle = 400;
 
 class EmulatorChecks : public ::testing::Test {
 protected:
@@ -425,6 +425,22 @@ TEST_F(EmulatorChecks, RegistersUnderMinBlocksPerSM) {
   EXPECT_EQ(cuFuncGetAttribute(&value, 8, function(true)), kInvalidValue);
   EXPECT_NE(message(kInvalidValue).find("function attribute 8 is not emulated"),
             std::string::npos);
+}
+
+/// A failed call stays on record until taken, whatever the caller made of
+/// its result (the traffic benchmark fails on one CudaDriver recovered
+/// from).
+TEST_F(EmulatorChecks, FailedCallsAreKeptUntilTaken) {
+  tilefuse::emulator::takeFailedCalls();
+  void *unloaded = nullptr;
+  EXPECT_EQ(cuModuleLoadData(&unloaded, ".version 8.0\n.target sm_90\nbogus"),
+            kInvalidPtx);
+  int value = -1;
+  EXPECT_EQ(cuFuncGetAttribute(&value, 4, nullptr), kInvalidHandle);
+  std::vector<std::string> failed = tilefuse::emulator::takeFailedCalls();
+  ASSERT_EQ(failed.size(), 2u);
+  EXPECT_NE(failed[1].find("null function"), std::string::npos) << failed[1];
+  EXPECT_TRUE(tilefuse::emulator::takeFailedCalls().empty());
 }
 
 /// Blocks by registers as cuda_occupancy.h counts them: 16K registers in

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 using namespace tilefuse::emulator;
 
@@ -78,9 +79,15 @@ thread_local std::vector<Buffer> nextBuffers;
 thread_local int lastResult = kSuccess;
 thread_local std::string lastMessage;
 
+/// takeFailedCalls: this thread's failed calls since it last asked.
+thread_local std::vector<std::string> failedCalls;
+constexpr size_t kKeptFailedCalls = 64;
+
 int failWith(int result, std::string message) {
   lastResult = result;
   lastMessage = "emulator: " + std::move(message);
+  if (failedCalls.size() < kKeptFailedCalls)
+    failedCalls.push_back(lastMessage);
   return result;
 }
 
@@ -196,6 +203,10 @@ std::vector<LaunchRecord> tilefuse::emulator::takeLaunches() {
   std::vector<LaunchRecord> records(s.records.begin(), s.records.end());
   s.records.clear();
   return records;
+}
+
+std::vector<std::string> tilefuse::emulator::takeFailedCalls() {
+  return std::exchange(failedCalls, {});
 }
 
 bool tilefuse::emulator::setDevice(const std::string &chip,

@@ -114,6 +114,12 @@ struct LaunchRecord {
 /// last 4096 are kept), and forgets them.
 std::vector<LaunchRecord> takeLaunches();
 
+/// The messages of the driver calls this thread made that failed since it
+/// last asked (the first 64), and forgets them. A caller that recovers from
+/// a failure hides it otherwise: CudaDriver keeps the plain module where
+/// its second PTX JIT fails (raiseOccupancy).
+std::vector<std::string> takeFailedCalls();
+
 /// The emulated chip: "sm_90" (H200-like: 132 SMs) or "sm_80" (A100-like:
 /// 108 SMs). cuInit picks it from TILEFUSE_TARGET (emulate or
 /// emulate:sm_XX); this overrides it, and `multiprocessors` > 0 overrides
