@@ -512,6 +512,27 @@ public:
   virtual Value isRowLeader(OpBuilder &b, Location loc) = 0;
 };
 
+/// Per-element work a pass can redo for fewer instructions than it takes
+/// to hold the result in registers across passes (no transcendental, no
+/// division).
+static bool isCheapToRecompute(Operation *op) {
+  return isa<CastOp, AddOp, SubOp, MulOp, FmaOp, NegOp, AbsOp, MaximumOp,
+             MinimumOp, CmpOp, SelectOp, BroadcastOp, ConstantOp, IotaOp,
+             RowLengthOp>(op);
+}
+
+/// Whether every per-element value of `kernel` is cheap to recompute.
+static bool computesOnlyCheapElements(KernelOp kernel) {
+  return llvm::all_of(
+      kernel.getEntryBlock().without_terminator(), [](Operation &op) {
+        return llvm::none_of(op.getResults(),
+                             [](Value result) {
+                               return isChunked(valueType(result).getKind());
+                             }) ||
+               isCheapToRecompute(&op);
+      });
+}
+
 /// The emitter for one kernel body. `pointers` and `scalars` map the fuse
 /// kernel's inputs and outputs to the lowered function's arguments.
 class RowProgramEmitter {
@@ -531,7 +552,10 @@ public:
         // vectors past them. Elsewhere a tail vector or the last block's
         // clamped row reads what its neighbours just did (L1). (A gather's
         // one predicated load, emitGather, is not a row's.)
-        predicatedLoads(config.isGPU() && shape.hasColumnReduction) {}
+        predicatedLoads(config.isGPU() && shape.hasColumnReduction),
+        loadsHeldPacked(shape.storageBytes == 2 &&
+                        keepsWideRowOnChip(shape, config) &&
+                        computesOnlyCheapElements(kernel)) {}
 
   /// Binds input `index` of the kernel to a lowered argument (a pointer for
   /// tensors, the value for scalars).
@@ -617,6 +641,10 @@ private:
   Value emitElementwise(Operation *op, ValueRange operands, Type resultType);
   Value emitGather(GatherOp gather);
   Value loadGatherSource(Value source, Value column, Value predicate);
+  /// Before a later pass over a wide row on chip (TileConfig.h) whose
+  /// per-element values are all cheap: forgets them, so that the pass
+  /// computes them again from the 16-bit loads, which stay packed.
+  void holdLoadsPacked();
   LogicalResult emitPass(int level, bool isFinal,
                          ArrayRef<RowReduction> reductions);
   void emitChunkWork(Chunk &chunk, bool isFinal,
@@ -665,6 +693,9 @@ private:
   int finalLevel = 0;
   bool preloaded = false;
   bool predicatedLoads;
+  /// holdLoadsPacked applies: a wide row on chip whose per-element values
+  /// are all cheap to compute again.
+  bool loadsHeldPacked;
   /// What a load of this row's data is predicated on: the row being in the
   /// launch, with predicatedLoads (null: always loads).
   Value rowLoadPredicate() const {
@@ -1787,6 +1818,49 @@ void RowProgramEmitter::emitPartialsFlush(Value partialRow) {
   });
 }
 
+/// `value` copied through an opaque `mov.b32` per 32 bits: LLVM cannot
+/// merge what a later pass computes from the copy with what an earlier
+/// pass computed from `value`, which would keep those results live.
+static Value opaqueCopy(OpBuilder &b, Location loc, Value value) {
+  auto vector = cast<VectorType>(value.getType());
+  auto words = VectorType::get(
+      {vector.getNumElements() * vector.getElementTypeBitWidth() / 32},
+      b.getI32Type());
+  Value packed = vector::BitCastOp::create(b, loc, words, value);
+  Value copy = packed;
+  for (int64_t i = 0; i < words.getNumElements(); ++i) {
+    Value word = vector::ExtractOp::create(b, loc, packed, i);
+    Value moved =
+        LLVM::InlineAsmOp::create(
+            b, loc, b.getI32Type(), ValueRange{word}, "mov.b32 $0, $1;", "=r,r",
+            /*has_side_effects=*/true, /*is_align_stack=*/false,
+            LLVM::tailcallkind::TailCallKind::None,
+            LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
+            /*operand_attrs=*/ArrayAttr())
+            .getResult(0);
+    copy = vector::InsertOp::create(b, loc, moved, copy, i);
+  }
+  return vector::BitCastOp::create(b, loc, vector, copy);
+}
+
+void RowProgramEmitter::holdLoadsPacked() {
+  if (!loadsHeldPacked)
+    return;
+  auto isPacked = [](Value loaded) {
+    auto vector = dyn_cast<VectorType>(loaded.getType());
+    return vector && isa<FloatType>(vector.getElementType()) &&
+           vector.getElementTypeBitWidth() == 16 &&
+           vector.getNumElements() % 2 == 0;
+  };
+  for (Chunk &chunk : onChipChunks) {
+    DenseMap<Value, Value> loads;
+    for (auto [value, loaded] : chunk.values)
+      if (isa<BlockArgument>(value))
+        loads[value] = isPacked(loaded) ? opaqueCopy(b, loc, loaded) : loaded;
+    chunk.values = std::move(loads);
+  }
+}
+
 LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
                                          Value group) {
   row = rowIndex;
@@ -1809,14 +1883,18 @@ LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
       onChipChunks.back().partialOnChip = c < config.partialChunks;
     }
 
+  int passesDone = 0;
   for (int level = 0; level <= maxLevel; ++level) {
     if (failed(emitRowScopeOps(level)))
       return failure();
     SmallVector<RowReduction> reductions = rowReductions(kernel, levels, level);
     bool isFinal = level == finalLevel;
-    if ((!reductions.empty() || isFinal) &&
-        failed(emitPass(level, isFinal, reductions)))
-      return failure();
+    if (!reductions.empty() || isFinal) {
+      if (passesDone++ > 0)
+        holdLoadsPacked();
+      if (failed(emitPass(level, isFinal, reductions)))
+        return failure();
+    }
   }
 
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());

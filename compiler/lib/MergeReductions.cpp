@@ -126,7 +126,7 @@ struct FuseMergeReductionsPass
       if (failed(config) || failed(shape))
         return signalPassFailure();
       if (config->rowOnChip &&
-          (!mergesRowOnChip(*shape, *config) || !mergesIntoOnePass(kernel)))
+          (!keepsWideRowOnChip(*shape, *config) || !mergesIntoOnePass(kernel)))
         return;
     }
     mergeRowReductions(kernel);

@@ -91,8 +91,8 @@ bool tilefuse::runsAloneOnSM(const TileConfig &config,
   return 2 * sharedPerBlock > sharedPerSM;
 }
 
-bool tilefuse::mergesRowOnChip(const KernelShape &shape,
-                               const TileConfig &config) {
+bool tilefuse::keepsWideRowOnChip(const KernelShape &shape,
+                                  const TileConfig &config) {
   return config.isGPU() && config.rowOnChip &&
          config.chunks * config.vectorWidth * shape.fullInputs >
              kKeptElementsPerThread;

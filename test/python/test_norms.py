@@ -119,10 +119,11 @@ def assert_no_worse_than_torch(actual, eager, want, dtype):
 
 
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 16384), (torch.float32, 16384),
-                                     (torch.float32, 32000), (torch.float32, 32001),
-                                     (torch.float32, 65536), (torch.bfloat16, 128256)],
-                         ids=["bf16-16384", "f32-16384", "f32-32000", "f32-32001", "f32-65536",
-                              "bf16-128256"])
+                                     (torch.bfloat16, 32000), (torch.float32, 32000),
+                                     (torch.float32, 32001), (torch.float32, 65536),
+                                     (torch.bfloat16, 128256)],
+                         ids=["bf16-16384", "f32-16384", "bf16-32000", "f32-32000", "f32-32001",
+                              "f32-65536", "bf16-128256"])
 def test_norms_over_staged_rows(dtype, n):
     # Streamed rows that a GPU keeps in shared memory between passes
     # (fuse-stage-rows): whole at f32 32000 (and 32001, scalar accesses with
@@ -131,7 +132,9 @@ def test_norms_over_staged_rows(dtype, n):
     # the first 14 of 16 chunks on chip at f32 32000 (layer norm), 7 of 32
     # at bf16 128256, the rest in global memory. At n = 16384 the forward
     # keeps the row in registers and the backward streams it (staged whole
-    # but for layer norm's f32 row: 6 of 8 chunks beside its partials).
+    # but for layer norm's f32 row: 6 of 8 chunks beside its partials). At
+    # bf16 32000 the forward keeps 64 elements a thread in registers, its
+    # loads packed between passes (x - mean computed again in each).
     # Rows with a large mean; both norms, forward and backward, against
     # float64.
     x = torch.randn(3, n, dtype=torch.float64)

@@ -67,19 +67,31 @@
 //    little more than the loads need (stores share the bandwidth). Each
 //    block writes a row of partials: more blocks than that would only add
 //    bytes.
-//  - merging on chip (fuse-merge-reductions): a row kept on chip makes its
-//    passes over registers, two reductions that depend on each other
-//    included (fewer instructions than the merged online updates), except
-//    where a thread keeps more than 32 elements of it (threads_per_row
-//    could not grow past 512) and merging leaves one pass over the row:
-//    then the row's values need not stay live for a second pass.
-//    cross_entropy_fwd bf16 n = 32000 took 116 registers in two passes (one
-//    512-thread block per SM; 57% of HBM in the traffic model) and 62 merged
-//    (two blocks; 100%). Where 32 elements or fewer are kept, merging cost
-//    more instructions than it saved registers in most kernels (the
-//    soft-capped, weighted and probability-target cross-entropy forwards,
-//    2-22 points lower in the model), and where a second pass stays
-//    (cross_entropy_fwd_grad, layer_norm_fwd) it only added instructions.
+//  - wide rows on chip (keepsWideRowOnChip): where a thread keeps more than
+//    32 elements of a row on chip (threads_per_row could not grow past
+//    512), holding the row's widened values across its passes costs the SM
+//    its second block (2.3 registers an element, above). Two remedies:
+//    - fuse-merge-reductions merges its dependent reductions where that
+//      leaves one pass over the row (elsewhere a row on chip makes its
+//      passes over registers: fewer instructions than the merged online
+//      updates). cross_entropy_fwd bf16 n = 32000 took 116 registers in two
+//      passes (one 512-thread block per SM; 57% of HBM in the traffic
+//      model) and 62 merged (two blocks; 100%). Where 32 elements or fewer
+//      are kept, merging cost more instructions than it saved registers in
+//      most kernels (the soft-capped, weighted and probability-target
+//      cross-entropy forwards, 2-22 points lower in the model), and where a
+//      second pass stays (cross_entropy_fwd_grad, layer_norm_fwd) it only
+//      added instructions.
+//    - the lowering holds the 16-bit loads packed (two elements a register)
+//      between passes and computes the per-element values again in each,
+//      where all of them are cheap (casts, arithmetic, selects; no
+//      transcendental or division): rms_norm_fwd bf16 n = 32000 took 114
+//      registers and 62 so (73% -> 100% in the model), layer_norm_fwd 128
+//      and 64 (65% -> 100%). Where a pass holds an exp (the cross-entropy
+//      kernels), recomputing the casts and differences around it freed no
+//      register and cost 1-12 points; at 32 elements or fewer, the norms
+//      lost 1-6 points where the blocks per SM did not change (bf16 n =
+//      4096 and 8192).
 //  - registers (the runtime, after the driver's PTX JIT): a kernel launched
 //    one row group per row and staging nothing (blocksPerSMGoal) aims at
 //    1024 resident threads per SM (64 registers a thread). Where the JIT
@@ -212,9 +224,11 @@ int64_t maxSharedBytesPerBlock(llvm::StringRef target);
 /// itself, ptxas aimed at two 512-thread blocks (64 registers) and spilled.
 bool runsAloneOnSM(const TileConfig &config, int64_t staticSharedBytes);
 
-/// Whether fuse-merge-reductions merges the reductions of a row kept on
-/// chip too (the merging paragraph above).
-bool mergesRowOnChip(const KernelShape &shape, const TileConfig &config);
+/// Whether a thread keeps more than 32 elements of a GPU row on chip (the
+/// wide rows paragraph above): fuse-merge-reductions merges its reductions
+/// where that leaves one pass, the lowering holds its 16-bit loads packed
+/// between passes.
+bool keepsWideRowOnChip(const KernelShape &shape, const TileConfig &config);
 
 /// The blocks per SM the runtime asks the PTX JIT for (`.minnctapersm`)
 /// where fewer are resident (the registers paragraph above): 1024 threads'
