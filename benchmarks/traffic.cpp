@@ -333,6 +333,11 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   auto driver = CudaDriver::load(TILEFUSE_EMULATOR_LIBRARY);
   if (!driver)
     return driver.takeError();
+  // From here on no driver call may fail (checked after the launch): the
+  // runtime recovers from a second PTX JIT that fails (when partialRows or
+  // the launch first loads the kernel) by keeping the plain module, which
+  // the table would report as if asking had not helped.
+  emu::takeFailedCalls();
 
   // Buffers, described to the emulator.
   std::mt19937 rng(n);
@@ -398,17 +403,12 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
         {partialNames[i].c_str(), partials[i].data, partials[i].bytes});
   }
   emu::takeLaunches();
-  emu::takeFailedCalls();
   if (llvm::Error error = (*driver)->launch(kernel, arguments, workspaces, rows,
                                             0, nullptr, extents))
     return std::move(error);
   std::vector<emu::LaunchRecord> launches = emu::takeLaunches();
-  // The runtime recovers from a second PTX JIT that fails by keeping the
-  // plain module: the table would report that module as if asking had not
-  // helped.
   if (std::vector<std::string> failed = emu::takeFailedCalls(); !failed.empty())
-    return llvm::createStringError("a driver call failed during the launch: " +
-                                   failed.front());
+    return llvm::createStringError("a driver call failed: " + failed.front());
   if (launches.empty())
     return llvm::createStringError("no launch recorded");
   auto askedLoaded = asked.find(launches[0].minBlocksPerSM);
