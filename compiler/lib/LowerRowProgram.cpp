@@ -513,24 +513,38 @@ public:
 };
 
 /// Per-element work a pass can redo for fewer instructions than it takes
-/// to hold the result in registers across passes (no transcendental, no
-/// division).
+/// to hold the result in registers across passes: no transcendental, no
+/// division. (A column reduction is not: its partials must stay.)
 static bool isCheapToRecompute(Operation *op) {
   return isa<CastOp, AddOp, SubOp, MulOp, FmaOp, NegOp, AbsOp, MaximumOp,
-             MinimumOp, CmpOp, SelectOp, BroadcastOp, ConstantOp, IotaOp,
-             RowLengthOp>(op);
+             MinimumOp, FloorOp, RoundOp, CmpOp, SelectOp, BroadcastOp,
+             ConstantOp, IotaOp, RowLengthOp>(op);
 }
 
-/// Whether every per-element value of `kernel` is cheap to recompute.
-static bool computesOnlyCheapElements(KernelOp kernel) {
-  return llvm::all_of(
-      kernel.getEntryBlock().without_terminator(), [](Operation &op) {
-        return llvm::none_of(op.getResults(),
-                             [](Value result) {
-                               return isChunked(valueType(result).getKind());
-                             }) ||
-               isCheapToRecompute(&op);
-      });
+/// Whether every per-element value a pass before the last computes (what
+/// the row reductions of those passes read, and what that is computed
+/// from) is cheap to recompute: what only the last pass computes is never
+/// held across passes.
+static bool heldValuesAreCheap(KernelOp kernel,
+                               const DenseMap<Value, int> &levels,
+                               int finalLevel) {
+  SmallVector<Value> worklist;
+  kernel.walk([&](Operation *op) {
+    if (isRowReduction(op) && levels.lookup(op->getOperand(0)) < finalLevel)
+      worklist.push_back(op->getOperand(0));
+  });
+  DenseSet<Value> seen;
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    if (isa<BlockArgument>(value) || !isChunked(valueType(value).getKind()) ||
+        !seen.insert(value).second)
+      continue;
+    Operation *op = value.getDefiningOp();
+    if (!isCheapToRecompute(op))
+      return false;
+    llvm::append_range(worklist, op->getOperands());
+  }
+  return true;
 }
 
 /// The emitter for one kernel body. `pointers` and `scalars` map the fuse
@@ -554,8 +568,7 @@ public:
         // one predicated load, emitGather, is not a row's.)
         predicatedLoads(config.isGPU() && shape.hasColumnReduction),
         loadsHeldPacked(shape.storageBytes == 2 &&
-                        keepsWideRowOnChip(shape, config) &&
-                        computesOnlyCheapElements(kernel)) {}
+                        keepsWideRowOnChip(shape, config)) {}
 
   /// Binds input `index` of the kernel to a lowered argument (a pointer for
   /// tensors, the value for scalars).
@@ -641,7 +654,7 @@ private:
   Value emitElementwise(Operation *op, ValueRange operands, Type resultType);
   Value emitGather(GatherOp gather);
   Value loadGatherSource(Value source, Value column, Value predicate);
-  /// Before a later pass over a wide row on chip (TileConfig.h) whose
+  /// Before a later pass over a wide row on chip (TileConfig.h) whose held
   /// per-element values are all cheap: forgets them, so that the pass
   /// computes them again from the 16-bit loads, which stay packed.
   void holdLoadsPacked();
@@ -693,8 +706,8 @@ private:
   int finalLevel = 0;
   bool preloaded = false;
   bool predicatedLoads;
-  /// holdLoadsPacked applies: a wide row on chip whose per-element values
-  /// are all cheap to compute again.
+  /// holdLoadsPacked applies: a wide 16-bit row on chip whose values held
+  /// across passes are all cheap to compute again (heldValuesAreCheap).
   bool loadsHeldPacked;
   /// What a load of this row's data is predicated on: the row being in the
   /// launch, with predicatedLoads (null: always loads).
@@ -708,6 +721,8 @@ void RowProgramEmitter::computeLevels() {
   for (auto [value, level] : levels)
     maxLevel = std::max(maxLevel, level);
   finalLevel = finalPassLevel(kernel, levels);
+  loadsHeldPacked =
+      loadsHeldPacked && heldValuesAreCheap(kernel, levels, finalLevel);
 }
 
 LogicalResult RowProgramEmitter::checkSupported() {
@@ -1820,7 +1835,9 @@ void RowProgramEmitter::emitPartialsFlush(Value partialRow) {
 
 /// `value` copied through an opaque `mov.b32` per 32 bits: LLVM cannot
 /// merge what a later pass computes from the copy with what an earlier
-/// pass computed from `value`, which would keep those results live.
+/// pass computed from `value`, which would keep those results live. The
+/// copies have side effects so that two passes' copies of one value are
+/// not merged either (a pure asm with the same operand would be).
 static Value opaqueCopy(OpBuilder &b, Location loc, Value value) {
   auto vector = cast<VectorType>(value.getType());
   auto words = VectorType::get(
@@ -1852,11 +1869,14 @@ void RowProgramEmitter::holdLoadsPacked() {
            vector.getElementTypeBitWidth() == 16 &&
            vector.getNumElements() % 2 == 0;
   };
+  // In argument order: the copies' order in the PTX must not depend on
+  // where the map put them.
   for (Chunk &chunk : onChipChunks) {
     DenseMap<Value, Value> loads;
-    for (auto [value, loaded] : chunk.values)
-      if (isa<BlockArgument>(value))
-        loads[value] = isPacked(loaded) ? opaqueCopy(b, loc, loaded) : loaded;
+    for (BlockArgument argument : kernel.getEntryBlock().getArguments())
+      if (Value loaded = chunk.values.lookup(argument))
+        loads[argument] =
+            isPacked(loaded) ? opaqueCopy(b, loc, loaded) : loaded;
     chunk.values = std::move(loads);
   }
 }

@@ -186,7 +186,9 @@ TEST_F(EmulatedNumerics, ReferenceFusionsMatchScalarReference) {
 }
 
 /// Vocabulary-sized rows, a few of them. The cross-entropy variants at bf16
-/// n = 32000 and 128256: both stream (the losses alone in one merged pass).
+/// n = 32000 and 128256: at 32000 the losses alone merge their reductions
+/// on chip (a wide row), the probability targets' stream; at 128256 all
+/// stream.
 TEST_F(EmulatedNumerics, LongRows) {
   auto driver = driverFor("sm_90");
   ASSERT_TRUE(driver);

@@ -31,6 +31,28 @@ fuse.kernel @rms(%x: !fuse.full<f32>, %eps: !fuse.scalar<f32>) -> (y: !fuse.full
 
 // -----
 
+// What only the last pass computes is never held: a transcendental there
+// (a sigmoid of the output) leaves the loads packed.
+// CHECK-LABEL: gpu.func @rms_sigmoid
+// CHECK: gpu.barrier
+// CHECK: gpu.barrier
+// CHECK-COUNT-32: llvm.inline_asm has_side_effects asm_dialect = att "mov.b32 $0, $1;", "=r,r"
+// CHECK: math.exp
+// CHECK: gpu.return
+fuse.kernel @rms_sigmoid(%x: !fuse.full<f32>, %eps: !fuse.scalar<f32>) -> (y: !fuse.full<f32>) {
+  %sq = fuse.mul %x, %x : !fuse.full<f32>
+  %ms = fuse.reduce mean %sq : !fuse.full<f32> to !fuse.row<f32>
+  %eps_r = fuse.broadcast %eps : !fuse.scalar<f32> to !fuse.row<f32>
+  %v = fuse.add %ms, %eps_r : !fuse.row<f32>
+  %r = fuse.rsqrt %v : !fuse.row<f32>
+  %r_f = fuse.broadcast %r : !fuse.row<f32> to !fuse.full<f32>
+  %n = fuse.mul %x, %r_f : !fuse.full<f32>
+  %y = fuse.sigmoid %n : !fuse.full<f32>
+  fuse.yield %y : !fuse.full<f32>
+}
+
+// -----
+
 // Softmax holds exp(x - max) from its second pass for its outputs:
 // recomputing the values around it would free no register. Its passes reuse
 // what the earlier ones computed.

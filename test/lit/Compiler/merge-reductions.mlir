@@ -1,6 +1,6 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-merge-reductions))' | FileCheck %s
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-merge-reductions))' | tilefuse-opt -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-merge-reductions))' | FileCheck %s
-// In the compile pipeline it runs after tile selection, on streamed rows only.
+// In the compile pipeline it runs after tile selection, on streamed rows and wide rows on chip.
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=262144}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=STREAMED
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=ONCHIP
 // And on rows on chip that keep more than 32 elements a thread (bf16 n = 32000: 64) where
@@ -106,6 +106,7 @@ fuse.kernel @layer_norm(%x: !fuse.full<f32>, %eps: !fuse.scalar<f32>) -> (y: !fu
 // CHECK-LABEL: fuse.kernel @sum_of_squares
 // STREAMED-LABEL: fuse.kernel @sum_of_squares
 // WIDE-LABEL: fuse.kernel @sum_of_squares
+// WIDE-SAME: row_on_chip = true
 // WIDE: fuse.moments sum
 // STREAMED: fuse.moments sum
 // CHECK: %{{.+}}, %[[M2:.+]] = fuse.moments sum %x : !fuse.full<f64> to !fuse.row<f64>

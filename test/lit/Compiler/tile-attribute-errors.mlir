@@ -31,8 +31,9 @@ fuse.kernel @more(%x: !fuse.full<f32>) -> (s: !fuse.col<f32>) attributes {fuse.s
 
 // -----
 
-// Staged chunks that fill the block's shared memory (227 KiB on sm_90) leave
-// no room for the row reduction's workgroup slots (16 warps a row).
+// A stage_bytes that fills the block's shared memory (227 KiB on sm_90,
+// more than its 28 staged chunks take) leaves no room for the row
+// reduction's workgroup slots (16 warps a row).
 // GPU: error: the staged chunks (232448 bytes) and the row reductions' slots (64) exceed the shared memory a block of sm_90 may have
 fuse.kernel @slots(%x: !fuse.full<f32>) -> (s: !fuse.row<f32>) attributes {fuse.specialization = {aligned = true, dtype = f32, n = 131072 : i64}, fuse.tile = {blocks_per_sm = 0 : i64, chunks = 64 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 232448 : i64, staged_chunks = 28 : i64, target = "sm_90", threads_per_row = 512 : i64, vector_width = 4 : i64, warps = 16 : i64}} {
   %s = fuse.reduce sum %x : !fuse.full<f32> to !fuse.row<f32>
