@@ -84,8 +84,9 @@
 //      added instructions.
 //    - the lowering holds the 16-bit loads packed (two elements a register)
 //      between passes and computes the per-element values again in each,
-//      where all of them are cheap (casts, arithmetic, selects; no
-//      transcendental or division): rms_norm_fwd bf16 n = 32000 took 114
+//      where every value a pass before the last computes is cheap (casts,
+//      arithmetic, selects, floor; no transcendental or division; the last
+//      pass's own values are never held): rms_norm_fwd bf16 n = 32000 took 114
 //      registers and 62 so (73% -> 100% in the model), layer_norm_fwd 128
 //      and 64 (65% -> 100%). Where a pass holds an exp (the cross-entropy
 //      kernels), recomputing the casts and differences around it freed no
