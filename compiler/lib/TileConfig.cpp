@@ -4,6 +4,7 @@
 #include "tilefuse/Compiler/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/MathExtras.h"
@@ -293,12 +294,9 @@ SmallVector<int> tilefuse::passLevels(KernelOp kernel) {
   return SmallVector<int>(passes.begin(), passes.end());
 }
 
-SmallVector<BlockArgument> tilefuse::rereadFullInputs(KernelOp kernel) {
+SmallVector<SmallVector<Value>> tilefuse::passChunkValues(KernelOp kernel) {
   DenseMap<Value, int> levels = rowLevels(kernel);
-  SmallVector<int> passes = passLevels(kernel);
   int finalLevel = finalPassLevel(kernel, levels);
-  // What each pass computes per chunk: its row reductions' inputs, and in
-  // the final pass the full outputs and column reductions' inputs.
   DenseMap<int, SmallVector<Value>> roots;
   kernel.walk([&](Operation *op) {
     if (auto reduce = dyn_cast<ReduceOp>(op); reduce && !reduce.isRowReduction())
@@ -310,28 +308,32 @@ SmallVector<BlockArgument> tilefuse::rereadFullInputs(KernelOp kernel) {
   for (Value value : yield.getValues())
     if (cast<ValueType>(value.getType()).getKind() == ValueKind::Full)
       roots[finalLevel].push_back(value);
-  // A pass recomputes the per-chunk values its roots need from the inputs
-  // (per-row values come from earlier passes).
-  DenseMap<Value, int> readingPasses;
-  for (int pass : passes) {
-    llvm::SmallPtrSet<Value, 16> seen;
+  SmallVector<SmallVector<Value>> passes;
+  for (int pass : passLevels(kernel)) {
+    llvm::SetVector<Value> values;
     SmallVector<Value> worklist(roots.lookup(pass));
     while (!worklist.empty()) {
       Value value = worklist.pop_back_val();
       ValueKind kind = cast<ValueType>(value.getType()).getKind();
       if ((kind != ValueKind::Full && kind != ValueKind::Col) ||
-          !seen.insert(value).second)
+          !values.insert(value))
         continue;
-      if (isa<BlockArgument>(value)) {
-        if (kind == ValueKind::Full)
-          ++readingPasses[value];
-        continue;
-      }
       Operation *op = value.getDefiningOp();
-      if (!isRowReduction(op))
+      if (op && !isRowReduction(op))
         llvm::append_range(worklist, op->getOperands());
     }
+    passes.push_back(values.takeVector());
   }
+  return passes;
+}
+
+SmallVector<BlockArgument> tilefuse::rereadFullInputs(KernelOp kernel) {
+  DenseMap<Value, int> readingPasses;
+  for (const SmallVector<Value> &values : passChunkValues(kernel))
+    for (Value value : values)
+      if (isa<BlockArgument>(value) &&
+          cast<ValueType>(value.getType()).getKind() == ValueKind::Full)
+        ++readingPasses[value];
   SmallVector<BlockArgument> reread;
   for (BlockArgument arg : kernel.getEntryBlock().getArguments())
     if (readingPasses.lookup(arg) > 1)

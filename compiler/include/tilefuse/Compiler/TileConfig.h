@@ -284,6 +284,14 @@ int finalPassLevel(fuse::KernelOp kernel,
 /// (that of the full outputs and column reductions).
 llvm::SmallVector<int> passLevels(fuse::KernelOp kernel);
 
+/// Per pass (in passLevels' order), the per-chunk values the pass computes
+/// or loads: what its row reductions read and, in the final pass, the full
+/// outputs and what the column reductions read, with the full and
+/// per-column values they come from (inputs included; per-row values come
+/// from earlier passes).
+llvm::SmallVector<llvm::SmallVector<mlir::Value>>
+passChunkValues(fuse::KernelOp kernel);
+
 /// The full inputs (as entry-block arguments) that a streamed row program
 /// reads in more than one of its passes: what staging keeps on chip.
 llvm::SmallVector<mlir::BlockArgument> rereadFullInputs(fuse::KernelOp kernel);
