@@ -645,9 +645,9 @@ private:
   Value emitElementwise(Operation *op, ValueRange operands, Type resultType);
   Value emitGather(GatherOp gather);
   Value loadGatherSource(Value source, Value column, Value predicate);
-  /// Before a later pass over a wide row on chip (TileConfig.h) whose held
-  /// per-element values are all cheap: forgets them, so that the pass
-  /// computes them again from the 16-bit loads, which stay packed.
+  /// Before a later pass over a wide row on chip (TileConfig.h) whose
+  /// earlier passes compute only cheap values: forgets those, so that the
+  /// pass computes them again from the 16-bit loads, which stay packed.
   void holdLoadsPacked();
   LogicalResult emitPass(int level, bool isFinal,
                          ArrayRef<RowReduction> reductions);
