@@ -54,6 +54,12 @@ static int64_t columnReductionBlocksPerSM(const KernelShape &shape,
       kMinColumnReductionBlocksPerSM, kMaxColumnReductionBlocksPerSM);
 }
 
+/// The elements of the full inputs a thread keeps where its row stays on
+/// chip.
+static int64_t keptElements(const KernelShape &shape, const TileConfig &config) {
+  return config.chunks * config.vectorWidth * shape.fullInputs;
+}
+
 /// Whether the full inputs a thread keeps for the whole row (one 32-bit
 /// register per element once widened) take at most half of the registers a
 /// thread gets when a block of this size fills the SM, or 3/8 of them in a
@@ -65,7 +71,7 @@ static int64_t columnReductionBlocksPerSM(const KernelShape &shape,
 static bool fitsInRegisters(const KernelShape &shape, const TileConfig &config) {
   int64_t budget = std::min<int64_t>(
       255, kRegistersPerSM / config.threadsPerBlock());
-  int64_t kept = config.chunks * config.vectorWidth * shape.fullInputs;
+  int64_t kept = keptElements(shape, config);
   return shape.hasColumnReduction ? 8 * kept <= 3 * budget
                                   : 2 * kept <= budget;
 }
@@ -95,8 +101,7 @@ bool tilefuse::runsAloneOnSM(const TileConfig &config,
 bool tilefuse::keepsWideRowOnChip(const KernelShape &shape,
                                   const TileConfig &config) {
   return config.isGPU() && config.rowOnChip &&
-         config.chunks * config.vectorWidth * shape.fullInputs >
-             kKeptElementsPerThread;
+         keptElements(shape, config) > kKeptElementsPerThread;
 }
 
 int64_t tilefuse::blocksPerSMGoal(const TileConfig &config) {
