@@ -161,12 +161,20 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
   int64_t vector = 16 / shape.storageBytes;
   config.vectorWidth = shape.aligned && n % vector == 0 ? vector : 1;
   int64_t vectors = llvm::divideCeil(n, config.vectorWidth);
+  // Occupancy (TileConfig.h): rows of threads wide enough that a thread
+  // keeps at most 32 elements of the full inputs, and no wider where a
+  // fusion loads 16-byte vectors and reduces its rows without writing a
+  // full row.
+  int64_t keptPerVector = config.vectorWidth * shape.fullInputs;
+  int64_t vectorsPerThread = kVectorsPerThread;
+  if (shape.hasRowReduction && !shape.writesFullRow && keptPerVector > 0 &&
+      config.vectorWidth > 1)
+    vectorsPerThread =
+        std::clamp<int64_t>(kKeptElementsPerThread / keptPerVector,
+                            kVectorsPerThread, kMaxOnChipChunks);
   config.threadsPerRow = std::min<int64_t>(
       kMaxThreadsPerRow,
-      llvm::PowerOf2Ceil(llvm::divideCeil(vectors, kVectorsPerThread)));
-  // Occupancy (TileConfig.h): rows of threads wide enough that a thread
-  // keeps at most 32 elements of the full inputs.
-  int64_t keptPerVector = config.vectorWidth * shape.fullInputs;
+      llvm::PowerOf2Ceil(llvm::divideCeil(vectors, vectorsPerThread)));
   if (shape.hasRowReduction)
     while (config.threadsPerRow < kMaxThreadsPerRow &&
            llvm::divideCeil(vectors, config.threadsPerRow) * keptPerVector >
@@ -428,6 +436,9 @@ FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
     return failure();
   shape.multiTensor = abi->multiTensor;
   shape.fullInputs = llvm::count_if(kernel.getInputTypes(), [](Type type) {
+    return cast<ValueType>(type).getKind() == ValueKind::Full;
+  });
+  shape.writesFullRow = llvm::any_of(kernel.getOutputTypes(), [](Type type) {
     return cast<ValueType>(type).getKind() == ValueKind::Full;
   });
   kernel.walk([&](Operation *op) {

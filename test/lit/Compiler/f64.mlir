@@ -10,7 +10,7 @@
 // RUN: FileCheck %s --check-prefix=WIDEN < %t.bwd.ptx
 // RUN: tilefuse-compile %S/../fusions/rms_norm_bwd.mlir --dtype=f64 --n=64 --target=cpu --emit=llvm | FileCheck %s --check-prefix=CPU
 
-// SHARED: .shared .align 8 .b8 __wg_sum_sq_0[128];
+// SHARED: .shared .align 8 .b8 __wg_sum_sq_0[64];
 // SHARED: st.shared.b64
 // SHARED: ld.shared.v2.b64
 

@@ -15,7 +15,19 @@
 //    keeps the widened values and what the passes derive from them): 32
 //    elements take 72-98 registers, so two or three 256-thread blocks share
 //    an SM, where 64 (two bf16 inputs of 4096 at 128 threads) took 151-163
-//    and one block ran per SM.
+//    and one block ran per SM. A fusion that loads 16-byte vectors and
+//    reduces its rows without writing a full row (the cross-entropy
+//    losses) starts from 32 elements a thread instead of four vectors (8
+//    vectors of f32 with one full input, at most 8 chunks): rows of fewer
+//    threads, so more rows per SM and fewer warps per barrier. f32 n = 8192
+//    took 512 threads a row and one or two blocks per SM (62-78
+//    registers); at 256 threads, four (60-64, some after the runtime's
+//    second JIT): the traffic model's
+//    cross_entropy_fwd 71% -> 100%, the weighted one 34% -> 100%. At n =
+//    1000 a row is one warp, reduced by shuffles alone. A fusion that
+//    writes a full row holds more than its loads for its last pass: there
+//    the same rule took cross_entropy_weighted_capped_fwd_grad f32 n = 4096
+//    from 80 registers to 255 (76% -> 45%), so it keeps four vectors.
 //  - rows_per_block = max(1, 256 / threads_per_row): blocks of at least 256
 //    threads, so short rows (n < 1024) pack several rows per block.
 //  - chunks = ceil(n / (V * threads_per_row)): the vectors each thread owns.
@@ -198,6 +210,9 @@ struct KernelShape {
   bool hasColumnReduction = false;
   bool hasRowReduction = false;
   int64_t fullInputs = 0;
+  /// Whether an output is a full row (else the rows reduce to per-row
+  /// values and column reductions).
+  bool writesFullRow = false;
   /// Operations in the kernel body, and the passes over a row it makes.
   int64_t ops = 0;
   int64_t passes = 1;
