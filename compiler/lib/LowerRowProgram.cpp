@@ -1828,6 +1828,15 @@ void RowProgramEmitter::emitPartialsFlush(Value partialRow) {
 /// copies have side effects so that two passes' copies of one value are
 /// not merged either (a pure asm with the same operand would be).
 static Value opaqueCopy(OpBuilder &b, Location loc, Value value) {
+  if (value.getType().isIndex()) {
+    Value word = arith::IndexCastOp::create(b, loc, b.getI32Type(), value);
+    Value moved =
+        opaqueCopy(b, loc,
+                   vector::BroadcastOp::create(
+                       b, loc, VectorType::get({1}, b.getI32Type()), word));
+    return arith::IndexCastOp::create(
+        b, loc, b.getIndexType(), vector::ExtractOp::create(b, loc, moved, 0));
+  }
   auto vector = cast<VectorType>(value.getType());
   auto words = VectorType::get(
       {vector.getNumElements() * vector.getElementTypeBitWidth() / 32},
@@ -1860,7 +1869,13 @@ void RowProgramEmitter::holdLoadsPacked() {
   };
   // In argument order: the copies' order in the PTX must not depend on
   // where the map put them.
+  // A column index (iota) is derived from the chunk's base, not from a
+  // load: copied too, its masks are recomputed rather than held.
+  bool usesColumns = false;
+  kernel.walk([&](IotaOp) { usesColumns = true; });
   for (Chunk &chunk : onChipChunks) {
+    if (usesColumns)
+      chunk.base = opaqueCopy(b, loc, chunk.base);
     DenseMap<Value, Value> loads;
     for (BlockArgument argument : kernel.getEntryBlock().getArguments())
       if (Value loaded = chunk.values.lookup(argument))

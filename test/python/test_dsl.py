@@ -103,6 +103,25 @@ def test_gather_and_iota():
     torch.testing.assert_close(summed, expected)
 
 
+@tilefuse.fusion
+def leading_columns_rms(x, k: int):
+    kept = tilefuse.where(tilefuse.iota() < k, x, 0.0)
+    return kept * tilefuse.rsqrt(tilefuse.mean(kept * kept) + 1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 17000, 32000])
+def test_column_mask_over_a_wide_row(k):
+    # bf16 n = 32000 stays on chip on a GPU, 64 elements a thread, its loads
+    # held packed between passes: the mask comes from the column index, so
+    # the later pass recomputes it from a copy of the chunk's first column.
+    x = (2 * torch.randn(5, 32000, dtype=torch.float64) + 3).to(torch.bfloat16)
+    kept = torch.where(torch.arange(32000) < k, x.double(), 0.0)
+    want = kept * torch.rsqrt((kept * kept).mean(-1, keepdim=True) + 1e-6)
+    got = leading_columns_rms(x, k).double()
+    assert (got - want).abs().max() <= 2 ** -8 * want.abs().max(), (got - want).abs().max()
+    assert (got[:, k:] == 0).all()
+
+
 def test_nan_and_inf_propagate_like_torch():
     x = torch.randn(4, 9)
     x[1, 3] = float("nan")

@@ -69,3 +69,33 @@ fuse.kernel @softmax(%x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
   %y = fuse.div %e, %sum_f : !fuse.full<f32>
   fuse.yield %y : !fuse.full<f32>
 }
+
+// -----
+
+// A column mask (iota < k) derives from the chunk's first column, not from
+// a load: the base is copied as well (an index through one mov.b32 per
+// chunk, before its 4 words), so the later pass recomputes the masks
+// instead of holding them (12 bytes of spill at 128 registers before).
+// CHECK-LABEL: gpu.func @masked_rms
+// CHECK: gpu.barrier
+// CHECK: gpu.barrier
+// CHECK-COUNT-40: llvm.inline_asm has_side_effects asm_dialect = att "mov.b32 $0, $1;", "=r,r"
+// CHECK-NOT: llvm.inline_asm
+// CHECK: gpu.return
+fuse.kernel @masked_rms(%x: !fuse.full<f32>, %k: !fuse.scalar<i64>, %eps: !fuse.scalar<f32>) -> (y: !fuse.full<f32>) {
+  %col = fuse.iota : !fuse.col<i64>
+  %k_c = fuse.broadcast %k : !fuse.scalar<i64> to !fuse.col<i64>
+  %in = fuse.cmp lt, %col, %k_c : !fuse.col<i64>
+  %in_f = fuse.broadcast %in : !fuse.col<i1> to !fuse.full<i1>
+  %zero = fuse.constant scalar 0.0 : f32
+  %zero_f = fuse.broadcast %zero : !fuse.scalar<f32> to !fuse.full<f32>
+  %xm = fuse.select %in_f, %x, %zero_f : !fuse.full<f32>
+  %sq = fuse.mul %xm, %xm : !fuse.full<f32>
+  %ms = fuse.reduce mean %sq : !fuse.full<f32> to !fuse.row<f32>
+  %eps_r = fuse.broadcast %eps : !fuse.scalar<f32> to !fuse.row<f32>
+  %v = fuse.add %ms, %eps_r : !fuse.row<f32>
+  %r = fuse.rsqrt %v : !fuse.row<f32>
+  %r_f = fuse.broadcast %r : !fuse.row<f32> to !fuse.full<f32>
+  %y = fuse.mul %xm, %r_f : !fuse.full<f32>
+  fuse.yield %y : !fuse.full<f32>
+}
