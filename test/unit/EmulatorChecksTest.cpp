@@ -194,8 +194,8 @@ TEST_F(EmulatorChecks, SharedMemoryRace) {
                      {{"out", out.data(), 128}}),
               kLaunchFailed,
               {"shared-memory race on byte 4 of 'slots'",
-               "thread (0, 0, 0) read it at PTX line 27 since the last "
-               "barrier, and this thread writes it",
+               "thread (0, 0, 0) read it at PTX line 27 with no barrier "
+               "between, and this thread writes it",
                "kernel shared_race, block (0, 0, 0), thread (1, 0, 0), PTX "
                "line 17: `st.shared.u32 \t[%r4], %r1;`"});
   // With the barrier: no race, every thread reads its neighbour's slot.
@@ -206,6 +206,49 @@ TEST_F(EmulatorChecks, SharedMemoryRace) {
       << message(kLaunchFailed);
   for (uint32_t i = 0; i < 32; ++i)
     EXPECT_EQ(out[i], (i + 1) % 32);
+}
+
+/// Named barriers with a thread count (bar.sync a, b): each group of
+/// threads synchronizes on its own, a barrier orders only what its own
+/// threads did, and a count no group matches never completes.
+TEST_F(EmulatorChecks, NamedBarriersOrderTheirGroups) {
+  ASSERT_EQ(load("named_barriers"), 0);
+  std::vector<uint32_t> out(128);
+  void *pointer = out.data();
+  uint32_t cross = 0, count = 64;
+  std::vector<void *> params = {&pointer, &cross, &count};
+  tilefuse::emulator::takeLaunches();
+  ASSERT_EQ(launch("named_barriers", 128, params, {{"out", out.data(), 512}}),
+            0)
+      << message(kLaunchFailed);
+  auto neighbour = [](uint32_t i) { return i / 64 * 64 + (i % 64 + 1) % 64; };
+  for (uint32_t i = 0; i < 128; ++i)
+    EXPECT_EQ(out[i], neighbour(i) + neighbour(neighbour(i)) + 1000) << i;
+  std::vector<tilefuse::emulator::LaunchRecord> launches =
+      tilefuse::emulator::takeLaunches();
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].barriers, 5u) << "two per group, one for the block";
+  EXPECT_EQ(launches[0].barrierThreads, 4 * 64 + 128u);
+  // A group's barrier does not order the other group's write.
+  cross = 1;
+  expectError(launch("named_barriers", 128, params, {{"out", out.data(), 512}}),
+              kLaunchFailed,
+              {"shared-memory race on byte 260 of 'slots': thread (65, 0, 0) "
+               "wrote it at PTX line 21 with no barrier between, and this "
+               "thread reads it",
+               "thread (0, 0, 0), PTX line 33"});
+  cross = 0;
+  count = 96;
+  expectError(launch("named_barriers", 128, params, {{"out", out.data(), 512}}),
+              kLaunchFailed,
+              {"deadlock: barrier 1 waits for 96 threads and 64 arrived"});
+  count = 32;
+  expectError(launch("named_barriers", 128, params, {{"out", out.data(), 512}}),
+              kLaunchFailed,
+              {"64 threads wait at barrier 1, which expects 32"});
+  count = 48;
+  expectError(launch("named_barriers", 128, params, {{"out", out.data(), 512}}),
+              kLaunchFailed, {"bar.sync with 48 threads"});
 }
 
 TEST_F(EmulatorChecks, BarrierOnlySomeThreadsReach) {

@@ -59,10 +59,11 @@ struct State {
   std::optional<Approximation> approximation; // by setApproximation
   uint64_t blockInstructionBudget = 0;
   bool log = false;
-  /// Per function name (setRegisters): plain, and per .minnctapersm.
+  /// Per function name (setRegisters): plain, per .minnctapersm, and per
+  /// .maxntid given to PTX that had none.
   struct Allocations {
     PtxasAllocation plain;
-    std::map<unsigned, PtxasAllocation> whenAsked;
+    std::map<unsigned, PtxasAllocation> whenAsked, whenBounded;
   };
   std::map<std::string, Allocations> registers;
 };
@@ -259,10 +260,11 @@ int tilefuse::emulator::residentBlocks(int64_t threads, int registers,
 
 void tilefuse::emulator::setRegisters(
     const std::string &function, PtxasAllocation plain,
-    const std::map<unsigned, PtxasAllocation> &whenAsked) {
+    const std::map<unsigned, PtxasAllocation> &whenAsked,
+    const std::map<unsigned, PtxasAllocation> &whenBounded) {
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.registers[function] = {plain, whenAsked};
+  s.registers[function] = {plain, whenAsked, whenBounded};
 }
 
 void tilefuse::emulator::setApproximation(Approximation mode) {
@@ -306,17 +308,27 @@ void tilefuse::emulator::setHostThreads(unsigned threads) {
 static PtxasAllocation allocationOf(const Function &function) {
   State &s = state();
   PtxasAllocation plain;
+  unsigned blocks = function.minBlocksPerSM;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     auto known = s.registers.find(function.name);
     if (known == s.registers.end())
       return {};
-    if (function.minBlocksPerSM == 0)
-      return known->second.plain;
-    auto asked = known->second.whenAsked.find(function.minBlocksPerSM);
-    if (asked != known->second.whenAsked.end())
-      return asked->second;
-    plain = known->second.plain;
+    const auto &[given, whenAsked, whenBounded] = known->second;
+    if (blocks) {
+      auto asked = whenAsked.find(blocks);
+      if (asked != whenAsked.end())
+        return asked->second;
+    } else if (function.maxThreads && !whenBounded.empty()) {
+      // A block size the plain PTX did not have: one such block.
+      auto bounded = whenBounded.find(function.maxThreads);
+      if (bounded != whenBounded.end())
+        return bounded->second;
+      blocks = 1;
+    }
+    if (!blocks)
+      return given;
+    plain = given;
   }
   uint32_t threads = function.maxThreads ? function.maxThreads
                                          : function.requiredThreads[0] *
@@ -327,8 +339,8 @@ static PtxasAllocation allocationOf(const Function &function) {
   // The most registers (255, then units of 8) that leave room for that many
   // blocks, at least 8 (0 would read as unknown).
   int cap = 255;
-  while (cap > 8 && tilefuse::emulator::residentBlocks(threads, cap, 0) <
-                        int(function.minBlocksPerSM))
+  while (cap > 8 &&
+         tilefuse::emulator::residentBlocks(threads, cap, 0) < int(blocks))
     cap = (cap - 1) / 8 * 8;
   if (plain.registers <= cap)
     return plain;

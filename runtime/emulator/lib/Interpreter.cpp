@@ -5,8 +5,12 @@
 // sm_70 and later; a lowest-program-counter-first scheduler would deadlock
 // on LLVM's loops, whose latches precede their headers). A shuffle
 // completes when every lane of its member mask waits at one; a barrier when
-// every thread of the block waits at it. When no thread can run and some
-// still wait, the block can never complete: that is an error, not a hang.
+// every thread of the block waits at it, or, given a thread count, when
+// that many (whole warps) wait at its number. When no thread can run and
+// some still wait, the block can never complete: that is an error, not a
+// hang. Shared-memory races are found with a vector clock per warp: two
+// accesses conflict unless a barrier both warps took part in (or a chain
+// of them) separates them.
 //
 // Blocks are independent, so several host threads run different blocks;
 // the reported error is the lowest failing block's, whatever ran first.
@@ -169,6 +173,8 @@ struct Thread {
   uint32_t pc = 0;
   /// The barrier or shuffle instruction it waits at.
   uint32_t waitPc = 0;
+  /// The barrier number it waits at, and its thread count (0: the block).
+  uint32_t barrierId = 0, barrierCount = 0;
   std::vector<uint64_t> stack;
   llvm::SmallVector<Frame, 2> frames;
   // What it brought to a shuffle.
@@ -178,9 +184,12 @@ struct Thread {
   llvm::SmallVector<uint32_t, 16> pendingLoads;
 };
 
-/// Who last touched a byte of shared memory, per barrier interval.
+/// Who last touched a byte of shared memory, and when (BlockRunner::now):
+/// the last write, and the reads since it (the warps that read, the latest
+/// time; `reader` is the one thread or kManyThreads).
 struct Shadow {
-  uint32_t writeEpoch = 0, readEpoch = 0;
+  uint32_t writeTime = 0, readTime = 0;
+  uint32_t readWarps = 0;
   uint16_t writer = 0, reader = 0;
   uint32_t writeLine = 0, readLine = 0;
 };
@@ -253,7 +262,7 @@ public:
   bool run(unsigned index);
 
   uint64_t counts[kCounters] = {};
-  uint64_t barriers = 0, shuffles = 0, roundTrips = 0;
+  uint64_t barriers = 0, barrierThreads = 0, shuffles = 0, roundTrips = 0;
   std::vector<Traffic> traffic;
   std::optional<LaunchError> error;
 
@@ -332,7 +341,20 @@ private:
   uint32_t ctaid[3] = {0, 0, 0};
   std::vector<uint8_t> shared;
   std::vector<Shadow> shadow;
-  uint32_t epoch = 0, blockEpoch = 0;
+  /// Barriers completed by this runner (every block): a shared access is
+  /// stamped with it; blockTime is its value when the block started.
+  uint32_t now = 0, blockTime = 0;
+  /// clocks[w * warps + v]: warp w has seen every access warp v made
+  /// before this time (the last barrier they took part in, through chains).
+  std::vector<uint32_t> clocks;
+  unsigned warps = 0;
+  /// Whether an access by warp `v` at `time` happened before warp `w`'s
+  /// current point.
+  bool ordered(unsigned w, unsigned v, uint32_t time) const {
+    return time < clocks[w * warps + v];
+  }
+  /// Completes barrier `id` for the threads waiting at it.
+  void completeBarrier(uint32_t id);
   struct UnwrittenRead {
     const Thread *thread = nullptr;
     const Function *fn = nullptr;
@@ -358,6 +380,8 @@ BlockRunner::BlockRunner(const Context &context)
   }
   waitingLanes.resize((context.threadCount + 31) / 32);
   goneLanes.resize(waitingLanes.size());
+  warps = waitingLanes.size();
+  clocks.resize(warps * warps);
   shared.resize(context.sharedBytes);
   shadow.resize(context.sharedBytes);
   traffic.resize(context.ranges.size());
@@ -554,6 +578,7 @@ bool BlockRunner::checkShared(const Thread &thread, const Function &fn,
     return llvm::formatv("thread ({0}, {1}, {2})", t.tid[0], t.tid[1],
                          t.tid[2]);
   };
+  unsigned warp = me / 32;
   for (uint64_t byte = address; byte < address + bytes; ++byte) {
     Shadow &cell = shadow[byte];
     auto where = [&] {
@@ -561,39 +586,45 @@ bool BlockRunner::checkShared(const Thread &thread, const Function &fn,
                            array->name)
           .str();
     };
+    // Accesses of earlier blocks are not this block's.
+    bool written = cell.writeTime >= blockTime;
+    if (cell.readTime < blockTime)
+      cell.readWarps = 0;
+    if (written && cell.writer != me &&
+        !ordered(warp, cell.writer / 32, cell.writeTime))
+      return fail(thread, fn, pc, kLaunchFailed,
+                  llvm::formatv("shared-memory race on {0}: {1} wrote it at "
+                                "PTX line {2} with no barrier between, and "
+                                "this thread {3} it",
+                                where(), name(cell.writer), cell.writeLine,
+                                store ? "writes" : "reads"));
     if (store) {
-      if (cell.writeEpoch == epoch && cell.writer != me)
-        return fail(thread, fn, pc, kLaunchFailed,
-                    llvm::formatv("shared-memory race on {0}: {1} wrote it at "
-                                  "PTX line {2} since the last barrier, and "
-                                  "this thread writes it",
-                                  where(), name(cell.writer), cell.writeLine));
-      if (cell.readEpoch == epoch && cell.reader != me)
-        return fail(thread, fn, pc, kLaunchFailed,
-                    llvm::formatv("shared-memory race on {0}: {1} read it at "
-                                  "PTX line {2} since the last barrier, and "
-                                  "this thread writes it",
-                                  where(), name(cell.reader), cell.readLine));
-      cell.writeEpoch = epoch;
+      // Every read since the last write must precede this one (the reads'
+      // latest time stands for each reading warp's: conservative).
+      if (cell.readWarps && cell.reader != me)
+        for (uint32_t readers = cell.readWarps; readers; readers &= readers - 1)
+          if (!ordered(warp, llvm::countr_zero(readers), cell.readTime))
+            return fail(thread, fn, pc, kLaunchFailed,
+                        llvm::formatv("shared-memory race on {0}: {1} read it "
+                                      "at PTX line {2} with no barrier "
+                                      "between, and this thread writes it",
+                                      where(), name(cell.reader),
+                                      cell.readLine));
+      cell.writeTime = now;
       cell.writer = me;
       cell.writeLine = line;
+      cell.readWarps = 0;
     } else {
       // Reported at the next barrier unless another thread writes the
       // byte before it (then it is a race).
-      if (cell.writeEpoch < blockEpoch && !unwrittenRead.thread)
+      if (!written && !unwrittenRead.thread)
         unwrittenRead = {&thread, &fn, pc, where()};
-      if (cell.writeEpoch == epoch && cell.writer != me)
-        return fail(thread, fn, pc, kLaunchFailed,
-                    llvm::formatv("shared-memory race on {0}: {1} wrote it at "
-                                  "PTX line {2} since the last barrier, and "
-                                  "this thread reads it",
-                                  where(), name(cell.writer), cell.writeLine));
-      if (cell.readEpoch != epoch) {
-        cell.readEpoch = epoch;
+      if (!cell.readWarps)
         cell.reader = me;
-      } else if (cell.reader != me) {
+      else if (cell.reader != me)
         cell.reader = kManyThreads;
-      }
+      cell.readWarps |= uint32_t(1) << warp;
+      cell.readTime = now;
       cell.readLine = line;
     }
   }
@@ -1137,12 +1168,29 @@ template <bool Detail> Stop BlockRunner::execute(Thread &thread) {
       pc = done.returnPc;
       break;
     }
-    case Op::Bar:
+    case Op::Bar: {
       if constexpr (Detail)
         endRoundTrip(thread);
+      uint32_t id = static_cast<uint32_t>(R[r[0]]);
+      uint32_t count = r[1] == kNoSlot ? 0 : static_cast<uint32_t>(R[r[1]]);
+      if (id > 15)
+        return failAt(kLaunchFailed,
+                      llvm::formatv("bar.sync on barrier {0}: a block has "
+                                    "barriers 0-15",
+                                    id));
+      if (r[1] != kNoSlot &&
+          (count == 0 || count % 32 != 0 || count > threads.size()))
+        return failAt(kLaunchFailed,
+                      llvm::formatv("bar.sync with {0} threads: a multiple "
+                                    "of 32 from 32 to the block's {1} is "
+                                    "expected",
+                                    count, threads.size()));
+      thread.barrierId = id;
+      thread.barrierCount = count;
       thread.pc = pc;
       thread.waitPc = pc - 1;
       return Stop::Barrier;
+    }
     case Op::Shfl:
       if constexpr (Detail)
         endRoundTrip(thread);
@@ -1272,8 +1320,8 @@ bool BlockRunner::completeShufflesAfterExit(const Thread &exited) {
   return true;
 }
 
-/// No thread can run: completes a barrier every thread waits at, or
-/// explains why the block can never complete.
+/// No thread can run: completes the barriers whose threads all wait at
+/// them, or explains why the block can never complete.
 bool BlockRunner::resolveStalled() {
   const Thread *atBarrier = nullptr, *atShuffle = nullptr, *exited = nullptr;
   for (const Thread &thread : threads) {
@@ -1319,24 +1367,107 @@ bool BlockRunner::resolveStalled() {
     return false;
   if (!atBarrier)
     return true; // every thread exited: the block is done
-  const Thread &first = *atBarrier;
-  if (exited)
-    return fail(first, *first.frames.back().fn, first.waitPc, kLaunchFailed,
-                llvm::formatv("barrier reached by only some threads: {0} "
-                              "exited without reaching it",
-                              nameOf(*exited)));
+  // The threads at each barrier number; the first of them.
+  unsigned arrived[16] = {};
+  const Thread *firstAt[16] = {};
   for (const Thread &thread : threads)
-    if (thread.frames.back().fn != first.frames.back().fn ||
-        thread.waitPc != first.waitPc)
-      return fail(first, *first.frames.back().fn, first.waitPc, kLaunchFailed,
+    if (thread.state == Thread::State::Barrier) {
+      ++arrived[thread.barrierId];
+      if (!firstAt[thread.barrierId])
+        firstAt[thread.barrierId] = &thread;
+    }
+  bool completed = false;
+  for (uint32_t id = 0; id < 16; ++id) {
+    if (!firstAt[id])
+      continue;
+    const Thread &first = *firstAt[id];
+    const Function &fn = *first.frames.back().fn;
+    for (const Thread &thread : threads)
+      if (thread.state == Thread::State::Barrier && thread.barrierId == id &&
+          thread.barrierCount != first.barrierCount)
+        return fail(first, fn, first.waitPc, kLaunchFailed,
+                    llvm::formatv("threads wait at barrier {0} with different "
+                                  "thread counts: {1} expects {2}",
+                                  id, nameOf(thread), thread.barrierCount));
+    if (first.barrierCount) {
+      // That many threads, whichever they are.
+      if (arrived[id] > first.barrierCount)
+        return fail(first, fn, first.waitPc, kLaunchFailed,
+                    llvm::formatv("{0} threads wait at barrier {1}, which "
+                                  "expects {2}",
+                                  arrived[id], id, first.barrierCount));
+      if (arrived[id] == first.barrierCount) {
+        completeBarrier(id);
+        completed = true;
+      }
+      continue;
+    }
+    // Every thread of the block, at one instruction.
+    if (exited)
+      return fail(first, fn, first.waitPc, kLaunchFailed,
+                  llvm::formatv("barrier reached by only some threads: {0} "
+                                "exited without reaching it",
+                                nameOf(*exited)));
+    if (arrived[id] < threads.size())
+      continue;
+    for (const Thread &thread : threads)
+      if (thread.frames.back().fn != first.frames.back().fn ||
+          thread.waitPc != first.waitPc)
+        return fail(first, fn, first.waitPc, kLaunchFailed,
+                    llvm::formatv("threads wait at different barriers: {0} at "
+                                  "PTX line {1}",
+                                  nameOf(thread), lineOf(thread)));
+    completeBarrier(id);
+    completed = true;
+  }
+  if (completed)
+    return true;
+  // No barrier can complete and no thread can run.
+  const Thread &first = *atBarrier;
+  const Function &fn = *first.frames.back().fn;
+  if (first.barrierCount)
+    return fail(first, fn, first.waitPc, kLaunchFailed,
+                llvm::formatv("deadlock: barrier {0} waits for {1} threads "
+                              "and {2} arrived",
+                              first.barrierId, first.barrierCount,
+                              arrived[first.barrierId]));
+  for (const Thread &thread : threads)
+    if (thread.state == Thread::State::Barrier &&
+        thread.barrierId != first.barrierId)
+      return fail(first, fn, first.waitPc, kLaunchFailed,
                   llvm::formatv("threads wait at different barriers: {0} at "
-                                "PTX line {1}",
-                                nameOf(thread), lineOf(thread)));
-  ++barriers;
-  ++epoch;
+                                "PTX line {1} (barrier {2})",
+                                nameOf(thread), lineOf(thread),
+                                thread.barrierId));
+  return fail(first, fn, first.waitPc, kLaunchFailed,
+              "deadlock: a barrier no thread can reach");
+}
+
+void BlockRunner::completeBarrier(uint32_t id) {
+  // The participants' warps learn what each of them has seen, and that
+  // everything they did before now precedes what follows.
+  uint32_t members = 0;
+  unsigned participants = 0;
+  for (const Thread &thread : threads)
+    if (thread.state == Thread::State::Barrier && thread.barrierId == id) {
+      members |= uint32_t(1) << (thread.linear / 32);
+      ++participants;
+    }
+  ++now;
+  llvm::SmallVector<uint32_t, 32> joined(warps, 0);
+  for (uint32_t m = members; m; m &= m - 1)
+    for (unsigned v = 0; v < warps; ++v)
+      joined[v] = std::max(joined[v], clocks[llvm::countr_zero(m) * warps + v]);
+  for (uint32_t m = members; m; m &= m - 1)
+    joined[llvm::countr_zero(m)] = now;
+  for (uint32_t m = members; m; m &= m - 1)
+    std::copy(joined.begin(), joined.end(),
+              clocks.begin() + llvm::countr_zero(m) * warps);
   for (Thread &thread : threads)
-    makeReady(thread);
-  return true;
+    if (thread.state == Thread::State::Barrier && thread.barrierId == id)
+      makeReady(thread);
+  ++barriers;
+  barrierThreads += participants;
 }
 
 bool BlockRunner::run(unsigned index) {
@@ -1344,7 +1475,8 @@ bool BlockRunner::run(unsigned index) {
   ctaid[0] = index % launch.grid[0];
   ctaid[1] = index / launch.grid[0] % launch.grid[1];
   ctaid[2] = index / (launch.grid[0] * launch.grid[1]);
-  blockEpoch = ++epoch;
+  blockTime = ++now;
+  std::fill(clocks.begin(), clocks.end(), blockTime);
   blockStart = executed();
   unwrittenRead = {};
   // Shared memory starts as a fixed pattern, so that results never depend
@@ -1500,6 +1632,7 @@ std::optional<LaunchError> tilefuse::emulator::execute(const Launch &launch,
     for (size_t c = 0; c < kInstructionClasses; ++c)
       record.instructions[c] += runner.counts[c];
     record.barriers += runner.barriers;
+    record.barrierThreads += runner.barrierThreads;
     record.shuffles += runner.shuffles;
     record.loadRoundTrips += runner.roundTrips;
     for (size_t i = 0; i < runner.traffic.size(); ++i) {

@@ -2401,20 +2401,24 @@ llvm::Error Decoder::decodeOne(const RawInstr &instr, Instr &out) {
     return llvm::Error::success();
   }
   if (base == "bar" || base == "barrier") {
-    // bar.sync a = barrier.sync.aligned a: every thread of the block waits
-    // at this instruction.
+    // bar.sync a{, b} = barrier.sync.aligned a{, b}: the threads of the
+    // block (or b of them, whole warps) wait at barrier a.
     mods.take("cta");
     bool aligned = base == "bar" || mods.take("aligned");
     if (!mods.take("sync") || !mods.empty() || !aligned)
       return fail(instr, "only bar.sync and barrier.sync.aligned are "
                          "implemented");
-    if (instr.operands.size() != 1 || instr.operands[0].kind != Operand::Imm ||
-        instr.operands[0].value > 15)
-      return fail(instr, "a barrier number 0-15 and no thread count are "
-                         "supported");
+    if (instr.operands.empty() || instr.operands.size() > 2 ||
+        (instr.operands[0].kind == Operand::Imm &&
+         instr.operands[0].value > 15))
+      return fail(instr, "a barrier number 0-15 and an optional thread count "
+                         "are expected");
     out.op = Op::Bar;
     out.kind = InstructionClass::Sync;
-    out.imm = instr.operands[0].value;
+    Type word{Type::Bit, 32};
+    TILEFUSE_SOURCE(out, 0, source(instr, instr.operands[0], word));
+    if (instr.operands.size() == 2)
+      TILEFUSE_SOURCE(out, 1, source(instr, instr.operands[1], word));
     return llvm::Error::success();
   }
   if (base == "shfl") {

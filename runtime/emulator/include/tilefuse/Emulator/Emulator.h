@@ -86,9 +86,11 @@ struct LaunchRecord {
   /// Thread-instructions executed, by class (predicated-off ones too: they
   /// take an issue slot).
   uint64_t instructions[kInstructionClasses] = {};
-  /// Barriers completed (once per block per bar.sync) and warp shuffles
-  /// completed (once per group of lanes that exchanged).
-  uint64_t barriers = 0, shuffles = 0;
+  /// Barriers completed (once per block per bar.sync; a named barrier
+  /// with a thread count once per group of threads that met), the threads
+  /// that took part in them, and warp shuffles completed (once per group
+  /// of lanes that exchanged).
+  uint64_t barriers = 0, barrierThreads = 0, shuffles = 0;
   /// Under setTrafficDetail(true): how many times a thread had to wait for
   /// its outstanding global loads, as a GPU scheduling loads as early as
   /// dependences allow would: at a load whose address, or a store whose
@@ -146,14 +148,17 @@ struct PtxasAllocation {
 };
 
 /// What ptxas gives the functions named `function` (0 registers: unknown,
-/// no limit), and per `.minnctapersm` value what it gives them where the
-/// PTX asks for that many blocks per SM. The emulator runs PTX's virtual
-/// registers and cannot know them; a benchmark that asked ptxas says them
-/// here, for the occupancy and cuFuncGetAttribute. A `.minnctapersm` with
-/// no entry gets at most the registers with which that many blocks of its
-/// block size are resident (residentBlocks) and no local memory.
+/// no limit), per `.minnctapersm` value what it gives them where the PTX
+/// asks for that many blocks per SM, and per `.maxntid` what it gives them
+/// where the plain PTX had no block size and a runtime gave it one. The
+/// emulator runs PTX's virtual registers and cannot know them; a benchmark
+/// that asked ptxas says them here, for the occupancy and
+/// cuFuncGetAttribute. A `.minnctapersm` or such `.maxntid` with no entry
+/// gets at most the registers with which that many blocks of its block
+/// size (one block) are resident (residentBlocks) and no local memory.
 void setRegisters(const std::string &function, PtxasAllocation plain,
-                  const std::map<unsigned, PtxasAllocation> &whenAsked = {});
+                  const std::map<unsigned, PtxasAllocation> &whenAsked = {},
+                  const std::map<unsigned, PtxasAllocation> &whenBounded = {});
 
 /// Counts distinct sectors per block and per launch (BufferTraffic). Off
 /// by default (it costs memory and time per access).
