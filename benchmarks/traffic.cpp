@@ -92,11 +92,13 @@ constexpr double kSynchronizedRoundTrip = 1.7e-6;
 
 /// Seconds one block of `launch` takes, as the emulator ran it: per round
 /// trip to memory, the latency, then the instructions that use the loads.
-/// Round trips a barrier separates (the fraction the block's barriers
-/// cover) cost kSynchronizedRoundTrip and the issue of all the block's warps
-/// (each scheduler issues its warps' instructions one after another); the
-/// others cost kLatency and the warp's own issue (other warps overlap it).
-/// The resident blocks overlap one another, not a block its own phases.
+/// Round trips a barrier separates (the fraction its threads' barriers
+/// cover) cost kSynchronizedRoundTrip and the issue of all the warps that
+/// meet at the barrier (each scheduler issues their instructions one after
+/// another: the block's, or a named barrier's group); the others cost
+/// kLatency and the warp's own issue (other warps overlap it). The
+/// resident blocks, and the groups of a block that meet at their own
+/// barriers, overlap one another, not a group its own phases.
 static double roundTripSeconds(const emu::LaunchRecord &launch) {
   double blocks = double(launch.grid[0]) * launch.grid[1] * launch.grid[2];
   double threads =
@@ -106,12 +108,13 @@ static double roundTripSeconds(const emu::LaunchRecord &launch) {
     return 0;
   double issueSeconds = double(launch.totalInstructions()) / threads /
                         roundTrips / h200::kClock;
+  double meeting = launch.barriers
+                       ? double(launch.barrierThreads) / launch.barriers
+                       : threads / blocks;
   double warpsPerScheduler =
-      std::ceil(std::ceil(launch.block[0] * launch.block[1] *
-                          launch.block[2] / 32.0) /
-                h200::kSchedulers);
+      std::ceil(std::ceil(meeting / 32.0) / h200::kSchedulers);
   double synchronized =
-      std::min(1.0, double(launch.barriers) / blocks / roundTrips);
+      std::min(1.0, double(launch.barrierThreads) / threads / roundTrips);
   return roundTrips *
          (synchronized * (h200::kSynchronizedRoundTrip +
                           warpsPerScheduler * issueSeconds) +
@@ -229,6 +232,7 @@ struct Result {
   int unaskedRegisters = 0;
   double inFlightPerSM = 0; // bytes of loads in flight, main kernel
   int64_t grid = 0; // of the modeled launch
+  int64_t threadsPerBlock = 0; // launched (a folded block's, TileConfig.h)
   double bytesPerRow = 0, idealPerRow = 0, passes = 0;
   double instructionsPerIdealByte = 0, hbmBytesPerRow = 0, fraction = 0;
   std::string limit;
@@ -306,15 +310,37 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
       return askedReport.takeError();
     asked[ask] = std::move(*askedReport);
   }
+  // Where the blocks of a persistent grid that share an SM may fold into
+  // one, CudaDriver loads the PTX again with each block size it may try
+  // (CudaDriver::foldResidentBlocks).
+  std::map<unsigned, PtxasReport> bounded;
+  if (foldsResidentBlocks(tile))
+    for (int64_t fold = 2;
+         fold <= std::min(tile.blocksPerSM,
+                          maxFoldedRowGroups(tile) / tile.rowsPerBlock);
+         ++fold) {
+      int64_t threads = tile.threadsPerBlock() * fold;
+      llvm::Expected<std::string> boundedPtx =
+          withMaxThreads(kernel->ptx, info.name, threads);
+      if (!boundedPtx)
+        return boundedPtx.takeError();
+      llvm::Expected<PtxasReport> boundedReport = ptxasReport(*boundedPtx);
+      if (!boundedReport)
+        return boundedReport.takeError();
+      bounded[threads] = std::move(*boundedReport);
+    }
   // The occupancy the driver reports (and a persistent grid's size) counts
   // them.
   for (auto &[function, registers] : report->registers) {
-    std::map<unsigned, emu::PtxasAllocation> whenAsked;
+    std::map<unsigned, emu::PtxasAllocation> whenAsked, whenBounded;
     for (auto &[ask, askedReport] : asked)
       whenAsked[ask] = {askedReport.registers[function],
                         askedReport.stack[function]};
-    emu::setRegisters(function, {registers, report->stack[function]},
-                      whenAsked);
+    for (auto &[threads, boundedReport] : bounded)
+      whenBounded[threads] = {boundedReport.registers[function],
+                              boundedReport.stack[function]};
+    emu::setRegisters(function, {registers, report->stack[function]}, whenAsked,
+                      whenBounded);
   }
 
   // The emulated launch: every block does what a block of the modeled one
@@ -418,9 +444,13 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
         std::to_string(launches[0].minBlocksPerSM) +
         " blocks per SM, which ptxas was not asked for");
   bool keptAsked = askedLoaded != asked.end();
-  const PtxasReport &loaded = keptAsked ? askedLoaded->second : *report;
+  auto boundedLoaded = bounded.find(launches[0].block[0]);
+  const PtxasReport &loaded = keptAsked ? askedLoaded->second
+                              : boundedLoaded != bounded.end()
+                                  ? boundedLoaded->second
+                                  : *report;
   result.registers = loaded.registers.at(info.name);
-  if (keptAsked)
+  if (keptAsked || boundedLoaded != bounded.end())
     result.unaskedRegisters = report->registers[info.name];
   result.finalizeRegisters =
       report->registers[info.name + std::string(kFinalizeSuffix)];
@@ -466,7 +496,9 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   // The ideal: full tensors once, per-row values once, per-column inputs
   // once per block, per-column outputs once.
   // A persistent grid: the blocks the emulated SM got, on every SM.
-  int64_t modelGrid = (fullRows + tile.rowsPerBlock - 1) / tile.rowsPerBlock;
+  result.threadsPerBlock = launches[0].block[0];
+  int64_t rowsPerBlock = launches[0].block[0] / tile.threadsPerRow;
+  int64_t modelGrid = (fullRows + rowsPerBlock - 1) / rowsPerBlock;
   if (persistent)
     modelGrid = std::min<int64_t>(modelGrid, launches[0].grid[0] * h200::kSMs);
   result.grid = modelGrid;
@@ -501,7 +533,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
 
   // Measured, scaled to the modeled launch, per row.
   // A persistent grid runs at most the tile's blocks per SM (CudaDriver).
-  int occupancy = emu::residentBlocks(tile.threadsPerBlock(), result.registers,
+  int occupancy = emu::residentBlocks(launches[0].block[0], result.registers,
                                       launches[0].sharedBytes);
   if (occupancy == 0)
     return llvm::createStringError(
@@ -509,7 +541,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
         std::to_string(result.registers) + " registers, " +
         std::to_string(launches[0].sharedBytes) + " bytes of shared memory)");
   if (persistent)
-    occupancy = std::min<int>(occupancy, tile.blocksPerSM);
+    occupancy = std::min<int>(occupancy, launches[0].grid[0]);
   result.blocksPerSM = occupancy;
   int64_t resident =
       std::min<int64_t>(modelGrid, int64_t(occupancy) * h200::kSMs);
@@ -649,8 +681,8 @@ static llvm::json::Value toJSON(const Result &r) {
       {"n", r.n},
       {"model_rows", r.modelRows},
       {"emulated_rows", r.emulatedRows},
-      {"threads_per_block", r.tile.threadsPerBlock()},
-      {"rows_per_block", r.tile.rowsPerBlock},
+      {"threads_per_block", r.threadsPerBlock},
+      {"rows_per_block", r.threadsPerBlock / r.tile.threadsPerRow},
       {"row_on_chip", r.tile.rowOnChip},
       {"grid", r.grid},
       {"registers", r.registers},

@@ -576,9 +576,10 @@ public:
   void bindStage(Value blockBase, Value groupInBlock, int64_t groupBytes);
   /// Fills this row group's column-reduction partials with the identity.
   void emitPartialsInit(Value rowGroup);
-  /// Partials on chip: the block's row groups' combined in order, written
-  /// to row `partialRow` of the global partials.
-  void emitPartialsFlush(Value partialRow);
+  /// Partials on chip: the block's `groups` row groups' combined in order
+  /// (by the first row group's threads), written to row `partialRow` of the
+  /// global partials.
+  void emitPartialsFlush(Value partialRow, Value groups);
   /// Emits the whole program for `row` (valid rows only store).
   LogicalResult emitRow(Value row, Value rowValid, Value rowGroup);
 
@@ -1771,13 +1772,13 @@ void RowProgramEmitter::emitPartialsInit(Value rowGroupIndex) {
   }
 }
 
-void RowProgramEmitter::emitPartialsFlush(Value partialRow) {
+void RowProgramEmitter::emitPartialsFlush(Value partialRow, Value groups) {
   if (partialPointers.empty())
     return;
   // The first row group's threads combine every row group's partials on
   // chip once all of them have added their last row (the chunks in global
   // memory are there already).
-  bool grouped = config.rowsPerBlock > 1;
+  bool grouped = config.rowsPerBlock > 1 || foldsResidentBlocks(config);
   if (grouped)
     gpu::BarrierOp::create(b, loc);
   Value isFirstGroup =
@@ -1801,18 +1802,17 @@ void RowProgramEmitter::emitPartialsFlush(Value partialRow) {
         };
         Value total = partialOf(indexConstant(b, loc, 0));
         if (grouped) {
-          auto groups = scf::ForOp::create(
-              b, loc, indexConstant(b, loc, 1),
-              indexConstant(b, loc, config.rowsPerBlock),
-              indexConstant(b, loc, 1), ValueRange{total});
+          auto others =
+              scf::ForOp::create(b, loc, indexConstant(b, loc, 1), groups,
+                                 indexConstant(b, loc, 1), ValueRange{total});
           OpBuilder::InsertionGuard insertion(b);
-          b.setInsertionPointToStart(groups.getBody());
+          b.setInsertionPointToStart(others.getBody());
           scf::YieldOp::create(
               b, loc,
               combineReduction(b, loc, reduce.getKind(),
-                               groups.getRegionIterArgs()[0],
-                               partialOf(groups.getInductionVar())));
-          total = groups.getResult(0);
+                               others.getRegionIterArgs()[0],
+                               partialOf(others.getInductionVar())));
+          total = others.getResult(0);
         }
         Value offset = flatOffset(partialRow, chunk.base);
         emitGuarded(b, loc, chunk.valid,
@@ -2199,7 +2199,8 @@ public:
                 Value groupInBlock, Value workgroup, int64_t maxReductions)
       : config(config), math(math), laneIndex(laneIndex),
         groupInBlock(groupInBlock), workgroup(workgroup),
-        maxReductions(maxReductions) {}
+        maxReductions(maxReductions),
+        namedBarriers(foldsResidentBlocks(config)) {}
 
   Value lane() override { return laneIndex; }
 
@@ -2256,7 +2257,7 @@ public:
           memref::StoreOp::create(b, loc, toSlot(b, loc, value), workgroup,
                                   slot(warpInRow, component++));
     });
-    gpu::BarrierOp::create(b, loc);
+    synchronizeRow(b, loc);
     size_t first = 0;
     for (auto [reduction, state] : llvm::zip(reductions, states)) {
       ReductionState total;
@@ -2277,11 +2278,29 @@ public:
       state = total;
     }
     // The next reduction reuses the workgroup memory.
-    gpu::BarrierOp::create(b, loc);
+    synchronizeRow(b, loc);
     return states;
   }
 
 private:
+  /// The row group's warps meet: at the block's barrier, or, where row
+  /// groups of a folded block go at their own pace, at the group's named
+  /// barrier (1 + the group; 0 is the block's).
+  void synchronizeRow(OpBuilder &b, Location loc) {
+    if (!namedBarriers) {
+      gpu::BarrierOp::create(b, loc);
+      return;
+    }
+    Type i32 = b.getI32Type();
+    Value id = arith::IndexCastOp::create(
+        b, loc, i32,
+        arith::AddIOp::create(b, loc, groupInBlock, indexConstant(b, loc, 1)));
+    Value threads = arith::ConstantOp::create(
+        b, loc, b.getI32IntegerAttr(config.threadsPerRow));
+    NVVM::BarrierOp::create(b, loc, Type(), id, threads,
+                            NVVM::BarrierReductionAttr(), Value());
+  }
+
   // Workgroup memory holds the widest float type the row reductions compute
   // in; checkSupported rejects integer reductions that would cross warps.
   Type slotType() const {
@@ -2311,6 +2330,7 @@ private:
   MathLowering math;
   Value laneIndex, groupInBlock, workgroup;
   int64_t maxReductions;
+  bool namedBarriers;
 };
 
 /// `@<name>_finalize` (KernelABI.h): each block finalizes finalizeColumns(n)
@@ -2463,19 +2483,34 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
                                          b.getFunctionType(parameters, {}),
                                          workgroupTypes, TypeRange{});
   function->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-  function.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
-      {static_cast<int32_t>(config->threadsPerBlock()), 1, 1}));
+  // A folded block's size is the runtime's (TileConfig.h).
+  bool folded = foldsResidentBlocks(*config);
+  if (!folded)
+    function.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
+        {static_cast<int32_t>(config->threadsPerBlock()), 1, 1}));
   if (runsAloneOnSM(*config, reductionSlots.bytes()))
     function->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
                       b.getI32IntegerAttr(1));
 
   Block &entry = function.getBody().front();
   b.setInsertionPointToStart(&entry);
-  Value thread = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  // A folded block's size is at most maxFoldedRowGroups rows of threads.
+  IntegerAttr threadBound =
+      folded
+          ? b.getIndexAttr(maxFoldedRowGroups(*config) * config->threadsPerRow)
+          : IntegerAttr();
+  auto dimensionX = gpu::DimensionAttr::get(context, gpu::Dimension::x);
+  Value thread = gpu::ThreadIdOp::create(b, loc, dimensionX, threadBound);
   Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   Value blocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
   Value tpr = indexConstant(b, loc, config->threadsPerRow);
-  Value rpb = indexConstant(b, loc, config->rowsPerBlock);
+  Value rpb =
+      folded
+          ? arith::DivUIOp::create(
+                b, loc,
+                gpu::BlockDimOp::create(b, loc, dimensionX, threadBound), tpr)
+                .getResult()
+          : indexConstant(b, loc, config->rowsPerBlock);
   Value lane = arith::RemUIOp::create(b, loc, thread, tpr);
   Value group = arith::DivUIOp::create(b, loc, thread, tpr);
   Value rowGroup = arith::AddIOp::create(
@@ -2506,8 +2541,14 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   // column reductions' grids rely on (the clamp cost layer_norm_bwd bf16
   // n = 4096 13 registers), freezing the row instead; elsewhere ptxas's
   // register choices moved without it (cross_entropy_capped_fwd f32 n =
-  // 32000: 64% -> 52% in the traffic model), so they keep it.
-  Value firstRow = arith::MulIOp::create(b, loc, block, rpb);
+  // 32000: 64% -> 52% in the traffic model), so they keep it. The row
+  // groups of a folded block meet only at their own barriers, so each
+  // ends at its own last row, where they are whole warps (a warp's
+  // shuffles take every lane).
+  bool groupsEndApart = folded && config->threadsPerRow >= 32;
+  Value firstRow = groupsEndApart
+                       ? rowGroup
+                       : arith::MulIOp::create(b, loc, block, rpb).getResult();
   Value remaining = arith::SubIOp::create(
       b, loc, arith::MaxSIOp::create(b, loc, rows, firstRow), firstRow);
   Value trips = arith::CeilDivUIOp::create(b, loc, remaining, rowGroups);
@@ -2518,7 +2559,8 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
       b, loc, rowGroup,
       arith::MulIOp::create(b, loc, loop.getInductionVar(), rowGroups));
   Value rowValid, emittedRow;
-  if (config->rowsPerBlock > 1 || !shape->hasColumnReduction) {
+  if (!groupsEndApart &&
+      (folded || config->rowsPerBlock > 1 || !shape->hasColumnReduction)) {
     rowValid =
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, rows);
     Value lastRow =
@@ -2530,7 +2572,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   if (failed(emitter.emitRow(emittedRow, rowValid, rowGroup)))
     return failure();
   b.setInsertionPointToEnd(&entry);
-  emitter.emitPartialsFlush(block);
+  emitter.emitPartialsFlush(block, rpb);
   gpu::ReturnOp::create(b, loc);
   unrollStreamLoops(function);
   if (emitter.loadsAhead())
@@ -3129,8 +3171,10 @@ ReductionWorkgroup tilefuse::reductionWorkgroup(KernelOp kernel,
     values += reduction.stateSize();
     workgroup.stateValues = std::max(workgroup.stateValues, values);
   }
+  int64_t rowGroups = foldsResidentBlocks(config) ? maxFoldedRowGroups(config)
+                                                  : config.rowsPerBlock;
   if (config.threadsPerRow > 32 && !reductions.empty())
-    workgroup.slots = config.rowsPerBlock * (config.threadsPerRow / 32) *
-                      workgroup.stateValues;
+    workgroup.slots =
+        rowGroups * (config.threadsPerRow / 32) * workgroup.stateValues;
   return workgroup;
 }

@@ -534,6 +534,20 @@ llvm::Expected<std::string> tilefuse::findLibdevice() {
                                  llvm::join(candidates, ", "));
 }
 
+/// Where `entry`'s header lies in `ptx`: from `.entry <name>(` to its
+/// body's `{` (the NVPTX backend prints the performance directives between
+/// the parameter list and the body).
+static llvm::Expected<std::pair<size_t, size_t>> entryHeader(StringRef ptx,
+                                                             StringRef entry) {
+  size_t start = ptx.find((".entry " + entry + "(").str());
+  if (start == StringRef::npos)
+    return llvm::createStringError("no such entry");
+  size_t body = ptx.find("\n{", start);
+  if (body == StringRef::npos)
+    return llvm::createStringError("the entry has no body");
+  return std::make_pair(start, body);
+}
+
 llvm::Expected<std::string>
 tilefuse::withMinBlocksPerSM(StringRef ptx, StringRef entry, int64_t blocks) {
   auto fail = [&](const Twine &why) {
@@ -542,14 +556,10 @@ tilefuse::withMinBlocksPerSM(StringRef ptx, StringRef entry, int64_t blocks) {
   };
   if (blocks < 1)
     return fail("not a block count");
-  // The NVPTX backend prints an entry's performance directives between its
-  // parameter list and its body.
-  size_t start = ptx.find((".entry " + entry + "(").str());
-  if (start == StringRef::npos)
-    return fail("no such entry");
-  size_t body = ptx.find("\n{", start);
-  if (body == StringRef::npos)
-    return fail("the entry has no body");
+  llvm::Expected<std::pair<size_t, size_t>> found = entryHeader(ptx, entry);
+  if (!found)
+    return fail(llvm::toString(found.takeError()));
+  auto [start, body] = *found;
   StringRef header = ptx.slice(start, body);
   if (header.contains("\n.minnctapersm "))
     return fail("it already asks for some");
@@ -562,6 +572,26 @@ tilefuse::withMinBlocksPerSM(StringRef ptx, StringRef entry, int64_t blocks) {
   size_t at = lineEnd == StringRef::npos ? body : start + lineEnd;
   return (ptx.take_front(at) + "\n.minnctapersm " + Twine(blocks) +
           ptx.drop_front(at))
+      .str();
+}
+
+llvm::Expected<std::string>
+tilefuse::withMaxThreads(StringRef ptx, StringRef entry, int64_t threads) {
+  auto fail = [&](const Twine &why) {
+    return llvm::createStringError("cannot bound " + entry + "'s blocks to " +
+                                   Twine(threads) + " threads: " + why);
+  };
+  if (threads < 1 || threads > 1024)
+    return fail("not a block size");
+  llvm::Expected<std::pair<size_t, size_t>> found = entryHeader(ptx, entry);
+  if (!found)
+    return fail(llvm::toString(found.takeError()));
+  auto [start, body] = *found;
+  StringRef header = ptx.slice(start, body);
+  if (header.contains("\n.maxntid ") || header.contains("\n.reqntid "))
+    return fail("it has a block size");
+  return (ptx.take_front(body) + "\n.maxntid " + Twine(threads) + ", 1, 1" +
+          ptx.drop_front(body))
       .str();
 }
 

@@ -104,6 +104,17 @@ bool tilefuse::keepsWideRowOnChip(const KernelShape &shape,
          keptElements(shape, config) > kKeptElementsPerThread;
 }
 
+bool tilefuse::foldsResidentBlocks(const TileConfig &config) {
+  return config.isGPU() && config.blocksPerSM > 0 && config.partialChunks > 0 &&
+         config.partialChunks == config.chunks && config.stagedChunks == 0;
+}
+
+int64_t tilefuse::maxFoldedRowGroups(const TileConfig &config) {
+  constexpr int64_t kNamedBarriers = 15;
+  int64_t groups = kMaxThreadsPerBlock / config.threadsPerRow;
+  return config.threadsPerRow > 32 ? std::min(groups, kNamedBarriers) : groups;
+}
+
 int64_t tilefuse::blocksPerSMGoal(const TileConfig &config) {
   constexpr int64_t kResidentThreadsGoal = 1024;
   if (!config.isGPU() || config.blocksPerSM > 0 || config.stageBytes > 0)

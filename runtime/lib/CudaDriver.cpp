@@ -253,7 +253,8 @@ llvm::Expected<std::string> CudaDriver::target(int device) {
 llvm::Expected<int64_t> CudaDriver::blocks(const Loaded &loaded, int64_t rows,
                                            int device) {
   const TileConfig &tile = loaded.kernel->info.tile;
-  int64_t blocks = (rows + tile.rowsPerBlock - 1) / tile.rowsPerBlock;
+  int64_t rowsPerBlock = tile.rowsPerBlock * loaded.foldedBlocks;
+  int64_t blocks = (rows + rowsPerBlock - 1) / rowsPerBlock;
   if (loaded.blocksPerSM > 0) {
     llvm::Expected<int> sms = attribute(device, kMultiprocessorCount);
     if (!sms)
@@ -317,6 +318,8 @@ CudaDriver::functions(int device,
                   "cuOccupancyMaxActiveBlocksPerMultiprocessor", name);
     loaded.blocksPerSM = std::clamp<int64_t>(resident, 1, tile.blocksPerSM);
   }
+  if (!error && foldsResidentBlocks(tile))
+    error = foldResidentBlocks(loaded);
   std::string finalizeName = name + kFinalizeSuffix;
   if (!error && kernel->info.hasColumnReduction())
     error = check(api->moduleGetFunction(&loaded.finalize, loaded.module,
@@ -341,14 +344,84 @@ static bool logJit() {
   return enabled;
 }
 
-namespace {
-/// A module that asks ptxas for blocks per SM: its kernel, the blocks of
-/// it resident and its local memory (spills).
-struct AskedModule {
-  void *module = nullptr, *main = nullptr;
-  int resident = 0, localBytes = 0;
-};
-} // namespace
+llvm::Expected<CudaDriver::AskedModule>
+CudaDriver::loadAsking(const std::string &ptx, const std::string &name,
+                       int threads, unsigned sharedBytes) {
+  AskedModule asked;
+  llvm::Error error = loadModule(&asked.module, ptx, name);
+  if (!error)
+    error =
+        check(api->moduleGetFunction(&asked.main, asked.module, name.c_str()),
+              "cuModuleGetFunction", name);
+  if (!error && sharedBytes)
+    error = check(api->funcSetAttribute(asked.main, kMaxDynamicSharedSizeBytes,
+                                        sharedBytes),
+                  "cuFuncSetAttribute", name);
+  if (!error)
+    error =
+        check(api->occupancy(&asked.resident, asked.main, threads, sharedBytes),
+              "cuOccupancyMaxActiveBlocksPerMultiprocessor", name);
+  if (!error)
+    error = check(
+        api->funcGetAttribute(&asked.localBytes, kLocalSizeBytes, asked.main),
+        "cuFuncGetAttribute", name);
+  if (error) {
+    if (asked.module)
+      api->moduleUnload(asked.module);
+    return std::move(error);
+  }
+  return asked;
+}
+
+void CudaDriver::keepAsked(Loaded &loaded, const AskedModule &asked) {
+  api->moduleUnload(loaded.module);
+  loaded.module = asked.module;
+  loaded.main = asked.main;
+}
+
+llvm::Error CudaDriver::foldResidentBlocks(Loaded &loaded) {
+  const std::string &name = loaded.kernel->info.name;
+  const TileConfig &tile = loaded.kernel->info.tile;
+  // The tile's blocks per SM in one block, or fewer: the first whose PTX
+  // the JIT, told the block size (.maxntid), gives registers without
+  // spilling, and that fits an SM. Otherwise the plain PTX runs its blocks
+  // side by side, as many as are resident.
+  for (int64_t fold = std::min(tile.blocksPerSM,
+                               maxFoldedRowGroups(tile) / tile.rowsPerBlock);
+       fold > 1; --fold) {
+    int threads = tile.threadsPerBlock() * fold;
+    unsigned shared = tile.stageBytes * fold;
+    llvm::Expected<std::string> ptx =
+        withMaxThreads(loaded.kernel->ptx, name, threads);
+    if (!ptx)
+      return ptx.takeError();
+    llvm::Expected<AskedModule> bounded =
+        loadAsking(*ptx, name, threads, shared);
+    if (!bounded) {
+      std::string why = llvm::toString(bounded.takeError());
+      if (logJit())
+        llvm::errs() << llvm::formatv("tilefuse: {0}: a block of {1} threads "
+                                      "failed: {2}\n",
+                                      name, threads, why);
+      continue; // a smaller block may load (its shared memory, say)
+    }
+    bool keep = bounded->localBytes == 0 && bounded->resident > 0;
+    if (logJit())
+      llvm::errs() << llvm::formatv(
+          "tilefuse: {0}: {1} blocks of {2} threads in one of {3}: {4} "
+          "resident, {5} bytes of local memory: {6}\n",
+          name, fold, tile.threadsPerBlock(), threads, bounded->resident,
+          bounded->localBytes, keep ? "kept" : "dropped");
+    if (keep) {
+      keepAsked(loaded, *bounded);
+      loaded.foldedBlocks = fold;
+      loaded.blocksPerSM = 1;
+      return llvm::Error::success();
+    }
+    api->moduleUnload(bounded->module);
+  }
+  return llvm::Error::success();
+}
 
 llvm::Error CudaDriver::raiseOccupancy(Loaded &loaded) {
   const std::string &name = loaded.kernel->info.name;
@@ -366,25 +439,7 @@ llvm::Error CudaDriver::raiseOccupancy(Loaded &loaded) {
         withMinBlocksPerSM(loaded.kernel->ptx, name, ask);
     if (!ptx)
       return ptx.takeError();
-    AskedModule asked;
-    llvm::Error error = loadModule(&asked.module, *ptx, name);
-    if (!error)
-      error =
-          check(api->moduleGetFunction(&asked.main, asked.module, name.c_str()),
-                "cuModuleGetFunction", name);
-    if (!error)
-      error = check(api->occupancy(&asked.resident, asked.main, threads, 0),
-                    "cuOccupancyMaxActiveBlocksPerMultiprocessor", name);
-    if (!error)
-      error = check(
-          api->funcGetAttribute(&asked.localBytes, kLocalSizeBytes, asked.main),
-          "cuFuncGetAttribute", name);
-    if (error) {
-      if (asked.module)
-        api->moduleUnload(asked.module);
-      return std::move(error);
-    }
-    return asked;
+    return loadAsking(*ptx, name, threads, 0);
   };
   // The goal, and where asking for it spills, one block more than fit. A
   // module that fails to load is only a chance lost: the plain one stays.
@@ -406,9 +461,7 @@ llvm::Error CudaDriver::raiseOccupancy(Loaded &loaded) {
           name, resident, ask, asked->resident, asked->localBytes,
           keep ? "kept" : "dropped");
     if (keep) {
-      api->moduleUnload(loaded.module);
-      loaded.module = asked->module;
-      loaded.main = asked->main;
+      keepAsked(loaded, *asked);
       return llvm::Error::success();
     }
     api->moduleUnload(asked->module);
@@ -528,12 +581,10 @@ llvm::Error CudaDriver::launch(std::shared_ptr<const GpuKernel> kernel,
   }
   params.push_back(&rows);
 
-  const TileConfig &tile = info.tile;
   if (*blockCount > 0)
-    if (llvm::Error error =
-            launchOne(loaded->main, info.name, *blockCount,
-                      tile.threadsPerRow * tile.rowsPerBlock, tile.stageBytes,
-                      stream, params, buffers))
+    if (llvm::Error error = launchOne(
+            loaded->main, info.name, *blockCount, loaded->threadsPerBlock(),
+            loaded->sharedBytes(), stream, params, buffers))
       return error;
   if (!loaded->finalize)
     return llvm::Error::success();

@@ -216,9 +216,13 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
   int64_t rows = 100000;
   auto groups = driver->partialRows(backward, rows, 0);
   ASSERT_TRUE(static_cast<bool>(groups));
-  int64_t blocks = std::min<int64_t>((rows + tile.rowsPerBlock - 1) / tile.rowsPerBlock,
-                                     tile.blocksPerSM * 132);
-  EXPECT_EQ(*groups, blocks * tile.rowsPerBlock);
+  // Its partials stay on chip: the blocks an SM holds fold into one
+  // (foldsResidentBlocks), which writes one row of partials.
+  ASSERT_TRUE(foldsResidentBlocks(tile));
+  int64_t fold =
+      std::min(tile.blocksPerSM, maxFoldedRowGroups(tile) / tile.rowsPerBlock);
+  int64_t blocks = 132;
+  EXPECT_EQ(*groups, blocks);
 
   uint64_t offsetSlot = bits(0.0f);
   ASSERT_FALSE(static_cast<bool>(launchRmsNormBwd(backward, rows, offsetSlot)));
@@ -227,6 +231,7 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
   const FakeCudaState::Launch &main = fakeCudaState().launches[0];
   EXPECT_EQ(main.function, "rms_norm_bwd");
   EXPECT_EQ(main.grid, blocks);
+  EXPECT_EQ(main.block, fold * tile.threadsPerBlock());
   // dweight's slot holds the partials workspace.
   EXPECT_EQ(main.params, (std::vector<uint64_t>{0x10, 0x20, 0x30, 0x40,
                                                 offsetSlot, 0x50, 0x70,
@@ -240,12 +245,13 @@ TEST_F(CudaDriverTest, ColumnReductionLaunchesFinalize) {
 }
 
 TEST_F(CudaDriverTest, PersistentGridTakesOnlyResidentBlocks) {
-  // The tile asks for 4 blocks per SM; the driver says 1 fits (registers):
-  // 1 per SM, and as many rows of partials.
-  auto backward = kernel("rms_norm_bwd", "bf16", 4096);
+  // The tile asks for 2 blocks per SM; the driver says 1 fits (a staged
+  // row's shared memory): 1 per SM, and as many rows of partials.
+  auto backward = kernel("rms_norm_bwd", "bf16", 32000);
   const TileConfig &tile = backward->info.tile;
-  ASSERT_EQ(tile.blocksPerSM, 4);
+  ASSERT_EQ(tile.blocksPerSM, 2);
   ASSERT_EQ(tile.partialChunks, tile.chunks);
+  ASSERT_FALSE(foldsResidentBlocks(tile)) << "it stages its row";
   fakeCudaState().residentBlocks = 1;
   auto groups = driver->partialRows(backward, 100000, 0);
   ASSERT_TRUE(static_cast<bool>(groups));
@@ -267,16 +273,57 @@ TEST_F(CudaDriverTest, PersistentGridTakesOnlyResidentBlocks) {
   // for get the tile's, and a driver that says none fit gets one block per
   // SM, never an empty grid.
   EXPECT_EQ(fakeCudaState().occupancyQueries.size(), 1u);
+  // (Folded, ResidentBlocksFoldIntoOne: the tile's 2 blocks of 256 in one
+  // block, though 3 would fit.)
   fakeCudaState().residentBlocks = 3;
   auto capped =
       driver->partialRows(kernel("rms_norm_bwd", "f32", 4096), 100000, 0);
   ASSERT_TRUE(static_cast<bool>(capped));
-  EXPECT_EQ(*capped, 2 * 132);
+  EXPECT_EQ(*capped, 132);
+  EXPECT_EQ(fakeCudaState().bounded.end()[-2], 2 * 256)
+      << "the kernel kept (then its finalize)";
   fakeCudaState().residentBlocks = 0;
   auto other = kernel("rms_norm_bwd", "bf16", 8192);
   auto fewest = driver->partialRows(other, 100000, 0);
   ASSERT_TRUE(static_cast<bool>(fewest));
   EXPECT_EQ(*fewest, 132);
+}
+
+TEST_F(CudaDriverTest, ResidentBlocksFoldIntoOne) {
+  // rms_norm_bwd bf16 n = 4096 asks for 4 blocks of 256 threads per SM.
+  // The runtime loads its PTX again with `.maxntid 1024`, which spills
+  // here, then with 768, which does not: one block of 3 row groups per SM,
+  // 3 blocks' shared memory, one row of partials per block.
+  auto backward = kernel("rms_norm_bwd", "bf16", 4096);
+  const TileConfig &tile = backward->info.tile;
+  ASSERT_EQ(tile.blocksPerSM, 4);
+  ASSERT_EQ(tile.threadsPerBlock(), 256);
+  ASSERT_TRUE(foldsResidentBlocks(tile));
+  fakeCudaState().localBytesWhenBounded = {{1024, 16}};
+  auto groups = driver->partialRows(backward, 100000, 0);
+  ASSERT_TRUE(static_cast<bool>(groups));
+  EXPECT_EQ(*groups, 132);
+  EXPECT_EQ(fakeCudaState().bounded, (std::vector<int>{0, 1024, 768, 256}))
+      << "the plain kernel, the two tried, then the finalize";
+  EXPECT_EQ(fakeCudaState().unloadedModules, (std::vector<size_t>{2, 1}))
+      << "the spilling module, then the plain one";
+  uint64_t offsetSlot = bits(0.0f);
+  ASSERT_FALSE(
+      static_cast<bool>(launchRmsNormBwd(backward, 100000, offsetSlot)));
+  ASSERT_EQ(fakeCudaState().launches.size(), 2u);
+  const FakeCudaState::Launch &main = fakeCudaState().launches[0];
+  EXPECT_EQ(main.handle, 3u);
+  EXPECT_EQ(main.grid, 132u);
+  EXPECT_EQ(main.block, 768u);
+  EXPECT_EQ(main.dynamicSharedBytes, 3u * tile.stageBytes);
+  EXPECT_EQ(fakeCudaState().launches[1].params[2], 132u);
+  // Where every larger block spills, the blocks stay apart.
+  fakeCudaState().residentBlocks = 2;
+  fakeCudaState().localBytesWhenBounded = {{1024, 16}, {768, 8}, {512, 4}};
+  auto apart =
+      driver->partialRows(kernel("layer_norm_bwd", "bf16", 4096), 100000, 0);
+  ASSERT_TRUE(static_cast<bool>(apart));
+  EXPECT_EQ(*apart, 2 * 132);
 }
 
 TEST_F(CudaDriverTest, FinalizeLaunchesAlone) {

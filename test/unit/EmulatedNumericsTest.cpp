@@ -202,10 +202,12 @@ TEST_F(EmulatedNumerics, LongRows) {
 
 /// With 2 SMs, column reductions run a persistent grid of fewer blocks
 /// than rows (as many as can be resident, at most the tile's): blocks loop
-/// over rows, and the last row group's rows clamp.
-/// Their partials stay in shared memory across the rows (n = 32000: beside
-/// staged chunks of the streamed row, or as many of them as fit) and reach
-/// global memory once.
+/// over rows, and the last row group's rows clamp (or, where row groups
+/// are whole warps, end at the last row). Where partials all stay on chip
+/// and nothing is staged, the blocks an SM would run are one block of
+/// their row groups (foldsResidentBlocks). Their partials stay in shared
+/// memory across the rows (n = 32000: beside staged chunks of the streamed
+/// row, or as many of them as fit) and reach global memory once per block.
 TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
   auto driver = driverFor("sm_90", 2);
   ASSERT_TRUE(driver);
@@ -216,16 +218,24 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
         ASSERT_TRUE(kernel);
         const TileConfig &tile = kernel->info.tile;
         ASSERT_GT(tile.blocksPerSM, 0);
-        // The tile's blocks per SM, or the one block that fits where it
-        // takes the SM's shared memory (n = 32000: staged chunks).
-        int64_t blocks = (n == 32000 ? 1 : tile.blocksPerSM) * 2;
+        // One folded block per SM (the emulator, told no registers, fits
+        // the tile's blocks per SM in it), or the one block that fits where
+        // it takes the SM's shared memory (n = 32000: staged chunks).
+        bool folded = foldsResidentBlocks(tile);
+        EXPECT_EQ(folded, n < 32000);
+        int64_t fold =
+            folded ? std::min(tile.blocksPerSM,
+                              maxFoldedRowGroups(tile) / tile.rowsPerBlock)
+                   : 1;
+        int64_t blocks = 2;
         int64_t rows = tile.blocksPerSM * 2 * tile.rowsPerBlock * 3 + 5;
         emulator::takeLaunches();
         check(*driver, "sm_90", {name, dtype, n, rows, true});
         std::vector<emulator::LaunchRecord> launches = emulator::takeLaunches();
         ASSERT_EQ(launches.size(), 2u) << "the kernel, then its finalize";
         EXPECT_EQ(launches[0].grid[0], blocks);
-        EXPECT_LT(launches[0].grid[0] * tile.rowsPerBlock, rows);
+        EXPECT_EQ(launches[0].block[0], fold * tile.threadsPerBlock());
+        EXPECT_LT(launches[0].grid[0] * tile.rowsPerBlock * fold, rows);
         // Each block writes its partials once (they stay on chip across its
         // rows; its row groups' combined), except layer_norm_bwd's at n =
         // 32000: two partials of 128 KiB per block do not both fit, and the
@@ -278,7 +288,10 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
 /// emulator's count, each group takes one round trip to memory (the rows
 /// left over do not take one each).
 TEST_F(EmulatedNumerics, FinalizeReadsEachPartialOnceInGroups) {
-  auto driver = driverFor("sm_90");
+  // Twice an H200's SMs: a folded grid (one block per SM) leaves shares of
+  // more than a group.
+  constexpr int kSMs = 264;
+  auto driver = driverFor("sm_90", kSMs);
   ASSERT_TRUE(driver);
   for (const char *name : {"rms_norm_bwd", "layer_norm_bwd"})
     for (int64_t n : {4096, 8192}) {
@@ -286,7 +299,7 @@ TEST_F(EmulatedNumerics, FinalizeReadsEachPartialOnceInGroups) {
       auto kernel = compile(name, Dtype::F32, n, true, "sm_90");
       ASSERT_TRUE(kernel);
       const TileConfig &tile = kernel->info.tile;
-      int64_t rows = tile.blocksPerSM * 132 * tile.rowsPerBlock + 3;
+      int64_t rows = tile.blocksPerSM * kSMs * tile.rowsPerBlock + 3;
       emulator::takeLaunches();
       emulator::setTrafficDetail(true);
       check(*driver, "sm_90", {name, Dtype::F32, n, rows, true});

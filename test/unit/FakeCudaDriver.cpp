@@ -81,6 +81,14 @@ int cuModuleGetFunction(void **function, void *module, const char *name) {
       asks == std::string::npos
           ? 0
           : std::atoi(image.c_str() + asks + sizeof(".minnctapersm")));
+  // The block size in the entry's own header (between its name and body).
+  size_t entry = image.find(".entry " + std::string(name) + "(");
+  size_t body = image.find("\n{", entry);
+  size_t bound = image.find(".maxntid ", entry);
+  state.bounded.push_back(
+      entry == std::string::npos || bound > body
+          ? 0
+          : std::atoi(image.c_str() + bound + sizeof(".maxntid")));
   // The function handle is its index + 1.
   *function = reinterpret_cast<void *>(state.functions.size());
   return 0;
@@ -93,8 +101,10 @@ int cuModuleUnload(void *module) {
 int cuFuncGetAttribute(int *value, int attribute, void *function) {
   if (attribute != 3) // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
     return 1;
-  int asked = state.asked[reinterpret_cast<size_t>(function) - 1];
-  *value = asked ? state.localBytesWhenAsked[asked] : 0;
+  size_t index = reinterpret_cast<size_t>(function) - 1;
+  int asked = state.asked[index];
+  *value = asked ? state.localBytesWhenAsked[asked]
+                 : state.localBytesWhenBounded[state.bounded[index]];
   return 0;
 }
 int cuFuncSetAttribute(void *function, int attribute, int value) {

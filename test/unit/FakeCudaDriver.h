@@ -55,6 +55,11 @@ struct FakeCudaState {
   /// Per function of `functions`: the blocks per SM its module's PTX asked
   /// for (0: none).
   std::vector<int> asked;
+  /// Per function: the block size its entry declares (`.maxntid`, 0: none),
+  /// and per such size the local size cuFuncGetAttribute answers for an
+  /// entry that asks for nothing (0 where unset).
+  std::vector<int> bounded;
+  std::map<int, int> localBytesWhenBounded;
   int modulesUnloaded = 0;
   /// The handles cuModuleUnload was given, and cuModuleLoadDataEx's calls
   /// (failed ones too).

@@ -13,6 +13,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Error.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
@@ -55,6 +56,12 @@ static cl::opt<std::string> cudaPath(
     cl::desc("CUDA toolkit whose libdevice to link (default: $CUDA_HOME, "
              "$CUDA_PATH, /usr/local/cuda, then beside the compiler)"),
     cl::init(""));
+static cl::opt<int64_t> foldBlocks(
+    "fold-blocks",
+    cl::desc("PTX as the runtime loads a folded grid's kernel with this many "
+             "of the tile's blocks in one (.maxntid; TileConfig.h, "
+             "foldsResidentBlocks)"),
+    cl::init(0));
 static cl::opt<bool> printTimes("time", cl::desc("Print the time of each stage to stderr"),
                                 cl::init(false));
 
@@ -109,6 +116,27 @@ int main(int argc, char **argv) {
       tilefuse::compile(*module, options, *stop);
   if (failed(result))
     return 1;
+
+  if (foldBlocks) {
+    for (const tilefuse::KernelInfo &kernel : result->kernels) {
+      if (*stop != tilefuse::Stage::PTX ||
+          !tilefuse::foldsResidentBlocks(kernel.tile)) {
+        llvm::errs() << "tilefuse-compile: --fold-blocks needs --emit=ptx and "
+                        "a kernel whose blocks fold ('"
+                     << kernel.name << "' does not)\n";
+        return 1;
+      }
+      llvm::Expected<std::string> folded =
+          tilefuse::withMaxThreads(result->text, kernel.name,
+                                   kernel.tile.threadsPerBlock() * foldBlocks);
+      if (!folded) {
+        llvm::errs() << "tilefuse-compile: " << toString(folded.takeError())
+                     << "\n";
+        return 1;
+      }
+      result->text = std::move(*folded);
+    }
+  }
 
   auto output = openOutputFile(outputFile, &error);
   if (!output) {

@@ -116,28 +116,35 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 // SPLIT: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<8xf32>
 // SPLIT: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xf32>, !llvm.ptr<1>
 // SPLIT: gpu.return
-// Lowered: the partials start as the identity in shared memory, each row
-// adds to them there (the thread that owns the columns, guarded by the
-// row's validity); after the last row a barrier, then the first row
-// group's threads combine the 4 row groups' partials in order and write
-// the block's row of the global partials once (n = 1024 fills every
-// chunk: no guard).
+// Lowered: a folded block (TileConfig.h, foldsResidentBlocks): its size is
+// the runtime's (at most 15 row groups of 64 threads), its row groups meet
+// at their own named barriers (1 + the group, 64 threads) and each ends at
+// its own last row. The partials start as the identity in
+// shared memory, each row adds to them there (the thread that owns the
+// columns); after the last row a barrier, then the first row group's
+// threads combine the block's row groups' partials in order and write the
+// block's row of the global partials once (n = 1024 fills every chunk: no
+// guard).
 // PARTIALS-LABEL: gpu.func @norm_bwd
+// PARTIALS-NOT: known_block_size
+// PARTIALS-SAME: {
+// PARTIALS: gpu.thread_id  x upper_bound 960
+// PARTIALS: %[[GROUPS:.+]] = arith.divui %block_dim_x, %c64
 // PARTIALS: scf.for
 // PARTIALS: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
 // PARTIALS: scf.for
-// PARTIALS: scf.if
+// PARTIALS: nvvm.barrier id = %[[ID:.+]] number_of_threads = %c64_i32
+// PARTIALS: nvvm.barrier id = %[[ID]] number_of_threads = %c64_i32
 // PARTIALS: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
 // PARTIALS-NEXT: arith.addf
 // PARTIALS-NEXT: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
 // PARTIALS-COUNT-3: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
 // PARTIALS-NEXT: }
-// PARTIALS-NEXT: }
 // PARTIALS-NEXT: gpu.barrier
 // PARTIALS-NEXT: %[[FIRST:.+]] = arith.cmpi eq, %{{.+}}, %c0
 // PARTIALS-NEXT: scf.if %[[FIRST]]
 // PARTIALS: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
-// PARTIALS: scf.for %{{.+}} = %c1 to %c4 step %c1 iter_args
+// PARTIALS: scf.for %{{.+}} = %c1 to %[[GROUPS]] step %c1 iter_args
 // PARTIALS: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
 // PARTIALS-NEXT: arith.addf
 // PARTIALS: %[[ROW:.+]] = arith.muli %block_id_x, %c1024

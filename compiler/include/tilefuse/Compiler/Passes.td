@@ -178,7 +178,7 @@ def FuseLowerToGPU : Pass<"fuse-lower-to-gpu", "::mlir::ModuleOp"> {
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
     "::mlir::LLVM::LLVMDialect", "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
-    "::mlir::vector::VectorDialect",
+    "::mlir::vector::VectorDialect", "::mlir::NVVM::NVVMDialect",
   ];
 }
 

@@ -129,6 +129,13 @@ mlir::FailureOr<CompileResult> compile(mlir::ModuleOp module,
 llvm::Expected<std::string>
 withMinBlocksPerSM(llvm::StringRef ptx, llvm::StringRef entry, int64_t blocks);
 
+/// `ptx` with `.maxntid <threads>, 1, 1` on the entry `entry`, which must
+/// have no block size (a folded block's: foldsResidentBlocks in
+/// TileConfig.h): ptxas then gives a thread at most the registers that
+/// many threads leave it, so that one such block fits an SM.
+llvm::Expected<std::string>
+withMaxThreads(llvm::StringRef ptx, llvm::StringRef entry, int64_t threads);
+
 /// The canonical fingerprint of the fusions in `module` (hex SHA-256 of
 /// their generic form): SSA names, comments, whitespace and locations do not
 /// change it, any change to an op does. The cache keys on it.

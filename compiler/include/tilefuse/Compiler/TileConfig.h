@@ -79,6 +79,22 @@
 //    little more than the loads need (stores share the bandwidth). Each
 //    block writes a row of partials: more blocks than that would only add
 //    bytes.
+//  - folded blocks (foldsResidentBlocks): where every partial stays on chip
+//    and nothing is staged, the runtime runs the blocks an SM would hold as
+//    one block of their row groups, one block per SM, so an SM writes one
+//    row of partials instead of 2-4 (layer_norm_bwd bf16 n = 4096: 1.13x
+//    -> 1.04x the ideal bytes). The lowering leaves the block size open
+//    (row groups = block size / threads_per_row, at most 15 where a row
+//    spans warps: one named barrier, 1 + the group, per row group; barrier
+//    0 is the block's, before the partials combine). Row groups of whole
+//    warps loop over their own rows and end at their own last row; narrower
+//    ones share warps, so they run the block's trips, clamped. The runtime
+//    loads the PTX again with `.maxntid` for the tile's blocks per SM,
+//    then one fewer, keeping the first that ptxas fits without spilling
+//    (bf16 n = 4096: 4 blocks of 256 threads spill 52-60 bytes at 64
+//    registers, 3 fit in 80), else the blocks stay apart. The traffic
+//    model: the backward norms at bf16 n = 1000 55-57% -> 64-85%, at 4096
+//    85-90% (88-91% apart, each block its own row of partials).
 //  - wide rows on chip (keepsWideRowOnChip): where a thread keeps more than
 //    32 elements of a row on chip (threads_per_row could not grow past
 //    512), holding the row's widened values across its passes costs the SM
@@ -245,6 +261,18 @@ bool runsAloneOnSM(const TileConfig &config, int64_t staticSharedBytes);
 /// where that leaves one pass, the lowering holds its 16-bit loads packed
 /// between passes.
 bool keepsWideRowOnChip(const KernelShape &shape, const TileConfig &config);
+
+/// Whether the runtime folds the blocks of a persistent grid that would
+/// share an SM into one block of as many row groups (the column partials
+/// paragraph above): a fusion with column reductions whose partials all
+/// stay on chip and which stages no input. The lowering then leaves the
+/// block size open (row groups = block size / threads_per_row), and the
+/// row groups of a row wider than a warp meet at their own named barrier.
+bool foldsResidentBlocks(const TileConfig &config);
+
+/// The most row groups a folded block holds: 1024 threads, and at most 15
+/// named barriers (1-15; barrier 0 is the block's) where a row spans warps.
+int64_t maxFoldedRowGroups(const TileConfig &config);
 
 /// The blocks per SM the runtime asks the PTX JIT for (`.minnctapersm`)
 /// where fewer are resident (the registers paragraph above): 1024 threads'

@@ -121,6 +121,16 @@ private:
     /// A persistent grid's blocks per SM: the tile's, or fewer when the
     /// driver says fewer can be resident at once (registers, shared memory).
     int64_t blocksPerSM = 0;
+    /// How many of the tile's blocks one launched block holds (their row
+    /// groups; foldsResidentBlocks in TileConfig.h): 1, or the blocks per
+    /// SM of a folded grid, which then runs one block per SM.
+    int64_t foldedBlocks = 1;
+    unsigned threadsPerBlock() const {
+      return kernel->info.tile.threadsPerBlock() * foldedBlocks;
+    }
+    unsigned sharedBytes() const {
+      return kernel->info.tile.stageBytes * foldedBlocks;
+    }
   };
   explicit CudaDriver(std::unique_ptr<Api> api);
   llvm::Error check(int result, llvm::StringRef call,
@@ -137,6 +147,22 @@ private:
   /// failure carries the JIT's error log in full.
   llvm::Error loadModule(void **module, const std::string &ptx,
                          const std::string &name);
+  /// A module loaded from `ptx` that asks the JIT for something (blocks
+  /// per SM, a block size): its kernel `name`, the blocks of `threads`
+  /// threads and `sharedBytes` of dynamic shared memory resident, and its
+  /// local memory (spills).
+  struct AskedModule {
+    void *module = nullptr, *main = nullptr;
+    int resident = 0, localBytes = 0;
+  };
+  llvm::Expected<AskedModule> loadAsking(const std::string &ptx,
+                                         const std::string &name, int threads,
+                                         unsigned sharedBytes);
+  /// Replaces `loaded`'s module by `asked`'s.
+  void keepAsked(Loaded &loaded, const AskedModule &asked);
+  /// Folds the blocks of `loaded`'s persistent grid that share an SM into
+  /// one block (foldsResidentBlocks): sets foldedBlocks and blocksPerSM.
+  llvm::Error foldResidentBlocks(Loaded &loaded);
   /// Where fewer blocks of `loaded`'s main kernel are resident than
   /// blocksPerSMGoal (TileConfig.h) asks for, loads its PTX again asking
   /// ptxas for that many, and where that spills, for one more block than
