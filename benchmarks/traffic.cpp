@@ -315,10 +315,7 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   // (CudaDriver::foldResidentBlocks).
   std::map<unsigned, PtxasReport> bounded;
   if (foldsResidentBlocks(tile))
-    for (int64_t fold = 2;
-         fold <= std::min(tile.blocksPerSM,
-                          maxFoldedRowGroups(tile) / tile.rowsPerBlock);
-         ++fold) {
+    for (int64_t fold = 2; fold <= maxFoldedBlocks(tile); ++fold) {
       int64_t threads = tile.threadsPerBlock() * fold;
       llvm::Expected<std::string> boundedPtx =
           withMaxThreads(kernel->ptx, info.name, threads);

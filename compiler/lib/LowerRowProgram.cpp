@@ -1867,8 +1867,6 @@ void RowProgramEmitter::holdLoadsPacked() {
            vector.getElementTypeBitWidth() == 16 &&
            vector.getNumElements() % 2 == 0;
   };
-  // In argument order: the copies' order in the PTX must not depend on
-  // where the map put them.
   // A column index (iota) is derived from the chunk's base, not from a
   // load: copied too, its masks are recomputed rather than held.
   bool usesColumns = false;
@@ -1876,6 +1874,8 @@ void RowProgramEmitter::holdLoadsPacked() {
   for (Chunk &chunk : onChipChunks) {
     if (usesColumns)
       chunk.base = opaqueCopy(b, loc, chunk.base);
+    // In argument order: the copies' order in the PTX must not depend on
+    // where the map put them.
     DenseMap<Value, Value> loads;
     for (BlockArgument argument : kernel.getEntryBlock().getArguments())
       if (Value loaded = chunk.values.lookup(argument))

@@ -106,13 +106,19 @@ bool tilefuse::keepsWideRowOnChip(const KernelShape &shape,
 
 bool tilefuse::foldsResidentBlocks(const TileConfig &config) {
   return config.isGPU() && config.blocksPerSM > 0 && config.partialChunks > 0 &&
-         config.partialChunks == config.chunks && config.stagedChunks == 0;
+         config.partialChunks == config.chunks && config.stagedChunks == 0 &&
+         config.rowsPerBlock <= maxFoldedRowGroups(config);
 }
 
 int64_t tilefuse::maxFoldedRowGroups(const TileConfig &config) {
   constexpr int64_t kNamedBarriers = 15;
   int64_t groups = kMaxThreadsPerBlock / config.threadsPerRow;
   return config.threadsPerRow > 32 ? std::min(groups, kNamedBarriers) : groups;
+}
+
+int64_t tilefuse::maxFoldedBlocks(const TileConfig &config) {
+  return std::min(config.blocksPerSM,
+                  maxFoldedRowGroups(config) / config.rowsPerBlock);
 }
 
 int64_t tilefuse::blocksPerSMGoal(const TileConfig &config) {

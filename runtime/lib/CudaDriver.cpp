@@ -381,36 +381,37 @@ void CudaDriver::keepAsked(Loaded &loaded, const AskedModule &asked) {
 
 llvm::Error CudaDriver::foldResidentBlocks(Loaded &loaded) {
   const std::string &name = loaded.kernel->info.name;
-  const TileConfig &tile = loaded.kernel->info.tile;
   // The tile's blocks per SM in one block, or fewer: the first whose PTX
   // the JIT, told the block size (.maxntid), gives registers without
   // spilling, and that fits an SM. Otherwise the plain PTX runs its blocks
-  // side by side, as many as are resident.
-  for (int64_t fold = std::min(tile.blocksPerSM,
-                               maxFoldedRowGroups(tile) / tile.rowsPerBlock);
-       fold > 1; --fold) {
-    int threads = tile.threadsPerBlock() * fold;
-    unsigned shared = tile.stageBytes * fold;
-    llvm::Expected<std::string> ptx =
-        withMaxThreads(loaded.kernel->ptx, name, threads);
-    if (!ptx)
-      return ptx.takeError();
-    llvm::Expected<AskedModule> bounded =
-        loadAsking(*ptx, name, threads, shared);
+  // side by side, as many as are resident. A module that fails to load is
+  // only a chance lost.
+  for (int64_t fold = maxFoldedBlocks(loaded.kernel->info.tile); fold > 1;
+       --fold) {
+    Loaded folded = loaded;
+    folded.foldedBlocks = fold;
+    llvm::Expected<AskedModule> bounded = [&]() -> llvm::Expected<AskedModule> {
+      llvm::Expected<std::string> ptx =
+          withMaxThreads(loaded.kernel->ptx, name, folded.threadsPerBlock());
+      if (!ptx)
+        return ptx.takeError();
+      return loadAsking(*ptx, name, folded.threadsPerBlock(),
+                        folded.sharedBytes());
+    }();
     if (!bounded) {
       std::string why = llvm::toString(bounded.takeError());
       if (logJit())
         llvm::errs() << llvm::formatv("tilefuse: {0}: a block of {1} threads "
                                       "failed: {2}\n",
-                                      name, threads, why);
+                                      name, folded.threadsPerBlock(), why);
       continue; // a smaller block may load (its shared memory, say)
     }
     bool keep = bounded->localBytes == 0 && bounded->resident > 0;
     if (logJit())
       llvm::errs() << llvm::formatv(
-          "tilefuse: {0}: {1} blocks of {2} threads in one of {3}: {4} "
-          "resident, {5} bytes of local memory: {6}\n",
-          name, fold, tile.threadsPerBlock(), threads, bounded->resident,
+          "tilefuse: {0}: {1} blocks in one of {2} threads: {3} resident, {4} "
+          "bytes of local memory: {5}\n",
+          name, fold, folded.threadsPerBlock(), bounded->resident,
           bounded->localBytes, keep ? "kept" : "dropped");
     if (keep) {
       keepAsked(loaded, *bounded);

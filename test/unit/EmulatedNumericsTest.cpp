@@ -223,10 +223,7 @@ TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
         // it takes the SM's shared memory (n = 32000: staged chunks).
         bool folded = foldsResidentBlocks(tile);
         EXPECT_EQ(folded, n < 32000);
-        int64_t fold =
-            folded ? std::min(tile.blocksPerSM,
-                              maxFoldedRowGroups(tile) / tile.rowsPerBlock)
-                   : 1;
+        int64_t fold = folded ? maxFoldedBlocks(tile) : 1;
         int64_t blocks = 2;
         int64_t rows = tile.blocksPerSM * 2 * tile.rowsPerBlock * 3 + 5;
         emulator::takeLaunches();

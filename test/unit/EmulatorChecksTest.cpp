@@ -251,6 +251,21 @@ TEST_F(EmulatorChecks, NamedBarriersOrderTheirGroups) {
               kLaunchFailed, {"bar.sync with 48 threads"});
 }
 
+/// A barrier orders the reads before it for good: a thread that reads
+/// after it and then writes races with none of them. A warp whose lanes
+/// wait at two named barriers is an error (bar.sync is .aligned).
+TEST_F(EmulatorChecks, BarriersOrderEarlierReadsAndWholeWarps) {
+  ASSERT_EQ(load("barrier_orders"), 0);
+  uint32_t out = 0;
+  void *pointer = &out;
+  ASSERT_EQ(launch("shared_reread", 64, {&pointer}, {{"out", &out, 4}}), 0)
+      << message(kLaunchFailed);
+  EXPECT_EQ(out, 8u);
+  expectError(launch("split_named", 32, {}), kLaunchFailed,
+              {"a warp split at barrier 1: thread (16, 0, 0) is not at this "
+               "bar.sync"});
+}
+
 TEST_F(EmulatorChecks, BarrierOnlySomeThreadsReach) {
   ASSERT_EQ(load("partial_barrier"), 0);
   expectError(launch("partial_barrier", 64, {}), kLaunchFailed,

@@ -120,10 +120,16 @@ int main(int argc, char **argv) {
   if (foldBlocks) {
     for (const tilefuse::KernelInfo &kernel : result->kernels) {
       if (*stop != tilefuse::Stage::PTX ||
-          !tilefuse::foldsResidentBlocks(kernel.tile)) {
+          !tilefuse::foldsResidentBlocks(kernel.tile) || foldBlocks < 2 ||
+          foldBlocks > tilefuse::maxFoldedBlocks(kernel.tile)) {
         llvm::errs() << "tilefuse-compile: --fold-blocks needs --emit=ptx and "
-                        "a kernel whose blocks fold ('"
-                     << kernel.name << "' does not)\n";
+                        "a kernel whose blocks fold, 2 to "
+                        "maxFoldedBlocks of its tile ('"
+                     << kernel.name << "': "
+                     << (tilefuse::foldsResidentBlocks(kernel.tile)
+                             ? tilefuse::maxFoldedBlocks(kernel.tile)
+                             : 0)
+                     << ")\n";
         return 1;
       }
       llvm::Expected<std::string> folded =

@@ -619,6 +619,14 @@ bool BlockRunner::checkShared(const Thread &thread, const Function &fn,
       // byte before it (then it is a race).
       if (!written && !unwrittenRead.thread)
         unwrittenRead = {&thread, &fn, pc, where()};
+      // Reads this thread's warp has seen complete need no keeping: a write
+      // ordered after this read is ordered after them (clocks join).
+      bool earlierReadsSeen = true;
+      for (uint32_t readers = cell.readWarps; readers; readers &= readers - 1)
+        earlierReadsSeen &=
+            ordered(warp, llvm::countr_zero(readers), cell.readTime);
+      if (earlierReadsSeen)
+        cell.readWarps = 0;
       if (!cell.readWarps)
         cell.reader = me;
       else if (cell.reader != me)
@@ -1390,7 +1398,33 @@ bool BlockRunner::resolveStalled() {
                                   "thread counts: {1} expects {2}",
                                   id, nameOf(thread), thread.barrierCount));
     if (first.barrierCount) {
-      // That many threads, whichever they are.
+      // Whole warps (each adds the warp size, as on a GPU; .aligned: every
+      // live lane of a warp at the same one), that many threads of them. A
+      // GPU would complete the barrier once per count; more warps at it
+      // than the count are refused here.
+      uint32_t warpsAt = 0;
+      for (unsigned w = 0; w < warps; ++w) {
+        const Thread *atId = nullptr, *elsewhere = nullptr;
+        for (unsigned t = w * 32;
+             t < std::min<size_t>(threads.size(), w * 32 + 32); ++t) {
+          const Thread &lane = threads[t];
+          if (lane.state == Thread::State::Exited)
+            continue;
+          bool here = lane.state == Thread::State::Barrier &&
+                      lane.barrierId == id && lane.waitPc == first.waitPc &&
+                      lane.frames.back().fn == first.frames.back().fn;
+          const Thread *&seen = here ? atId : elsewhere;
+          if (!seen)
+            seen = &lane;
+        }
+        if (atId && elsewhere)
+          return fail(*atId, fn, first.waitPc, kLaunchFailed,
+                      llvm::formatv("a warp split at barrier {0}: {1} is not "
+                                    "at this bar.sync",
+                                    id, nameOf(*elsewhere)));
+        warpsAt += atId != nullptr;
+      }
+      arrived[id] = warpsAt * 32;
       if (arrived[id] > first.barrierCount)
         return fail(first, fn, first.waitPc, kLaunchFailed,
                     llvm::formatv("{0} threads wait at barrier {1}, which "

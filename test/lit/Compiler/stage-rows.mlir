@@ -127,7 +127,7 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 // guard).
 // PARTIALS-LABEL: gpu.func @norm_bwd
 // PARTIALS-NOT: known_block_size
-// PARTIALS-SAME: {
+// PARTIALS-SAME: kernel {
 // PARTIALS: gpu.thread_id  x upper_bound 960
 // PARTIALS: %[[GROUPS:.+]] = arith.divui %block_dim_x, %c64
 // PARTIALS: scf.for

@@ -272,7 +272,13 @@ bool foldsResidentBlocks(const TileConfig &config);
 
 /// The most row groups a folded block holds: 1024 threads, and at most 15
 /// named barriers (1-15; barrier 0 is the block's) where a row spans warps.
+/// A tile with more row groups a block (an override) does not fold.
 int64_t maxFoldedRowGroups(const TileConfig &config);
+
+/// The most of the tile's blocks one folded block holds: its blocks per SM,
+/// as far as maxFoldedRowGroups allows (64-thread rows: 3 blocks of 4 row
+/// groups, 768 threads, where 4 would need 16 barriers).
+int64_t maxFoldedBlocks(const TileConfig &config);
 
 /// The blocks per SM the runtime asks the PTX JIT for (`.minnctapersm`)
 /// where fewer are resident (the registers paragraph above): 1024 threads'
