@@ -295,21 +295,26 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   // Where fewer blocks fit than blocksPerSMGoal, CudaDriver loads the PTX
   // again asking ptxas for more (CudaDriver::raiseOccupancy): what ptxas
   // does for each count it may ask for.
+  // What ptxas does with a variant of the PTX the runtime may load, by key.
+  auto addReport = [](std::map<unsigned, PtxasReport> &reports, unsigned key,
+                      llvm::Expected<std::string> ptx) -> llvm::Error {
+    if (!ptx)
+      return ptx.takeError();
+    llvm::Expected<PtxasReport> variant = ptxasReport(*ptx);
+    if (!variant)
+      return variant.takeError();
+    reports[key] = std::move(*variant);
+    return llvm::Error::success();
+  };
   std::map<unsigned, PtxasReport> asked;
   int64_t goal = blocksPerSMGoal(tile);
   bool mayAsk =
       goal > 0 && emu::residentBlocks(tile.threadsPerBlock(),
                                       report->registers[info.name], 0) < goal;
-  for (int64_t ask = 2; mayAsk && ask <= goal; ++ask) {
-    llvm::Expected<std::string> askingPtx =
-        withMinBlocksPerSM(kernel->ptx, info.name, ask);
-    if (!askingPtx)
-      return askingPtx.takeError();
-    llvm::Expected<PtxasReport> askedReport = ptxasReport(*askingPtx);
-    if (!askedReport)
-      return askedReport.takeError();
-    asked[ask] = std::move(*askedReport);
-  }
+  for (int64_t ask = 2; mayAsk && ask <= goal; ++ask)
+    if (llvm::Error error = addReport(
+            asked, ask, withMinBlocksPerSM(kernel->ptx, info.name, ask)))
+      return std::move(error);
   // Where the blocks of a persistent grid that share an SM may fold into
   // one, CudaDriver loads the PTX again with each block size it may try
   // (CudaDriver::foldResidentBlocks).
@@ -317,27 +322,22 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
   if (foldsResidentBlocks(tile))
     for (int64_t fold = 2; fold <= maxFoldedBlocks(tile); ++fold) {
       int64_t threads = tile.threadsPerBlock() * fold;
-      llvm::Expected<std::string> boundedPtx =
-          withMaxThreads(kernel->ptx, info.name, threads);
-      if (!boundedPtx)
-        return boundedPtx.takeError();
-      llvm::Expected<PtxasReport> boundedReport = ptxasReport(*boundedPtx);
-      if (!boundedReport)
-        return boundedReport.takeError();
-      bounded[threads] = std::move(*boundedReport);
+      if (llvm::Error error =
+              addReport(bounded, threads,
+                        withMaxThreads(kernel->ptx, info.name, threads)))
+        return std::move(error);
     }
   // The occupancy the driver reports (and a persistent grid's size) counts
   // them.
   for (auto &[function, registers] : report->registers) {
-    std::map<unsigned, emu::PtxasAllocation> whenAsked, whenBounded;
-    for (auto &[ask, askedReport] : asked)
-      whenAsked[ask] = {askedReport.registers[function],
-                        askedReport.stack[function]};
-    for (auto &[threads, boundedReport] : bounded)
-      whenBounded[threads] = {boundedReport.registers[function],
-                              boundedReport.stack[function]};
-    emu::setRegisters(function, {registers, report->stack[function]}, whenAsked,
-                      whenBounded);
+    auto allocations = [&](std::map<unsigned, PtxasReport> &reports) {
+      std::map<unsigned, emu::PtxasAllocation> byKey;
+      for (auto &[key, variant] : reports)
+        byKey[key] = {variant.registers[function], variant.stack[function]};
+      return byKey;
+    };
+    emu::setRegisters(function, {registers, report->stack[function]},
+                      allocations(asked), allocations(bounded));
   }
 
   // The emulated launch: every block does what a block of the modeled one

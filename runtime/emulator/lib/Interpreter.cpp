@@ -355,6 +355,9 @@ private:
   }
   /// Completes barrier `id` for the threads waiting at it.
   void completeBarrier(uint32_t id);
+  /// The warps waiting at `first`'s counted barrier, all their live lanes
+  /// there; fails (nullopt) for a warp split across barriers.
+  std::optional<unsigned> wholeWarpsAt(const Thread &first);
   struct UnwrittenRead {
     const Thread *thread = nullptr;
     const Function *fn = nullptr;
@@ -1398,33 +1401,12 @@ bool BlockRunner::resolveStalled() {
                                   "thread counts: {1} expects {2}",
                                   id, nameOf(thread), thread.barrierCount));
     if (first.barrierCount) {
-      // Whole warps (each adds the warp size, as on a GPU; .aligned: every
-      // live lane of a warp at the same one), that many threads of them. A
-      // GPU would complete the barrier once per count; more warps at it
+      // A GPU would complete the barrier once per count; more warps at it
       // than the count are refused here.
-      uint32_t warpsAt = 0;
-      for (unsigned w = 0; w < warps; ++w) {
-        const Thread *atId = nullptr, *elsewhere = nullptr;
-        for (unsigned t = w * 32;
-             t < std::min<size_t>(threads.size(), w * 32 + 32); ++t) {
-          const Thread &lane = threads[t];
-          if (lane.state == Thread::State::Exited)
-            continue;
-          bool here = lane.state == Thread::State::Barrier &&
-                      lane.barrierId == id && lane.waitPc == first.waitPc &&
-                      lane.frames.back().fn == first.frames.back().fn;
-          const Thread *&seen = here ? atId : elsewhere;
-          if (!seen)
-            seen = &lane;
-        }
-        if (atId && elsewhere)
-          return fail(*atId, fn, first.waitPc, kLaunchFailed,
-                      llvm::formatv("a warp split at barrier {0}: {1} is not "
-                                    "at this bar.sync",
-                                    id, nameOf(*elsewhere)));
-        warpsAt += atId != nullptr;
-      }
-      arrived[id] = warpsAt * 32;
+      std::optional<unsigned> warpsAt = wholeWarpsAt(first);
+      if (!warpsAt)
+        return false;
+      arrived[id] = *warpsAt * 32;
       if (arrived[id] > first.barrierCount)
         return fail(first, fn, first.waitPc, kLaunchFailed,
                     llvm::formatv("{0} threads wait at barrier {1}, which "
@@ -1465,16 +1447,48 @@ bool BlockRunner::resolveStalled() {
                               "and {2} arrived",
                               first.barrierId, first.barrierCount,
                               arrived[first.barrierId]));
-  for (const Thread &thread : threads)
-    if (thread.state == Thread::State::Barrier &&
-        thread.barrierId != first.barrierId)
-      return fail(first, fn, first.waitPc, kLaunchFailed,
-                  llvm::formatv("threads wait at different barriers: {0} at "
-                                "PTX line {1} (barrier {2})",
-                                nameOf(thread), lineOf(thread),
-                                thread.barrierId));
+  // The block's barrier waits for threads stalled at another barrier.
+  const Thread &other = *llvm::find_if(threads, [&](const Thread &thread) {
+    return thread.state == Thread::State::Barrier &&
+           thread.barrierId != first.barrierId;
+  });
   return fail(first, fn, first.waitPc, kLaunchFailed,
-              "deadlock: a barrier no thread can reach");
+              llvm::formatv("threads wait at different barriers: {0} at PTX "
+                            "line {1} (barrier {2})",
+                            nameOf(other), lineOf(other), other.barrierId));
+}
+
+std::optional<unsigned> BlockRunner::wholeWarpsAt(const Thread &first) {
+  // Each warp adds the warp size, as on a GPU; .aligned: every live lane of
+  // a warp waits at the same bar.sync, or none does.
+  auto isHere = [&](const Thread &lane) {
+    return lane.state == Thread::State::Barrier &&
+           lane.barrierId == first.barrierId && lane.waitPc == first.waitPc &&
+           lane.frames.back().fn == first.frames.back().fn;
+  };
+  unsigned warpsAt = 0;
+  for (unsigned w = 0; w < warps; ++w) {
+    const Thread *here = nullptr, *elsewhere = nullptr;
+    for (unsigned t = w * 32; t < std::min<size_t>(threads.size(), w * 32 + 32);
+         ++t) {
+      const Thread &lane = threads[t];
+      if (lane.state == Thread::State::Exited)
+        continue;
+      const Thread *&seen = isHere(lane) ? here : elsewhere;
+      if (!seen)
+        seen = &lane;
+    }
+    if (here && elsewhere) {
+      fail(*here, *first.frames.back().fn, first.waitPc, kLaunchFailed,
+           llvm::formatv("a warp split at barrier {0}: thread ({1}, {2}, {3}) "
+                         "is not at this bar.sync",
+                         first.barrierId, elsewhere->tid[0], elsewhere->tid[1],
+                         elsewhere->tid[2]));
+      return std::nullopt;
+    }
+    warpsAt += here != nullptr;
+  }
+  return warpsAt;
 }
 
 void BlockRunner::completeBarrier(uint32_t id) {
