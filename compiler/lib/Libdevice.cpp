@@ -1,6 +1,7 @@
 //===- Libdevice.cpp - libdevice's math functions, sliced per call set ---===//
 
 #include "Libdevice.h"
+#include "tilefuse/Compiler/Pipeline.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -9,8 +10,42 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Linker/Linker.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <cstdlib>
+#include <dlfcn.h>
 
 using namespace tilefuse;
+
+static constexpr llvm::StringLiteral kLibdeviceInToolkit =
+    "/nvvm/libdevice/libdevice.10.bc";
+
+llvm::Expected<std::string> tilefuse::findLibdevice() {
+  std::vector<std::string> candidates;
+  for (const char *variable : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char *toolkit = std::getenv(variable); toolkit && *toolkit)
+      candidates.push_back(toolkit + kLibdeviceInToolkit.str());
+  candidates.push_back("/usr/local/cuda" + kLibdeviceInToolkit.str());
+  Dl_info self;
+  if (dladdr(reinterpret_cast<void *>(&tilefuse::findLibdevice), &self) &&
+      self.dli_fname) {
+    llvm::SmallString<256> beside(llvm::sys::path::parent_path(self.dli_fname));
+    llvm::sys::path::append(beside, "libdevice.10.bc");
+    candidates.push_back(beside.str().str());
+  }
+  for (const std::string &candidate : candidates)
+    if (llvm::sys::fs::is_regular_file(candidate))
+      return candidate;
+  return llvm::createStringError("libdevice.10.bc was not found; tried " +
+                                 llvm::join(candidates, ", "));
+}
+
+llvm::Expected<std::string> tilefuse::libdevicePath(llvm::StringRef cudaPath) {
+  if (cudaPath.empty())
+    return findLibdevice();
+  return (cudaPath + kLibdeviceInToolkit).str();
+}
 
 llvm::Expected<llvm::StringRef>
 Libdevice::slice(llvm::StringRef key, llvm::ArrayRef<std::string> names) {
@@ -44,6 +79,17 @@ Libdevice::slice(llvm::StringRef key, llvm::ArrayRef<std::string> names) {
 }
 
 llvm::Error Libdevice::linkInto(llvm::Module &module) {
+  if (llvm::Error error = linkDeclared(module))
+    return error;
+  // Only the kernels are entry points.
+  for (llvm::Function &function : module)
+    if (!function.isDeclaration() &&
+        function.getCallingConv() != llvm::CallingConv::PTX_Kernel)
+      function.setLinkage(llvm::GlobalValue::InternalLinkage);
+  return llvm::Error::success();
+}
+
+llvm::Error Libdevice::linkDeclared(llvm::Module &module) {
   std::vector<std::string> names;
   for (llvm::Function &function : module)
     if (function.isDeclaration() && function.getName().starts_with("__nv_"))
@@ -64,10 +110,5 @@ llvm::Error Libdevice::linkInto(llvm::Module &module) {
   if (llvm::Linker::linkModules(module, std::move(*sliced),
                                 llvm::Linker::Flags::LinkOnlyNeeded))
     return llvm::createStringError("linking libdevice's " + key + " failed");
-  // Only the kernels are entry points.
-  for (llvm::Function &function : module)
-    if (!function.isDeclaration() &&
-        function.getCallingConv() != llvm::CallingConv::PTX_Kernel)
-      function.setLinkage(llvm::GlobalValue::InternalLinkage);
   return llvm::Error::success();
 }

@@ -24,6 +24,10 @@ class Module;
 
 namespace tilefuse {
 
+/// libdevice.10.bc in the CUDA toolkit at `cudaPath`, or where
+/// findLibdevice() finds it when that is empty.
+llvm::Expected<std::string> libdevicePath(llvm::StringRef cudaPath);
+
 /// libdevice's bitcode and, for each set of `__nv_` functions a module has
 /// declared so far, those functions cut out of it (with what they use) as a
 /// small bitcode module. Reading libdevice, even lazily, costs 8 M
@@ -38,11 +42,13 @@ public:
 
   /// Links into `module` the libdevice definition of every `__nv_` function
   /// it declares, as linking all of libdevice with `LinkOnlyNeeded` would,
-  /// and makes every function but the kernels internal, so that they are
-  /// inlined and dropped.
+  /// and makes every function but the kernels internal (libdevice's or
+  /// not), so that they are inlined and dropped.
   llvm::Error linkInto(llvm::Module &module);
 
 private:
+  /// Links the definitions of the `__nv_` functions `module` declares.
+  llvm::Error linkDeclared(llvm::Module &module);
   /// The slice defining `names` (sorted, `,`-joined in `key`).
   llvm::Expected<llvm::StringRef> slice(llvm::StringRef key,
                                         llvm::ArrayRef<std::string> names);

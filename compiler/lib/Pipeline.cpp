@@ -5,7 +5,7 @@
 #include "tilefuse/Compiler/Passes.h"
 #include "tilefuse/Compiler/TileConfig.h"
 
-#include "Libdevice.h"
+#include "EmitPTX.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -18,31 +18,18 @@
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/AsmParser/Parser.h"
 #include "llvm/IR/LLVMContext.h"
-#include "llvm/IR/LegacyPassManager.h"
-#include "llvm/IR/OptBisect.h"
 #include "llvm/IR/Module.h"
-#include "llvm/MC/TargetRegistry.h"
-#include "llvm/Passes/PassBuilder.h"
-#include "llvm/Passes/StandardInstrumentations.h"
 #include "llvm/Pass.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
-#include "llvm/Target/TargetMachine.h"
-#include "llvm/TargetParser/Triple.h"
 
-#include <chrono>
-#include <cstdlib>
-#include <dlfcn.h>
 #include <functional>
 #include <mutex>
 
@@ -50,13 +37,6 @@ using namespace mlir;
 using namespace tilefuse;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double millisecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start)
-      .count();
-}
 
 std::string printed(Operation *op) {
   std::string text;
@@ -107,159 +87,6 @@ std::string tilePipeline(const CompileOptions &options) {
 }
 
 bool isCPU(const CompileOptions &options) { return options.target == "cpu"; }
-
-/// What every PTX compile for one chip reuses: the NVPTX target machine and
-/// libdevice, read once, from which a kernel links only the math functions
-/// it calls. One per thread: LLVM code generation is not safe across threads
-/// on one TargetMachine.
-struct NVPTXBackend {
-  std::unique_ptr<llvm::TargetMachine> machine;
-  std::unique_ptr<Libdevice> libdevice;
-};
-
-constexpr StringLiteral kLibdeviceInToolkit = "/nvvm/libdevice/libdevice.10.bc";
-
-FailureOr<NVPTXBackend *> getNVPTXBackend(Operation *anchor, StringRef chip,
-                                          StringRef cudaPath) {
-  static std::once_flag initialized;
-  std::call_once(initialized, [] {
-    LLVMInitializeNVPTXTargetInfo();
-    LLVMInitializeNVPTXTarget();
-    LLVMInitializeNVPTXTargetMC();
-    LLVMInitializeNVPTXAsmPrinter();
-  });
-  thread_local llvm::StringMap<NVPTXBackend> backends;
-  std::string key = (chip + "|" + cudaPath).str();
-  auto it = backends.find(key);
-  if (it != backends.end())
-    return &it->second;
-
-  llvm::Triple triple("nvptx64-nvidia-cuda");
-  std::string error;
-  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
-  if (!target)
-    return anchor->emitError("the NVPTX backend is unavailable: ") << error;
-  NVPTXBackend backend;
-  backend.machine.reset(target->createTargetMachine(
-      triple, chip, "+ptx80", llvm::TargetOptions(), std::nullopt,
-      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
-  std::string path;
-  if (!cudaPath.empty()) {
-    path = (cudaPath + kLibdeviceInToolkit).str();
-  } else {
-    llvm::Expected<std::string> found = findLibdevice();
-    if (!found)
-      return anchor->emitError(llvm::toString(found.takeError()));
-    path = *found;
-  }
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer)
-    return anchor->emitError("cannot read libdevice at ")
-           << path << ": " << buffer.getError().message();
-  backend.libdevice = std::make_unique<Libdevice>(std::move(*buffer));
-  return &(backends[key] = std::move(backend));
-}
-
-/// Skips the NVPTX backend's machine code sinking, which moves each load
-/// down to its first use: past the branches of a libdevice function (erf
-/// has one per element) or into a guarded store's block, where it waits for
-/// the stores and loads before it (geglu_bwd bf16, n = 32000: 1 of the 6
-/// loads a group issues ahead stayed before the first branch). Only for
-/// kernels that issue loads ahead: elsewhere the sinking moves per-row work
-/// into the row leader's branch (3-6% fewer instructions in the
-/// issue-bound cross-entropy kernels).
-class KeepLoadOrder : public llvm::OptPassGate {
-public:
-  bool isEnabled() const override { return true; }
-  bool shouldRunPass(llvm::StringRef pass, llvm::StringRef) const override {
-    return pass != "machine-sink";
-  }
-};
-
-/// Translates the gpu.module to LLVM IR, links the libdevice functions it
-/// calls, optimizes it and generates PTX, timing the LLVM IR work and the
-/// NVPTX code generation separately.
-LogicalResult emitPTX(ModuleOp module, const CompileOptions &options,
-                      Stage stop, CompileResult &result,
-                      std::string *optimizedIR) {
-  auto gpuModule = *module.getOps<gpu::GPUModuleOp>().begin();
-  auto start = Clock::now();
-  FailureOr<NVPTXBackend *> backend =
-      getNVPTXBackend(gpuModule, options.target, options.cudaPath);
-  if (failed(backend))
-    return failure();
-  llvm::TargetMachine &machine = *(*backend)->machine;
-
-  bool keepLoadOrder = false;
-  for (Operation &function : gpuModule.getBody()->getOperations())
-    keepLoadOrder |= bool(function.removeAttr(kKeepLoadOrderAttr));
-  // The gate outlives the context that points to it.
-  KeepLoadOrder keepLoads;
-  llvm::LLVMContext llvmContext;
-  if (keepLoadOrder)
-    llvmContext.setOptPassGate(keepLoads);
-  std::unique_ptr<llvm::Module> llvmModule =
-      translateModuleToLLVMIR(gpuModule, llvmContext, "tilefuse");
-  if (!llvmModule)
-    return gpuModule.emitError("translation to LLVM IR failed");
-  llvmModule->setTargetTriple(machine.getTargetTriple());
-  llvmModule->setDataLayout(machine.createDataLayout());
-
-  if (llvm::Error error = (*backend)->libdevice->linkInto(*llvmModule))
-    return gpuModule.emitError("cannot link libdevice: ")
-           << llvm::toString(std::move(error));
-
-  llvm::LoopAnalysisManager loops;
-  llvm::FunctionAnalysisManager functions;
-  llvm::CGSCCAnalysisManager cgscc;
-  llvm::ModuleAnalysisManager modules;
-  // `--time-passes` times the optimization pipeline as well as code
-  // generation (instrumented only then: it costs time).
-  llvm::PassInstrumentationCallbacks instrumentation;
-  std::optional<llvm::StandardInstrumentations> standard;
-  if (llvm::TimePassesIsEnabled) {
-    standard.emplace(llvmContext, /*DebugLogging=*/false);
-    standard->registerCallbacks(instrumentation, &modules);
-  }
-  llvm::PassBuilder passBuilder(&machine, llvm::PipelineTuningOptions(),
-                                std::nullopt,
-                                standard ? &instrumentation : nullptr);
-  passBuilder.registerModuleAnalyses(modules);
-  passBuilder.registerCGSCCAnalyses(cgscc);
-  passBuilder.registerFunctionAnalyses(functions);
-  passBuilder.registerLoopAnalyses(loops);
-  passBuilder.crossRegisterProxies(loops, functions, cgscc, modules);
-  passBuilder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3)
-      .run(*llvmModule, modules);
-  auto optimized = Clock::now();
-  result.times.push_back(
-      {"llvm-ir",
-       std::chrono::duration<double, std::milli>(optimized - start).count()});
-  if (stop == Stage::LLVM || optimizedIR) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    llvmModule->print(os, nullptr);
-    if (stop == Stage::LLVM) {
-      result.text = std::move(text);
-      return success();
-    }
-    *optimizedIR = std::move(text);
-  }
-
-  llvm::SmallString<0> ptx;
-  llvm::raw_svector_ostream ptxStream(ptx);
-  llvm::legacy::PassManager codegen;
-  if (machine.addPassesToEmitFile(codegen, ptxStream, nullptr,
-                                  llvm::CodeGenFileType::AssemblyFile))
-    return gpuModule.emitError("the NVPTX backend cannot emit PTX");
-  codegen.run(*llvmModule);
-  result.times.push_back({"ptx", millisecondsSince(optimized)});
-  // Every math function must be resolved (libdevice linked and inlined).
-  if (StringRef(ptx).contains(".extern .func"))
-    return gpuModule.emitError("the PTX still calls an external function");
-  result.text = ptx.str().str();
-  return success();
-}
 
 std::string dtypeName(Type type) {
   std::string text;
@@ -512,26 +339,6 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
     dump("llvm", result.text, "ll");
   }
   return result;
-}
-
-llvm::Expected<std::string> tilefuse::findLibdevice() {
-  std::vector<std::string> candidates;
-  for (const char *variable : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char *toolkit = std::getenv(variable); toolkit && *toolkit)
-      candidates.push_back(toolkit + kLibdeviceInToolkit.str());
-  candidates.push_back("/usr/local/cuda" + kLibdeviceInToolkit.str());
-  Dl_info self;
-  if (dladdr(reinterpret_cast<void *>(&tilefuse::findLibdevice), &self) &&
-      self.dli_fname) {
-    llvm::SmallString<256> beside(llvm::sys::path::parent_path(self.dli_fname));
-    llvm::sys::path::append(beside, "libdevice.10.bc");
-    candidates.push_back(beside.str().str());
-  }
-  for (const std::string &candidate : candidates)
-    if (llvm::sys::fs::is_regular_file(candidate))
-      return candidate;
-  return llvm::createStringError("libdevice.10.bc was not found; tried " +
-                                 llvm::join(candidates, ", "));
 }
 
 /// Where `entry`'s header lies in `ptx`: from `.entry <name>(` to its

@@ -97,13 +97,18 @@ struct KernelInfo {
   }
 };
 
+/// Wall time of one stage on the calling thread. A fusion of several GPU
+/// kernels compiles its first kernel's LLVM module on the calling thread and
+/// the others' on helper threads beside it: "llvm-ir" ends when the first is
+/// optimized, "ptx" when every module's PTX is joined.
 struct StageTime {
   std::string stage;
   double milliseconds;
 };
 
 struct CompileResult {
-  /// The requested stage: printed MLIR, LLVM IR text or PTX text.
+  /// The requested stage: printed MLIR, LLVM IR text (for the GPU, one
+  /// module per kernel of a fusion of several) or PTX text.
   std::string text;
   std::vector<StageTime> times;
   /// The kernels' interfaces, from the tiled stage on.
