@@ -33,7 +33,7 @@ def test_rms_norm(shape, dtype):
     torch.testing.assert_close(dw.float(), rdw.float(), atol=atol, rtol=atol)
 
 
-@pytest.mark.parametrize("shape", [(4, 64), (2, 3, 100)], ids=str)
+@pytest.mark.parametrize("shape", [(4, 64), (2, 3, 100), (3, 4096)], ids=str)
 def test_layer_norm(shape, dtype):
     n = shape[-1]
     x = torch.randn(shape).to(dtype)
