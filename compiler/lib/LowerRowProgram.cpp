@@ -537,6 +537,31 @@ static bool earlierPassesAreCheap(KernelOp kernel) {
   return true;
 }
 
+/// The 16-bit per-column inputs that a row program's final pass reads and
+/// no earlier pass does (a norm's weight and bias): what
+/// loadsColumnsWithRow loads with the row. Wider ones take twice the
+/// registers (layer_norm_fwd f32 n = 1000: 64 -> 94, 94% -> 88% of HBM in
+/// the traffic model; bf16 x with f32 weight and bias at n = 4096: 80 ->
+/// 172).
+static SmallVector<BlockArgument>
+columnsOnlyTheFinalPassReads(KernelOp kernel) {
+  SmallVector<SmallVector<Value>> passes = passChunkValues(kernel);
+  SmallVector<BlockArgument> columns;
+  if (passes.size() < 2)
+    return columns;
+  DenseSet<Value> readEarlier;
+  for (const SmallVector<Value> &values : ArrayRef(passes).drop_back())
+    readEarlier.insert(values.begin(), values.end());
+  for (Value value : passes.back()) {
+    auto input = dyn_cast<BlockArgument>(value);
+    if (input && valueType(input).getKind() == ValueKind::Col &&
+        storageBytes(valueType(input).getElementType()) == 2 &&
+        !readEarlier.contains(input))
+      columns.push_back(input);
+  }
+  return columns;
+}
+
 /// The emitter for one kernel body. `pointers` and `scalars` map the fuse
 /// kernel's inputs and outputs to the lowered function's arguments.
 class RowProgramEmitter {
@@ -566,10 +591,10 @@ public:
         // row instead of two, for more registers (rms_norm_fwd bf16 n =
         // 4096: 64 -> 80 registers, 4 -> 3 blocks per SM, 92% -> 100% of
         // HBM in the traffic model; layer_norm_fwd 80 -> 127, 3 -> 2, 65%
-        // -> 78%). Only 16-bit ones, whose columns take half the registers
-        // (layer_norm_fwd f32 n = 1000: 64 -> 94 registers, 94% -> 88%);
-        // not wide rows (layer_norm_fwd bf16 n = 32000: 64 -> 128, 100% ->
-        // 77%) nor the persistent grids of column reductions.
+        // -> 78%). Only 16-bit rows and columns
+        // (columnsOnlyTheFinalPassReads); not wide rows (layer_norm_fwd
+        // bf16 n = 32000: 64 -> 128, 100% -> 77%) nor the persistent grids
+        // of column reductions.
         loadsColumnsWithRow(
             config.isGPU() && config.rowOnChip && shape.storageBytes == 2 &&
             !keepsWideRowOnChip(shape, config) && !shape.hasColumnReduction) {}
@@ -1921,13 +1946,8 @@ LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
       onChipChunks.push_back(makeChunk(indexConstant(b, loc, c)));
       onChipChunks.back().partialOnChip = c < config.partialChunks;
     }
-  if (loadsColumnsWithRow && finalLevel > 0) {
-    SmallVector<BlockArgument> columns;
-    for (BlockArgument input : passInputs({}, /*isFinal=*/true))
-      if (valueType(input).getKind() == ValueKind::Col)
-        columns.push_back(input);
-    preloadInputs(onChipChunks, columns);
-  }
+  if (loadsColumnsWithRow)
+    preloadInputs(onChipChunks, columnsOnlyTheFinalPassReads(kernel));
 
   int passesDone = 0;
   for (int level = 0; level <= maxLevel; ++level) {
