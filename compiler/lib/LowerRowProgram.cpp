@@ -537,16 +537,24 @@ static bool earlierPassesAreCheap(KernelOp kernel) {
   return true;
 }
 
-/// The 16-bit per-column inputs that a row program's final pass reads and
-/// no earlier pass does (a norm's weight and bias): what
-/// loadsColumnsWithRow loads with the row. Wider ones take twice the
-/// registers (layer_norm_fwd f32 n = 1000: 64 -> 94, 94% -> 88% of HBM in
-/// the traffic model; bf16 x with f32 weight and bias at n = 4096: 80 ->
-/// 172).
+/// The per-column inputs a row kept on chip loads with the row, before its
+/// reductions' barriers, rather than a round trip after them: those only
+/// its final pass reads (a norm's weight and bias). One round trip a row
+/// instead of two, for more registers (rms_norm_fwd bf16 n = 4096: 64 -> 80
+/// registers, 4 -> 3 blocks per SM, 92% -> 100% of HBM in the traffic
+/// model; layer_norm_fwd 80 -> 127, 3 -> 2, 65% -> 78%). Only 16-bit rows
+/// and columns: wider ones take twice the registers (layer_norm_fwd f32 n =
+/// 1000: 64 -> 94, 94% -> 88%; bf16 x with f32 weight and bias at n = 4096:
+/// 80 -> 172). Not wide rows (layer_norm_fwd bf16 n = 32000: 64 -> 128,
+/// 100% -> 77%) nor the persistent grids of column reductions.
 static SmallVector<BlockArgument>
-columnsOnlyTheFinalPassReads(KernelOp kernel) {
-  SmallVector<SmallVector<Value>> passes = passChunkValues(kernel);
+columnsToLoadWithRow(KernelOp kernel, const KernelShape &shape,
+                     const TileConfig &config) {
   SmallVector<BlockArgument> columns;
+  if (!config.isGPU() || !config.rowOnChip || shape.storageBytes != 2 ||
+      keepsWideRowOnChip(shape, config) || shape.hasColumnReduction)
+    return columns;
+  SmallVector<SmallVector<Value>> passes = passChunkValues(kernel);
   if (passes.size() < 2)
     return columns;
   DenseSet<Value> readEarlier;
@@ -585,19 +593,7 @@ public:
         loadsHeldPacked(shape.storageBytes == 2 &&
                         keepsWideRowOnChip(shape, config) &&
                         earlierPassesAreCheap(kernel)),
-        // A row on chip whose final pass reads per-column inputs (a norm's
-        // weight and bias) loads them with the row, before the reductions'
-        // barriers, rather than a round trip after them: one round trip a
-        // row instead of two, for more registers (rms_norm_fwd bf16 n =
-        // 4096: 64 -> 80 registers, 4 -> 3 blocks per SM, 92% -> 100% of
-        // HBM in the traffic model; layer_norm_fwd 80 -> 127, 3 -> 2, 65%
-        // -> 78%). Only 16-bit rows and columns
-        // (columnsOnlyTheFinalPassReads); not wide rows (layer_norm_fwd
-        // bf16 n = 32000: 64 -> 128, 100% -> 77%) nor the persistent grids
-        // of column reductions.
-        loadsColumnsWithRow(
-            config.isGPU() && config.rowOnChip && shape.storageBytes == 2 &&
-            !keepsWideRowOnChip(shape, config) && !shape.hasColumnReduction) {}
+        columnsLoadedWithRow(columnsToLoadWithRow(kernel, shape, config)) {}
 
   /// Binds input `index` of the kernel to a lowered argument (a pointer for
   /// tensors, the value for scalars).
@@ -739,8 +735,8 @@ private:
   /// holdLoadsPacked applies: a wide 16-bit row on chip whose earlier
   /// passes compute only cheap values (earlierPassesAreCheap).
   bool loadsHeldPacked;
-  /// The final pass's per-column inputs load with the row (constructor).
-  bool loadsColumnsWithRow;
+  /// The per-column inputs that load with the row (columnsToLoadWithRow).
+  SmallVector<BlockArgument> columnsLoadedWithRow;
   /// What a load of this row's data is predicated on: the row being in the
   /// launch, with predicatedLoads (null: always loads).
   Value rowLoadPredicate() const {
@@ -1946,8 +1942,8 @@ LogicalResult RowProgramEmitter::emitRow(Value rowIndex, Value valid,
       onChipChunks.push_back(makeChunk(indexConstant(b, loc, c)));
       onChipChunks.back().partialOnChip = c < config.partialChunks;
     }
-  if (loadsColumnsWithRow)
-    preloadInputs(onChipChunks, columnsOnlyTheFinalPassReads(kernel));
+  if (!columnsLoadedWithRow.empty())
+    preloadInputs(onChipChunks, columnsLoadedWithRow);
 
   int passesDone = 0;
   for (int level = 0; level <= maxLevel; ++level) {
