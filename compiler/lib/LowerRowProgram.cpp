@@ -2253,21 +2253,27 @@ public:
                    ArrayRef<ReductionState> partials) override {
     SmallVector<ReductionState> states(partials);
     // Within a warp: butterfly shuffles over the lanes of this row.
-    int64_t warpLanes = std::min<int64_t>(config.threadsPerRow, 32);
-    for (int64_t offset = 1; offset < warpLanes; offset *= 2) {
-      for (auto [reduction, state] : llvm::zip(reductions, states)) {
-        ReductionState shuffled;
-        for (Value value : state)
-          shuffled.push_back(gpu::ShuffleOp::create(b, loc, value, offset, 32,
-                                                    gpu::ShuffleMode::XOR)
-                                 .getShuffleResult());
-        state = combineStates(b, loc, reduction, state, shuffled, math);
-      }
-    }
-    if (config.threadsPerRow <= 32)
+    if (config.threadsPerRow <= 32) {
+      for (auto [reduction, state] : llvm::zip(reductions, states))
+        state =
+            combineAcrossLanes(b, loc, reduction, state, config.threadsPerRow);
       return states;
+    }
+    // Only each warp's lane 0 publishes its state: no lane needs the rest
+    // to agree with it.
+    for (auto [reduction, state] : llvm::zip(reductions, states))
+      state = butterfly(b, loc, reduction, state, 32);
     // Across the warps of a row: lane 0 of each warp publishes its state in
-    // workgroup memory; after a barrier every thread combines them in order.
+    // workgroup memory; after a barrier lane l of every warp reads warp
+    // l % warps' state and butterfly shuffles combine them, log2(warps)
+    // deep (every warp the same way, so every thread of the row gets the
+    // same bits). Reading every warp's state instead held them all at once
+    // (16 warps' four cross-entropy states took 64 registers, one
+    // 512-thread block per SM). A persistent block (the backward norms)
+    // still reads them all and combines them in order: its lanes would keep
+    // their slot's address live across all their rows, and ptxas spilled a
+    // register at f32 n = 32000 (the shuffles took 102 registers to 80 at
+    // f32 n = 1000, which changed no block count).
     int64_t warpsPerRow = config.threadsPerRow / 32;
     Value warpInRow = arith::DivUIOp::create(b, loc, laneIndex,
                                              indexConstant(b, loc, 32));
@@ -2296,21 +2302,32 @@ public:
                                   slot(warpInRow, component++));
     });
     synchronizeRow(b, loc);
+    bool inOrder = config.blocksPerSM > 0;
+    Value sourceWarp =
+        inOrder ? Value()
+                : arith::RemUIOp::create(b, loc, laneInWarp,
+                                         indexConstant(b, loc, warpsPerRow));
     size_t first = 0;
     for (auto [reduction, state] : llvm::zip(reductions, states)) {
-      ReductionState total;
-      for (int64_t warp = 0; warp < warpsPerRow; ++warp) {
+      auto read = [&](Value warp) {
         ReductionState part;
         for (auto [index, value] : llvm::enumerate(state))
-          part.push_back(fromSlot(
-              b, loc,
-              memref::LoadOp::create(
-                  b, loc, workgroup,
-                  slot(indexConstant(b, loc, warp), first + index)),
-              value.getType()));
-        total = warp == 0 ? part
-                          : combineStates(b, loc, reduction, total, part,
-                                          math);
+          part.push_back(
+              fromSlot(b, loc,
+                       memref::LoadOp::create(b, loc, workgroup,
+                                              slot(warp, first + index)),
+                       value.getType()));
+        return part;
+      };
+      ReductionState total;
+      if (inOrder) {
+        total = read(indexConstant(b, loc, 0));
+        for (int64_t warp = 1; warp < warpsPerRow; ++warp)
+          total = combineStates(b, loc, reduction, total,
+                                read(indexConstant(b, loc, warp)), math);
+      } else {
+        total = combineAcrossLanes(b, loc, reduction, read(sourceWarp),
+                                   warpsPerRow);
       }
       first += state.size();
       state = total;
@@ -2321,6 +2338,47 @@ public:
   }
 
 private:
+  /// `state` combined with the states of the lanes whose index differs in
+  /// the bits below `lanes` (a power of two at most 32), by butterfly
+  /// shuffles: each lane combines its own state with its partner's, so the
+  /// lanes agree bit for bit where the combine is commutative (sums, max,
+  /// min, arg reductions' lowest index, online softmax), not in Welford's
+  /// merge.
+  ReductionState butterfly(OpBuilder &b, Location loc,
+                           const RowReduction &reduction, ReductionState state,
+                           int64_t lanes) {
+    for (int64_t offset = 1; offset < lanes; offset *= 2) {
+      ReductionState shuffled;
+      for (Value value : state)
+        shuffled.push_back(gpu::ShuffleOp::create(b, loc, value, offset, 32,
+                                                  gpu::ShuffleMode::XOR)
+                               .getShuffleResult());
+      state = combineStates(b, loc, reduction, state, shuffled, math);
+    }
+    return state;
+  }
+
+  /// The butterfly, after which every lane of each group of `lanes` holds
+  /// the same bits: where the combine is not commutative, the group's first
+  /// lane's.
+  ReductionState combineAcrossLanes(OpBuilder &b, Location loc,
+                                    const RowReduction &reduction,
+                                    ReductionState state, int64_t lanes) {
+    state = butterfly(b, loc, reduction, state, lanes);
+    if (lanes == 1 || reduction.form != RowReduction::Form::Moments)
+      return state;
+    Value lane = gpu::LaneIdOp::create(b, loc, /*upperBound=*/nullptr);
+    Value first = arith::IndexCastOp::create(
+        b, loc, b.getI32Type(),
+        arith::AndIOp::create(b, loc, lane, indexConstant(b, loc, -lanes)));
+    Value width = arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(32));
+    for (Value &value : state)
+      value = gpu::ShuffleOp::create(b, loc, value, first, width,
+                                     gpu::ShuffleMode::IDX)
+                  .getShuffleResult();
+    return state;
+  }
+
   /// The row group's warps meet: at the block's barrier, or, where row
   /// groups of a folded block go at their own pace, at the group's named
   /// barrier (1 + the group; 0 is the block's).

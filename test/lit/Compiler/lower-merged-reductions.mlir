@@ -90,17 +90,30 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU: arith.divf %{{.+}}, %{{.+}} : vector<8xf32>
 // GPU: gpu.shuffle  xor
 // The mean: the sum / n where it is smaller than Welford's shifted mean,
-// else the shift plus that mean (after the warps' states are combined:
-// the last warp's M2, then its sum). The lanes' sums need no zeros: a
-// thread's sum has one lane, the other lanes add -0.0, which folds.
+// else the shift plus that mean (after the warps' states are combined).
+// The lanes' sums need no zeros: a thread's sum has one lane, the other
+// lanes add -0.0, which folds. Across the 16 warps: each thread reads one
+// warp's 4 values (lane % 16), four butterfly levels merge them (Chan's
+// merge, a division each), and every lane takes the first lane's mean, M2
+// and sum (the merge is not commutative; the count is not used).
 // GPU: gpu.barrier
-// GPU-COUNT-64: memref.load %{{.+}} : memref<64xf32, #gpu.address_space<workgroup>>
+// GPU-NEXT: arith.remui %{{.+}}, %c16 : index
+// GPU-COUNT-4: memref.load %{{.+}} : memref<64xf32, #gpu.address_space<workgroup>>
+// GPU-NOT: memref.load
+// GPU: gpu.shuffle  xor %{{.+}}, %c1_i32
+// GPU-COUNT-3: gpu.shuffle  xor %{{.+}}, %c1_i32
+// GPU: arith.divf %{{.+}}, %{{.+}} : f32
+// GPU: gpu.shuffle  xor %{{.+}}, %c8_i32
+// GPU-COUNT-3: gpu.shuffle  xor %{{.+}}, %c8_i32
 // GPU: arith.divf %{{.+}}, %{{.+}} : f32
 // GPU-NEXT: arith.mulf
-// GPU-NEXT: %[[WELFORD:.+]] = arith.addf %{{.+}}, %{{.+}} : f32
-// GPU: arith.addf %{{.+}}, %{{.+}} : f32
-// GPU-NEXT: %[[M2:.+]] = arith.addf %{{.+}}, %{{.+}} : f32
-// GPU-NEXT: %[[SUM:.+]] = arith.addf %{{.+}}, %{{.+}} : f32
+// GPU-NEXT: arith.addf
+// GPU: %[[LANE:.+]] = gpu.lane_id
+// GPU-NEXT: %[[FIRST:.+]] = arith.andi %[[LANE]], %c-16 : index
+// GPU-NEXT: %[[SOURCE:.+]] = arith.index_cast %[[FIRST]] : index to i32
+// GPU-NEXT: %[[WELFORD:.+]], %{{.+}} = gpu.shuffle  idx %{{.+}}, %[[SOURCE]], %c32_i32 : f32
+// GPU-NEXT: %[[M2:.+]], %{{.+}} = gpu.shuffle  idx %{{.+}}, %[[SOURCE]], %c32_i32 : f32
+// GPU-NEXT: %[[SUM:.+]], %{{.+}} = gpu.shuffle  idx %{{.+}}, %[[SOURCE]], %c32_i32 : f32
 // GPU-NEXT: gpu.barrier
 // GPU-NEXT: %[[SHIFTED:.+]] = arith.addf %[[SHIFT]], %[[WELFORD]] : f32
 // GPU-NEXT: %[[SUM_MEAN:.+]] = arith.divf %[[SUM]], %[[N]] : f32
