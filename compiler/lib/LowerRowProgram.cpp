@@ -469,12 +469,19 @@ SmallVector<Value> emitBlockedAccumulation(
 /// unrollStreamLoops.
 constexpr StringLiteral kStreamLoopAttr = "tilefuse.stream_loop";
 
-/// Chunks of a streamed row a GPU thread loads per iteration of a merged
-/// reduction's pass or of a pass that stores over global memory (but see
-/// kFinalPassGroup). 4 kept more in flight but made ptxas spill 8-12 bytes
-/// in the streamed cross-entropy (sm_90, n = 32000-262144). Staged chunks
-/// go kStagedUnroll at a time.
+/// Chunks of a streamed row a GPU thread loads per iteration of a pass that
+/// stores over global memory (but see kFinalPassGroup). Staged chunks go
+/// kStagedUnroll at a time.
 constexpr int64_t kStreamGroup = 2;
+
+/// Chunks per iteration of a merged reduction's pass (online softmax,
+/// Welford's moments). While every thread read every warp's row state this
+/// was 2: 4 made ptxas spill 4-12 bytes in the streamed cross-entropy
+/// (sm_90, n = 32000-262144). Since the warps' states meet in shuffles
+/// (combineAcrossRow) 4 spills nothing: cross_entropy_fwd bf16 n = 128256
+/// keeps 65 KiB in flight per SM instead of 33 (76% -> 98% of HBM in the
+/// traffic model), layer_norm_fwd's streamed rows 45-50 -> 53-61 KiB.
+constexpr int64_t kMergedPassGroup = 4;
 
 /// Chunks per iteration of the pass that stores a row's outputs after
 /// earlier passes reduced it, when it reduces nothing itself: its registers
@@ -1673,10 +1680,11 @@ void RowProgramEmitter::streamChunks(
           combineStates(b, loc, reduction, left, right, mathLowering));
     return combined;
   };
-  // Groups of kStreamGroup chunks for a merged reduction's pass (the model
-  // put it latency-bound) and for a pass that stores outputs (its stores
-  // held back the next chunk's loads: geglu_fwd bf16, n = 4096, kept 20 KiB
-  // in flight per SM). Plain reduction passes gained nothing and spilled
+  // Groups of kMergedPassGroup chunks for a merged reduction's pass (the
+  // model put it latency-bound), of kStreamGroup for a pass that stores
+  // outputs (its stores held back the next chunk's loads: geglu_fwd bf16,
+  // n = 4096, kept 20 KiB in flight per SM). Plain reduction passes gained
+  // nothing and spilled
   // (rms_norm_fwd bf16, n = 262144: 24 bytes). Staged chunks take bigger
   // groups: their later passes read shared memory, and their register
   // budget is the whole SM's. The pass that stores a row's outputs after
@@ -1698,12 +1706,12 @@ void RowProgramEmitter::streamChunks(
   // n = 32000: 50% -> 40%).
   bool partlyOnChip = isFinal && first < config.partialChunks &&
                       config.partialChunks < config.chunks;
-  int64_t group = !config.isGPU()                     ? 1
-                  : staged                            ? kStagedUnroll
-                  : stores && afterReductions && !partlyOnChip
-                      ? kFinalPassGroup
-                  : merged || stores || partlyOnChip  ? kStreamGroup
-                                                      : 1;
+  int64_t group = !config.isGPU()                              ? 1
+                  : staged                                     ? kStagedUnroll
+                  : stores && afterReductions && !partlyOnChip ? kFinalPassGroup
+                  : merged                 ? kMergedPassGroup
+                  : stores || partlyOnChip ? kStreamGroup
+                                           : 1;
   // Only a pass that stores (its outputs, or the chunks it stages) needs
   // its loads first. A pass that only loads has its innermost loop unrolled
   // instead, which keeps its blocks of chunks (a group per iteration made

@@ -7,12 +7,12 @@
 // chunk's max joins the max, the sum is rescaled by one exp, and the
 // chunk's exp(x - max) join it as a tree (one exp per element); the mean
 // beside it folds into one lane too. Then threads merge their states. On
-// the GPU the innermost loop is unrolled by 2: two independent loads in
+// the GPU the innermost loop is unrolled by 4: four independent loads in
 // flight per thread.
 // GPU-LABEL: gpu.func @logsumexp
 // GPU-NOT: tilefuse.keep_load_order
 // GPU: scf.for %{{.+}} = %c0 to %c2 step %c1 iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<1xf32>, vector<1xf32>, vector<1xf32>)
-// GPU: scf.for %{{.+}} step %c2 iter_args
+// GPU: scf.for %{{.+}} step %c4 iter_args
 // GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // GPU: vector.reduction <maximumf>, %{{.+}} : vector<8xf32> into f32
 // GPU: arith.cmpf oeq, %{{.+}}, %{{.+}} : f32
@@ -64,8 +64,8 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // LayerNorm over a streamed row in two passes (moments, then the output)
 // instead of three: the moments pass carries Welford's (count, mean, M2) of
 // x - x[row, 0], one reciprocal of the count per chunk, and the plain sum of
-// x on one lane (the mean); blocks of 16 chunks merge by Chan's formula (a
-// vector division per block). The output pass,
+// x on one lane (the mean), four chunks an iteration; blocks of 16 chunks
+// merge by Chan's formula (a vector division per block). The output pass,
 // with no reduction state to carry, takes four chunks per iteration and
 // loads them all before it stores any (and PTX generation keeps the loads
 // there: the kernel is marked).
@@ -82,9 +82,9 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU-NEXT: %[[HEAD_F32:.+]] = arith.extf %[[HEAD]]
 // GPU-NEXT: %[[SHIFT:.+]] = vector.extract %[[HEAD_F32]][0] : f32 from vector<8xf32>
 // GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO:.+]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[SUM_ZERO]]) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>)
-// GPU: scf.for %{{.+}} step %c2 iter_args
+// GPU: scf.for %{{.+}} step %c4 iter_args
 // GPU: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
-// GPU-COUNT-2: arith.divf %{{.+}}, %{{.+}} : f32
+// GPU-COUNT-4: arith.divf %{{.+}}, %{{.+}} : f32
 // GPU-NOT: arith.divf
 // GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>
 // GPU: arith.divf %{{.+}}, %{{.+}} : vector<8xf32>
