@@ -1680,18 +1680,17 @@ void RowProgramEmitter::streamChunks(
           combineStates(b, loc, reduction, left, right, mathLowering));
     return combined;
   };
-  // Groups of kMergedPassGroup chunks for a merged reduction's pass (the
-  // model put it latency-bound), of kStreamGroup for a pass that stores
-  // outputs (its stores held back the next chunk's loads: geglu_fwd bf16,
-  // n = 4096, kept 20 KiB in flight per SM). Plain reduction passes gained
-  // nothing and spilled
-  // (rms_norm_fwd bf16, n = 262144: 24 bytes). Staged chunks take bigger
-  // groups: their later passes read shared memory, and their register
-  // budget is the whole SM's. The pass that stores a row's outputs after
-  // earlier passes reduced it takes kFinalPassGroup (cross_entropy_fwd_grad
-  // bf16, n = 262144: 19 -> 24 KiB in flight per SM); 4 everywhere made
-  // elementwise kernels spill (adamw_step bf16, n = 128256: 124 bytes) and
-  // the streamed cross-entropy forward too (4-8 bytes).
+  // Groups of kStreamGroup chunks for a pass that stores outputs (its
+  // stores held back the next chunk's loads: geglu_fwd bf16, n = 4096, kept
+  // 20 KiB in flight per SM), of kMergedPassGroup for a merged reduction's
+  // pass that does not (the model put it latency-bound). Plain reduction
+  // passes gained nothing and spilled (rms_norm_fwd bf16, n = 262144: 24
+  // bytes). Staged chunks take bigger groups: their later passes read
+  // shared memory, and their register budget is the whole SM's. The pass
+  // that stores a row's outputs after earlier passes reduced it takes
+  // kFinalPassGroup (cross_entropy_fwd_grad bf16, n = 262144: 19 -> 24 KiB
+  // in flight per SM); 4 everywhere made elementwise kernels spill
+  // (adamw_step bf16, n = 128256: 124 bytes).
   bool merged = llvm::any_of(reductions, [](const RowReduction &reduction) {
     return reduction.form == RowReduction::Form::MaxSumExp ||
            reduction.form == RowReduction::Form::Moments;
@@ -1709,9 +1708,9 @@ void RowProgramEmitter::streamChunks(
   int64_t group = !config.isGPU()                              ? 1
                   : staged                                     ? kStagedUnroll
                   : stores && afterReductions && !partlyOnChip ? kFinalPassGroup
-                  : merged                 ? kMergedPassGroup
-                  : stores || partlyOnChip ? kStreamGroup
-                                           : 1;
+                  : stores || partlyOnChip                     ? kStreamGroup
+                  : merged ? kMergedPassGroup
+                           : 1;
   // Only a pass that stores (its outputs, or the chunks it stages) needs
   // its loads first. A pass that only loads has its innermost loop unrolled
   // instead, which keeps its blocks of chunks (a group per iteration made
@@ -2355,6 +2354,7 @@ private:
   ReductionState butterfly(OpBuilder &b, Location loc,
                            const RowReduction &reduction, ReductionState state,
                            int64_t lanes) {
+    assert(llvm::isPowerOf2_64(lanes) && lanes <= 32 && "a warp's lanes");
     for (int64_t offset = 1; offset < lanes; offset *= 2) {
       ReductionState shuffled;
       for (Value value : state)

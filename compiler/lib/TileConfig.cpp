@@ -270,6 +270,14 @@ FailureOr<TileConfig> TileConfig::fromKernel(KernelOp kernel) {
   config.stagedChunks = integer("staged_chunks", 0);
   config.stageBytes = integer("stage_bytes", 0);
   config.partialChunks = integer("partial_chunks", 0);
+  // A row's lanes combine in butterfly shuffles within and across warps.
+  if (config.isGPU() &&
+      (!llvm::isPowerOf2_64(config.threadsPerRow) || config.rowsPerBlock < 1 ||
+       config.threadsPerBlock() > kMaxThreadsPerBlock))
+    return kernel.emitError("malformed fuse.tile: threads_per_row = ")
+           << config.threadsPerRow << " must be a power of two and "
+           << "threads_per_row * rows_per_block (" << config.rowsPerBlock
+           << ") at most " << kMaxThreadsPerBlock;
   // Partials on chip live in the stage's shared memory, a GPU block's; only
   // a block of one row group splits them (its partial rows are per block
   // either way).

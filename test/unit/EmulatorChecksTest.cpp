@@ -963,7 +963,8 @@ struct ExactAfterwards {
 /// the generic paths: Exact rounds the exact result to nearest; High and
 /// Low move it by PTX's whole bound (2 ulp for ex2 and div, 1 for rcp,
 /// 2^-22.9 and 2^-23 relative for rsqrt and sqrt), never past it, never
-/// across zero, never off infinity, zero or NaN.
+/// across zero, never off infinity, zero or NaN, and never ex2's exact 1
+/// (of +-0 and subnormals, the ISA's special cases).
 TEST_F(EmulatorChecks, ApproximationsMoveByThePtxBound) {
   using tilefuse::emulator::Approximation;
   ExactAfterwards restore;
@@ -974,7 +975,7 @@ TEST_F(EmulatorChecks, ApproximationsMoveByThePtxBound) {
   for (float x = 0.01f; x < 40; x *= 1.37f)
     in.push_back(x);
   for (float x : {-3.5f, -0.3f, -130.0f, -149.5f, -200.0f, 128.0f, 200.0f,
-                  0x1p-140f, -INFINITY, INFINITY})
+                  0x1p-140f, 0.0f, -0.0f, -INFINITY, INFINITY})
     in.push_back(x);
   struct Slot {
     const char *name;
@@ -1020,7 +1021,10 @@ TEST_F(EmulatorChecks, ApproximationsMoveByThePtxBound) {
                 : 0;
         double bound = slot.relative ? slot.bound * std::fabs(exact)
                                      : slot.bound * ulp;
-        float want = expectedApproximation(mode, exact, bound, slot.ftz);
+        bool exactOne = std::strncmp(slot.name, "ex2", 3) == 0 && exact == 1;
+        float want = exactOne
+                         ? 1.0f
+                         : expectedApproximation(mode, exact, bound, slot.ftz);
         float got = out[8 * i + k];
         moved += got != static_cast<float>(exact);
         EXPECT_TRUE(got == want || (std::isnan(got) && std::isnan(want)))
@@ -1032,7 +1036,8 @@ TEST_F(EmulatorChecks, ApproximationsMoveByThePtxBound) {
               << slot.name << "(" << in[i] << ")";
       }
     if (mode != Approximation::Exact)
-      EXPECT_GT(moved, int(6 * in.size())) << "most results move";
+      EXPECT_GT(3 * moved, int(2 * std::size(slots) * in.size()))
+          << "most results move";
   }
 }
 

@@ -143,9 +143,12 @@ double numerics::sumToOdd(double a, double b) {
 
 double numerics::approximate(double exact, FloatKind kind,
                              Approximation mode) {
-  // Results that round to 0 or to infinity in f32 stay so.
+  // Results that round to 0 or to infinity in f32 stay so, and ex2 of +-0
+  // and of subnormals is exactly 1 (the PTX ISA's special cases; an online
+  // softmax relies on it: exp(0) = 1 keeps its merge commutative).
   if (mode == Approximation::Exact || std::fabs(exact) <= 0x1p-150 ||
-      std::fabs(exact) >= 0x1.ffffffp127 || std::isnan(exact))
+      std::fabs(exact) >= 0x1.ffffffp127 || std::isnan(exact) ||
+      (kind == FloatKind::Ex2 && exact == 1))
     return exact;
   double ulp = std::ldexp(1.0, std::max(std::ilogb(exact) - 23, -149));
   double bound = 0;

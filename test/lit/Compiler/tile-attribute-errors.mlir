@@ -1,6 +1,7 @@
 // A hand-written fuse.tile whose column partials or shared memory the
-// lowering cannot place is refused, naming what does not fit, before
-// anything is emitted.
+// lowering cannot place, or whose rows' lanes butterfly shuffles cannot
+// combine, is refused, naming what does not fit, before anything is
+// emitted.
 // RUN: not tilefuse-opt %s -split-input-file --fuse-lower-to-cpu 2>&1 | FileCheck %s --check-prefix=CPU
 // RUN: not tilefuse-opt %s -split-input-file --fuse-lower-to-gpu 2>&1 | FileCheck %s --check-prefix=GPU
 
@@ -36,6 +37,25 @@ fuse.kernel @more(%x: !fuse.full<f32>) -> (s: !fuse.col<f32>) attributes {fuse.s
 // reduction's workgroup slots (16 warps a row).
 // GPU: error: the staged chunks (232448 bytes) and the row reductions' slots (64) exceed the shared memory a block of sm_90 may have
 fuse.kernel @slots(%x: !fuse.full<f32>) -> (s: !fuse.row<f32>) attributes {fuse.specialization = {aligned = true, dtype = f32, n = 131072 : i64}, fuse.tile = {blocks_per_sm = 0 : i64, chunks = 64 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 232448 : i64, staged_chunks = 28 : i64, target = "sm_90", threads_per_row = 512 : i64, vector_width = 4 : i64, warps = 16 : i64}} {
+  %s = fuse.reduce sum %x : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %s : !fuse.row<f32>
+}
+
+// -----
+
+// Three warps a row: butterfly shuffles need a power of two (lane l would
+// read warp l % 3, and the shuffles would count warp 0 twice).
+// GPU: error: malformed fuse.tile: threads_per_row = 96 must be a power of two and threads_per_row * rows_per_block (1) at most 1024
+fuse.kernel @three_warps(%x: !fuse.full<f32>) -> (s: !fuse.row<f32>) attributes {fuse.specialization = {aligned = true, dtype = f32, n = 384 : i64}, fuse.tile = {blocks_per_sm = 0 : i64, chunks = 1 : i64, row_on_chip = true, rows_per_block = 1 : i64, target = "sm_90", threads_per_row = 96 : i64, vector_width = 4 : i64, warps = 3 : i64}} {
+  %s = fuse.reduce sum %x : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %s : !fuse.row<f32>
+}
+
+// -----
+
+// Too many threads a block.
+// GPU: error: malformed fuse.tile: threads_per_row = 512 must be a power of two and threads_per_row * rows_per_block (4) at most 1024
+fuse.kernel @too_many(%x: !fuse.full<f32>) -> (s: !fuse.row<f32>) attributes {fuse.specialization = {aligned = true, dtype = f32, n = 2048 : i64}, fuse.tile = {blocks_per_sm = 0 : i64, chunks = 1 : i64, row_on_chip = true, rows_per_block = 4 : i64, target = "sm_90", threads_per_row = 512 : i64, vector_width = 4 : i64, warps = 64 : i64}} {
   %s = fuse.reduce sum %x : !fuse.full<f32> to !fuse.row<f32>
   fuse.yield %s : !fuse.row<f32>
 }
