@@ -109,13 +109,6 @@ void mergeRowReductions(KernelOp kernel) {
       mergeMoments(reduce);
 }
 
-/// Whether merging leaves `kernel` one pass over its row (tried on a copy).
-bool mergesIntoOnePass(KernelOp kernel) {
-  OwningOpRef<KernelOp> merged = kernel.clone();
-  mergeRowReductions(*merged);
-  return passLevels(*merged).size() == 1;
-}
-
 struct FuseMergeReductionsPass
     : tilefuse::impl::FuseMergeReductionsBase<FuseMergeReductionsPass> {
   void runOnOperation() override {
@@ -134,3 +127,10 @@ struct FuseMergeReductionsPass
 };
 
 } // namespace
+
+// Tried on a copy.
+bool tilefuse::mergesIntoOnePass(KernelOp kernel) {
+  OwningOpRef<KernelOp> merged = kernel.clone();
+  mergeRowReductions(*merged);
+  return passLevels(*merged).size() == 1;
+}
