@@ -109,6 +109,13 @@ void mergeRowReductions(KernelOp kernel) {
       mergeMoments(reduce);
 }
 
+/// Whether merging leaves `kernel` one pass over its row (tried on a copy).
+bool mergesIntoOnePass(KernelOp kernel) {
+  OwningOpRef<KernelOp> merged = kernel.clone();
+  mergeRowReductions(*merged);
+  return passLevels(*merged).size() == 1;
+}
+
 struct FuseMergeReductionsPass
     : tilefuse::impl::FuseMergeReductionsBase<FuseMergeReductionsPass> {
   void runOnOperation() override {
@@ -127,10 +134,3 @@ struct FuseMergeReductionsPass
 };
 
 } // namespace
-
-// Tried on a copy.
-bool tilefuse::mergesIntoOnePass(KernelOp kernel) {
-  OwningOpRef<KernelOp> merged = kernel.clone();
-  mergeRowReductions(*merged);
-  return passLevels(*merged).size() == 1;
-}

@@ -104,30 +104,6 @@ bool tilefuse::keepsWideRowOnChip(const KernelShape &shape,
          keptElements(shape, config) > kKeptElementsPerThread;
 }
 
-/// Per-element work a pass can redo for fewer instructions than it takes
-/// to hold the result in registers across passes: no transcendental, no
-/// division. (A column reduction is not: its partials must stay.)
-static bool isCheapToRecompute(Operation *op) {
-  return isa<CastOp, AddOp, SubOp, MulOp, FmaOp, NegOp, AbsOp, MaximumOp,
-             MinimumOp, FloorOp, RoundOp, CmpOp, SelectOp, BroadcastOp,
-             ConstantOp, IotaOp, RowLengthOp>(op);
-}
-
-bool tilefuse::earlierPassesAreCheap(KernelOp kernel) {
-  SmallVector<SmallVector<Value>> passes = passChunkValues(kernel);
-  for (const SmallVector<Value> &values : ArrayRef(passes).drop_back())
-    for (Value value : values)
-      if (!isa<BlockArgument>(value) &&
-          !isCheapToRecompute(value.getDefiningOp()))
-        return false;
-  return true;
-}
-
-bool tilefuse::wideRowHasRemedy(KernelOp kernel, const KernelShape &shape) {
-  return mergesIntoOnePass(kernel) ||
-         (shape.storageBytes == 2 && earlierPassesAreCheap(kernel));
-}
-
 bool tilefuse::foldsResidentBlocks(const TileConfig &config) {
   return config.isGPU() && config.blocksPerSM > 0 && config.partialChunks > 0 &&
          config.partialChunks == config.chunks && config.stagedChunks == 0 &&
@@ -523,14 +499,8 @@ struct FuseSelectTilesPass
                        "multi-tensor kernels");
       return signalPassFailure();
     }
-    if (!shape->multiTensor && failed(applyOverrides(kernel, *shape, config)))
-      return signalPassFailure();
-    // A wide row without a remedy streams (TileConfig.h, "wide rows on
-    // chip"); a fusion with column reductions has its own bound.
-    if (rowOnChip == "auto" && keepsWideRowOnChip(*shape, config) &&
-        !shape->hasColumnReduction && !wideRowHasRemedy(kernel, *shape))
-      config.rowOnChip = false;
-    if (failed(checkCompileWork(kernel, *shape, config)))
+    if ((!shape->multiTensor && failed(applyOverrides(kernel, *shape, config))) ||
+        failed(checkCompileWork(kernel, *shape, config)))
       return signalPassFailure();
     kernel->setAttr("fuse.tile", config.toAttr(&getContext()));
   }

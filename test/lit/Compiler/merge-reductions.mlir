@@ -4,7 +4,7 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=262144}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=STREAMED
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=ONCHIP
 // And on rows on chip that keep more than 32 elements a thread (bf16 n = 32000: 64) where
-// merging leaves one pass over the row (the other wide rows stream, or hold their loads packed).
+// merging leaves one pass over the row.
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=WIDE
 
 // Softmax: max, then the sum of exp(x - max), become one online max/sum.
@@ -23,13 +23,11 @@
 // ONCHIP-NOT: fuse.max_sum_exp
 // ONCHIP: fuse.reduce max
 // ONCHIP: fuse.reduce sum
-// A wide softmax row has no remedy on chip (merged, it still takes two
-// passes, and its first computes an exp, so its loads cannot be held
-// packed): fuse-select-tiles streams it, and it merges as streamed rows do.
 // WIDE-LABEL: fuse.kernel @softmax
-// WIDE-SAME: row_on_chip = false
-// WIDE: fuse.max_sum_exp
-// WIDE-NOT: fuse.reduce {{max|sum}}
+// WIDE-SAME: row_on_chip = true
+// WIDE-NOT: fuse.max_sum_exp
+// WIDE: fuse.reduce max
+// WIDE: fuse.reduce sum
 fuse.kernel @softmax(%x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
   %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
   %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>

@@ -40,9 +40,7 @@
 //    across the fusion's passes; longer rows (a
 //    128k-256k vocabulary) stream in chunks and recompute instead of
 //    failing. A fusion without row reductions makes one pass, so it streams:
-//    unrolling would only lengthen live ranges. A wide row (more than 32
-//    elements a thread) stays only with a remedy for its registers (the
-//    wide rows paragraph below).
+//    unrolling would only lengthen live ranges.
 //  - staging (fuse-stage-rows, after the passes that change how many times
 //    a row is read): a streamed row whose full inputs are read in more than
 //    one pass keeps its first `staged_chunks` chunks per thread of those
@@ -123,18 +121,6 @@
 //      register and cost 1-12 points; at 32 elements or fewer, the norms
 //      lost 1-6 points where the blocks per SM did not change (bf16 n =
 //      4096 and 8192).
-//    A wide row with neither remedy (wideRowHasRemedy) and no column
-//    reduction streams instead (fuse-select-tiles), staged in shared
-//    memory where a later pass reads it again: the cross-entropy forwards
-//    with gradient at bf16 n = 32000 (two passes merged, an exp in the
-//    first) took 128 registers on chip, one block per SM, and spilled
-//    124-548 bytes in their soft-capped and weighted forms; streamed, 40-64
-//    registers, two or three blocks, no spill but 12 bytes
-//    (cross_entropy_weighted_fwd_grad on sm_90), the whole row in 64 KiB
-//    of shared memory: cross_entropy_fwd_grad 75% -> 97% of HBM in the
-//    traffic model, the weighted one 65% -> 73%, the soft-capped ones 3-5
-//    points lower (52% -> 49%, 47% -> 42%: they are bound by the issue of
-//    their tanh either way).
 //  - registers (the runtime, after the driver's PTX JIT): a kernel launched
 //    one row group per row and staging nothing (blocksPerSMGoal) aims at
 //    1024 resident threads per SM (64 registers a thread). Where the JIT
@@ -275,23 +261,6 @@ bool runsAloneOnSM(const TileConfig &config, int64_t staticSharedBytes);
 /// where that leaves one pass, the lowering holds its 16-bit loads packed
 /// between passes.
 bool keepsWideRowOnChip(const KernelShape &shape, const TileConfig &config);
-
-/// Whether every per-element value the passes before the last compute is
-/// cheap to recompute (what the last pass computes is never held). Not
-/// only what a later pass needs again: where an earlier pass computes an
-/// exp, recomputing the casts around it freed no register
-/// (cross_entropy_fwd_grad bf16 n = 32000: 128 either way, 75% -> 66% of
-/// HBM in the traffic model).
-bool earlierPassesAreCheap(fuse::KernelOp kernel);
-
-/// Whether fuse-merge-reductions leaves `kernel` one pass over its row.
-bool mergesIntoOnePass(fuse::KernelOp kernel);
-
-/// Whether a wide row (keepsWideRowOnChip) of `kernel` has a remedy for its
-/// registers: its reductions merge into one pass, or its 16-bit loads are
-/// held packed (every value its passes before the last compute is cheap).
-/// fuse-select-tiles streams the others (without column reductions).
-bool wideRowHasRemedy(fuse::KernelOp kernel, const KernelShape &shape);
 
 /// Whether the runtime folds the blocks of a persistent grid that would
 /// share an SM into one block of as many row groups (the column partials
