@@ -272,7 +272,9 @@ FailureOr<TileConfig> TileConfig::fromKernel(KernelOp kernel) {
   config.partialChunks = integer("partial_chunks", 0);
   // A row's lanes combine in butterfly shuffles within and across warps.
   if (config.isGPU() &&
-      (!llvm::isPowerOf2_64(config.threadsPerRow) || config.rowsPerBlock < 1 ||
+      (config.threadsPerRow < 1 || !llvm::isPowerOf2_64(config.threadsPerRow) ||
+       config.threadsPerRow > kMaxThreadsPerBlock || config.rowsPerBlock < 1 ||
+       config.rowsPerBlock > kMaxThreadsPerBlock ||
        config.threadsPerBlock() > kMaxThreadsPerBlock))
     return kernel.emitError("malformed fuse.tile: threads_per_row = ")
            << config.threadsPerRow << " must be a power of two and "

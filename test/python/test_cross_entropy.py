@@ -180,6 +180,20 @@ def test_vocabulary_of_128256(dtype):
           lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
 
 
+@pytest.mark.parametrize("softcap", [None, 30.0], ids=["plain", "capped"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_vocabulary_of_32000_with_the_gradient_in_place(weighted, softcap):
+    # bf16 rows of 32000 in the forward-with-gradient kernels: on a GPU a
+    # thread keeps 64 elements of the row on chip (a wide row,
+    # TileConfig.h).
+    logits = (4 * torch.randn(3, 32000)).to(torch.bfloat16)
+    target = torch.tensor([0, 31999, 12345])
+    options = dict(weight=torch.rand(32000) + 0.5 if weighted else None, label_smoothing=0.1,
+                   lse_square_scale=1e-4, softcap=softcap)
+    check(torch.bfloat16, lambda x, t: TF.cross_entropy(x * 1, t, inplace_backward=True, **options),
+          lambda x, t: reference(x, t, **options)[0].to(torch.bfloat16), logits, target)
+
+
 @pytest.mark.parametrize("rows", [0, 1])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("probs", [False, True], ids=["indices", "probs"])

@@ -59,3 +59,13 @@ fuse.kernel @too_many(%x: !fuse.full<f32>) -> (s: !fuse.row<f32>) attributes {fu
   %s = fuse.reduce sum %x : !fuse.full<f32> to !fuse.row<f32>
   fuse.yield %s : !fuse.row<f32>
 }
+
+// -----
+
+// A negative threads_per_row (2^63 as an unsigned power of two) is refused
+// before its product with rows_per_block wraps.
+// GPU: error: malformed fuse.tile: threads_per_row = -9223372036854775808 must be a power of two and threads_per_row * rows_per_block (1) at most 1024
+fuse.kernel @negative(%x: !fuse.full<f32>) -> (s: !fuse.row<f32>) attributes {fuse.specialization = {aligned = true, dtype = f32, n = 384 : i64}, fuse.tile = {blocks_per_sm = 0 : i64, chunks = 1 : i64, row_on_chip = true, rows_per_block = 1 : i64, target = "sm_90", threads_per_row = -9223372036854775808 : i64, vector_width = 4 : i64, warps = 3 : i64}} {
+  %s = fuse.reduce sum %x : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %s : !fuse.row<f32>
+}
