@@ -98,6 +98,18 @@ bool tilefuse::runsAloneOnSM(const TileConfig &config,
   return 2 * sharedPerBlock > sharedPerSM;
 }
 
+/// Whether a GPU tile's row is a power of two of threads (its lanes meet in
+/// butterfly shuffles) and its block at most kMaxThreadsPerBlock, each
+/// factor bounded before their product.
+static bool hasValidBlockShape(const TileConfig &config) {
+  return config.threadsPerRow >= 1 &&
+         llvm::isPowerOf2_64(config.threadsPerRow) &&
+         config.threadsPerRow <= kMaxThreadsPerBlock &&
+         config.rowsPerBlock >= 1 &&
+         config.rowsPerBlock <= kMaxThreadsPerBlock &&
+         config.threadsPerBlock() <= kMaxThreadsPerBlock;
+}
+
 bool tilefuse::keepsWideRowOnChip(const KernelShape &shape,
                                   const TileConfig &config) {
   return config.isGPU() && config.rowOnChip &&
@@ -271,11 +283,7 @@ FailureOr<TileConfig> TileConfig::fromKernel(KernelOp kernel) {
   config.stageBytes = integer("stage_bytes", 0);
   config.partialChunks = integer("partial_chunks", 0);
   // A row's lanes combine in butterfly shuffles within and across warps.
-  if (config.isGPU() &&
-      (config.threadsPerRow < 1 || !llvm::isPowerOf2_64(config.threadsPerRow) ||
-       config.threadsPerRow > kMaxThreadsPerBlock || config.rowsPerBlock < 1 ||
-       config.rowsPerBlock > kMaxThreadsPerBlock ||
-       config.threadsPerBlock() > kMaxThreadsPerBlock))
+  if (config.isGPU() && !hasValidBlockShape(config))
     return kernel.emitError("malformed fuse.tile: threads_per_row = ")
            << config.threadsPerRow << " must be a power of two and "
            << "threads_per_row * rows_per_block (" << config.rowsPerBlock
@@ -553,11 +561,7 @@ struct FuseSelectTilesPass
       }
       if (rowsPerBlock)
         config.rowsPerBlock = rowsPerBlock;
-      if (!llvm::isPowerOf2_64(config.threadsPerRow) ||
-          config.rowsPerBlock < 1 ||
-          config.threadsPerRow > kMaxThreadsPerBlock ||
-          config.rowsPerBlock > kMaxThreadsPerBlock ||
-          config.threadsPerBlock() > kMaxThreadsPerBlock)
+      if (!hasValidBlockShape(config))
         return fail("threads-per-row must be a power of two and "
                     "threads-per-row * rows-per-block at most 1024, got " +
                     Twine(config.threadsPerRow) + " * " +

@@ -107,8 +107,8 @@ struct StageTime {
 };
 
 struct CompileResult {
-  /// The requested stage: printed MLIR, LLVM IR text (for the GPU, one
-  /// module per kernel of a fusion of several) or PTX text.
+  /// The requested stage: printed MLIR, LLVM IR text (for the GPU, a
+  /// fusion's per-kernel modules linked back into one) or PTX text.
   std::string text;
   std::vector<StageTime> times;
   /// The kernels' interfaces, from the tiled stage on.
