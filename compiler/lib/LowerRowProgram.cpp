@@ -55,10 +55,11 @@ bool isChunked(ValueKind kind) {
 /// - a fuse.reduce to a row: the partial result;
 /// - a fuse.arg_reduce: the best value so far and its column (i32);
 /// - a fuse.max_sum_exp: the running max m and sum of exp(x - m);
-/// - a fuse.moments: Welford's count, mean and sum of squared deviations of
-///   the values shifted by the row's first element, and the plain sum of the
-///   values on one lane (the mean: shifted, it rounded at the size of the
-///   first element, 4.6-8.9 ulps where the mean is small against the spread).
+/// - a fuse.moments: the count, mean and sum of squared deviations of the
+///   values shifted by the row's first element (merged by Chan's formula),
+///   and the plain sum of the values (the mean: shifted, it rounded at the
+///   size of the first element, 4.6-8.9 ulps where the mean is small
+///   against the spread), each on one lane.
 struct RowReduction {
   enum class Form { Plain, Arg, MaxSumExp, Moments };
   Operation *op;
@@ -704,6 +705,8 @@ private:
   ReductionState accumulateChunk(Chunk &chunk, const RowReduction &reduction,
                                  ArrayRef<Value> accumulator);
   Value foldIntoLane(vector::CombiningKind kind, Value terms, Value lane);
+  ReductionState accumulateMoments(Chunk &chunk, const RowReduction &reduction,
+                                   ArrayRef<Value> accumulator);
   ReductionState accumulateMaxSumExp(Chunk &chunk,
                                      const RowReduction &reduction,
                                      ArrayRef<Value> accumulator);
@@ -1296,6 +1299,7 @@ Value RowProgramEmitter::emitInChunk(Chunk &chunk, Value value) {
 /// (plainsOnOneLane).
 bool RowProgramEmitter::foldsToOneLane(const RowReduction &reduction) const {
   return reduction.form == RowReduction::Form::MaxSumExp ||
+         reduction.form == RowReduction::Form::Moments ||
          (reduction.form == RowReduction::Form::Plain && plainsOnOneLane);
 }
 
@@ -1379,42 +1383,56 @@ ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
                                                   ArrayRef<Value> accumulator) {
   if (reduction.form == RowReduction::Form::MaxSumExp)
     return accumulateMaxSumExp(chunk, reduction, accumulator);
+  if (reduction.form == RowReduction::Form::Moments)
+    return accumulateMoments(chunk, reduction, accumulator);
   if (foldsToOneLane(reduction))
     return {
         foldIntoLane(vectorCombiningKind(reduction.kind,
                                          valueType(reduction.input).isFloat()),
                      chunkState(chunk, reduction)[0], accumulator[0])};
-  if (reduction.form != RowReduction::Form::Moments)
-    return combineStates(b, loc, reduction, accumulator,
-                         chunkState(chunk, reduction), mathLowering);
-  // Welford's update of the shifted values. Every lane of a thread's state
-  // has seen the same chunks, so one scalar reciprocal of the count serves
-  // the vector. The chunk's valid values join the one-lane sum.
-  Value input = emitInChunk(chunk, reduction.input);
+  return combineStates(b, loc, reduction, accumulator,
+                       chunkState(chunk, reduction), mathLowering);
+}
+
+/// Chan's merge of the chunk into the thread's one-lane moments: the
+/// chunk's shifted values reduced two-pass in registers (their mean, then
+/// their squared deviations from it), one division a chunk. (Welford's
+/// update of each lane took seven operations an element, and a reciprocal
+/// and three selects a lane a chunk.) The chunk's valid values join the
+/// one-lane sum.
+ReductionState RowProgramEmitter::accumulateMoments(
+    Chunk &chunk, const RowReduction &reduction, ArrayRef<Value> accumulator) {
   Value sum = foldIntoLane(vector::CombiningKind::ADD,
                            chunkState(chunk, reduction)[0], accumulator[3]);
-  Value x =
-      arith::SubFOp::create(b, loc, input, momentShifts.lookup(reduction.op));
-  Value count = arith::AddFOp::create(b, loc, accumulator[0],
-                                      floatConstant(b, loc, x, 1.0));
-  Value countScalar = vector::ExtractOp::create(b, loc, count, 0);
-  Value reciprocal = vector::BroadcastOp::create(
-      b, loc, x.getType(),
-      arith::DivFOp::create(b, loc, floatConstant(b, loc, countScalar, 1.0),
-                            countScalar));
-  Value delta = arith::SubFOp::create(b, loc, x, accumulator[1]);
-  Value mean = arith::AddFOp::create(
-      b, loc, accumulator[1],
-      arith::MulFOp::create(b, loc, delta, reciprocal));
-  Value m2 = arith::AddFOp::create(
-      b, loc, accumulator[2],
-      arith::MulFOp::create(b, loc, delta,
-                            arith::SubFOp::create(b, loc, x, mean)));
-  ReductionState state = {count, mean, m2};
+  Value x = arith::SubFOp::create(b, loc, emitInChunk(chunk, reduction.input),
+                                  momentShifts.lookup(reduction.op));
+  // Summed from -0.0, which adds nothing (from 0.0, an add stayed).
+  Value negativeZero = arith::ConstantOp::create(
+      b, loc, b.getFloatAttr(getElementTypeOrSelf(x.getType()), -0.0));
+  auto total = [&](Value terms) -> Value {
+    return vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
+                                       terms, negativeZero,
+                                       arith::FastMathFlags::reassoc);
+  };
+  Value xTotal = total(x);
+  Value mean = arith::DivFOp::create(
+      b, loc, xTotal,
+      floatConstant(b, loc, xTotal, double(config.vectorWidth)));
+  Value deviations = arith::SubFOp::create(
+      b, loc, x, vector::BroadcastOp::create(b, loc, x.getType(), mean));
+  Value m2 = total(arith::MulFOp::create(b, loc, deviations, deviations));
+  auto single = [&](Value scalar) -> Value {
+    return vector::BroadcastOp::create(b, loc, sum.getType(), scalar);
+  };
+  ReductionState state = combineMoments(
+      b, loc, {accumulator[0], accumulator[1], accumulator[2], sum},
+      {floatConstant(b, loc, sum, double(config.vectorWidth)), single(mean),
+       single(m2), floatConstant(b, loc, sum, -0.0)});
   if (chunk.valid)
-    for (auto [value, old] : llvm::zip(state, accumulator))
+    for (auto [value, old] :
+         llvm::zip(MutableArrayRef<Value>(state).take_front(3),
+                   accumulator.take_front(3)))
       value = arith::SelectOp::create(b, loc, chunk.valid, value, old);
-  state.push_back(sum);
   return state;
 }
 

@@ -62,32 +62,44 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // -----
 
 // LayerNorm over a streamed row in two passes (moments, then the output)
-// instead of three: the moments pass carries Welford's (count, mean, M2) of
-// x - x[row, 0], one reciprocal of the count per chunk, and the plain sum of
-// x on one lane (the mean), four chunks an iteration; blocks of 16 chunks
-// merge by Chan's formula (a vector division per block). The output pass,
-// with no reduction state to carry, takes four chunks per iteration and
-// loads them all before it stores any (and PTX generation keeps the loads
-// there: the kernel is marked).
+// instead of three. The moments pass merges each chunk into a one-lane
+// state by Chan's formula: the chunk's x - x[row, 0] summed from -0.0,
+// their mean, their squared deviations from it summed (two passes in
+// registers), then one division a chunk (the chunk's share of the count);
+// the plain sum of x beside it (the mean). Four chunks an iteration;
+// blocks of 16 chunks merge the same way.
 // The row's 16 warps publish 4 state values each in workgroup memory.
 // GPU-LABEL: gpu.func @layer_norm
 // GPU-SAME: workgroup(%{{.+}} : memref<64xf32, #gpu.address_space<workgroup>>)
 // GPU-SAME: tilefuse.keep_load_order
-// GPU-NOT: arith.constant {{-?}}0.000000e+00 : f32
-// GPU: %[[N:.+]] = arith.constant 1.310720e+05 : f32
-// GPU-NOT: arith.constant {{-?}}0.000000e+00 : f32
-// GPU: %[[SUM_ZERO:.+]] = arith.constant dense<0.000000e+00> : vector<1xf32>
-// GPU-NOT: arith.constant {{-?}}0.000000e+00 : f32
+// GPU-DAG: %[[N:.+]] = arith.constant 1.310720e+05 : f32
+// GPU-DAG: %[[WIDTH:.+]] = arith.constant 8.000000e+00 : f32
+// GPU-DAG: %[[COUNT:.+]] = arith.constant dense<8.000000e+00> : vector<1xf32>
+// GPU-DAG: %[[NEG_ZERO:.+]] = arith.constant -0.000000e+00 : f32
+// GPU-DAG: %[[ZERO:.+]] = arith.constant dense<0.000000e+00> : vector<1xf32>
 // GPU: %[[HEAD:.+]] = llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // GPU-NEXT: %[[HEAD_F32:.+]] = arith.extf %[[HEAD]]
 // GPU-NEXT: %[[SHIFT:.+]] = vector.extract %[[HEAD_F32]][0] : f32 from vector<8xf32>
-// GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO:.+]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[SUM_ZERO]]) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>)
-// GPU: scf.for %{{.+}} step %c4 iter_args
-// GPU: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
-// GPU-COUNT-4: arith.divf %{{.+}}, %{{.+}} : f32
+// GPU-NEXT: %[[SHIFTS:.+]] = vector.broadcast %[[SHIFT]] : f32 to vector<8xf32>
+// GPU: scf.for %{{.+}} iter_args(%{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]], %{{.+}} = %[[ZERO]]) -> (vector<1xf32>, vector<1xf32>, vector<1xf32>, vector<1xf32>)
+// GPU: scf.for %{{.+}} step %c4 iter_args(%[[N_A:.+]] = %[[ZERO]], %[[MEAN_A:.+]] = %[[ZERO]], %[[M2_A:.+]] = %[[ZERO]], %{{.+}} = %[[ZERO]])
+// GPU: %[[X:.+]] = arith.extf %{{.+}} : vector<8xbf16> to vector<8xf32>
+// GPU: vector.reduction <add>, %[[X]], %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
+// GPU-NEXT: %[[XS:.+]] = arith.subf %[[X]], %[[SHIFTS]] : vector<8xf32>
+// GPU-NEXT: %[[XS_SUM:.+]] = vector.reduction <add>, %[[XS]], %[[NEG_ZERO]] fastmath<reassoc> : vector<8xf32> into f32
+// GPU-NEXT: %[[CHUNK_MEAN:.+]] = arith.divf %[[XS_SUM]], %[[WIDTH]] : f32
+// GPU-NEXT: %[[MEANS:.+]] = vector.broadcast %[[CHUNK_MEAN]] : f32 to vector<8xf32>
+// GPU-NEXT: %[[DEV:.+]] = arith.subf %[[XS]], %[[MEANS]] : vector<8xf32>
+// GPU-NEXT: %[[SQ:.+]] = arith.mulf %[[DEV]], %[[DEV]] : vector<8xf32>
+// GPU-NEXT: vector.reduction <add>, %[[SQ]], %[[NEG_ZERO]] fastmath<reassoc> : vector<8xf32> into f32
+// GPU: %[[N_B:.+]] = arith.addf %[[N_A]], %[[COUNT]] : vector<1xf32>
+// GPU-NEXT: %[[DELTA:.+]] = arith.subf %{{.+}}, %[[MEAN_A]] : vector<1xf32>
+// GPU-NEXT: %[[AT_LEAST_ONE:.+]] = arith.maximumf %[[N_B]], %{{.+}} : vector<1xf32>
+// GPU-NEXT: %[[SHARE:.+]] = arith.divf %[[COUNT]], %[[AT_LEAST_ONE]] : vector<1xf32>
+// GPU-COUNT-3: arith.divf %[[COUNT]], %{{.+}} : vector<1xf32>
 // GPU-NOT: arith.divf
-// GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>
-// GPU: arith.divf %{{.+}}, %{{.+}} : vector<8xf32>
+// GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : vector<1xf32>, vector<1xf32>, vector<1xf32>, vector<1xf32>
+// GPU: arith.divf %{{.+}}, %{{.+}} : vector<1xf32>
 // GPU: gpu.shuffle  xor
 // The mean: the sum / n where it is smaller than Welford's shifted mean,
 // else the shift plus that mean (after the warps' states are combined).
@@ -139,7 +151,7 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // PARTIAL-NOT: llvm.load {{.+}} vector<8xbf16>
 // PARTIAL: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // CPU-LABEL: func.func @layer_norm
-// CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<1xf32>)
+// CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<1xf32>, vector<1xf32>, vector<1xf32>, vector<1xf32>)
 // CPU: llvm.load
 // CPU: scf.yield
 // CPU: llvm.store
