@@ -489,6 +489,21 @@ constexpr int64_t kMergedPassGroup = 4;
 /// hold no reduction's state.
 constexpr int64_t kFinalPassGroup = 4;
 
+/// Vectors of full inputs a thread loads per iteration of the pass that
+/// stages a row, which holds them until its shared-memory stores; 4 before
+/// the warps' states met in shuffles. rms_norm_fwd bf16 n = 128256 keeps
+/// 69 KiB in flight per SM instead of 35 (77% -> 93% of HBM in the traffic
+/// model). Later passes over a row staged whole take as many chunks (at
+/// least kStagedUnroll): layer_norm_fwd f32 n = 32000 70% -> 100%. Over
+/// part of a row (bf16 n = 128256 on sm_86: 4-20 bytes), or with two full
+/// inputs (the probability-target cross-entropy kernels: 4-84 bytes),
+/// eight chunks there made ptxas spill.
+constexpr int64_t kStagedLoads = 8;
+/// A row of more chunks stages kStagedUnroll vectors an iteration: at 64
+/// (bf16 n = 262144) eight made ptxas spill 56-108 bytes in rms_norm_fwd
+/// and its variants on sm_80.
+constexpr int64_t kStagedLoadsMaxChunks = 32;
+
 /// Unrolls the marked loops under `root` (GPU only), so that a thread has
 /// several independent loads in flight rather than one.
 void unrollStreamLoops(Operation *root) {
@@ -1723,7 +1738,11 @@ void RowProgramEmitter::streamChunks(
   // n = 32000: 50% -> 40%).
   bool partlyOnChip = isFinal && first < config.partialChunks &&
                       config.partialChunks < config.chunks;
-  int64_t group = !config.isGPU()                              ? 1
+  int64_t fullInputs = std::max<int64_t>(1, rereadFullInputs(kernel).size());
+  bool wholeRowStaged = config.stagedChunks == config.chunks;
+  int64_t group = !config.isGPU() ? 1
+                  : staged && wholeRowStaged
+                      ? std::max(kStagedUnroll, kStagedLoads / fullInputs)
                   : staged                                     ? kStagedUnroll
                   : stores && afterReductions && !partlyOnChip ? kFinalPassGroup
                   : stores || partlyOnChip                     ? kStreamGroup
@@ -1742,12 +1761,12 @@ void RowProgramEmitter::streamChunks(
   if (preload)
     chunkInputs = passInputs(reductions, isFinal);
   // A pass that stages holds every vector it loads until its shared-memory
-  // stores: kStagedUnroll vectors a group, whatever the inputs (8 made ptxas
-  // spill 44-144 bytes in the probability-target cross-entropy kernels, bf16
-  // n >= 128256).
+  // stores: kStagedLoads vectors a group, whatever the inputs.
   if (staging)
-    group = std::max<int64_t>(
-        1, kStagedUnroll / std::max<int64_t>(1, chunkInputs.size()));
+    group = std::max<int64_t>(1, (config.chunks <= kStagedLoadsMaxChunks
+                                      ? kStagedLoads
+                                      : kStagedUnroll) /
+                                     std::max<int64_t>(1, chunkInputs.size()));
   SmallVector<ReductionState> identities;
   for (const RowReduction &reduction : reductions)
     identities.push_back(identityState(reduction));

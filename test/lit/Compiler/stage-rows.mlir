@@ -24,22 +24,24 @@
 // BF16-SAME: chunks = 32 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 229376 : i64, staged_chunks = 28 : i64
 // SM86-LABEL: fuse.kernel @rms_norm
 // SM86-SAME: stage_bytes = 98304 : i64, staged_chunks = 12 : i64
-// Lowered: the launch's dynamic shared memory; the first pass loads 4
-// vectors of x per iteration, then stores them there; the second reads them
-// back (a thread its own slots: no barrier) with the weight from global
-// memory, all 4 chunks' loads before their stores.
+// Lowered: the launch's dynamic shared memory; the first pass loads 8
+// vectors of x per iteration (kStagedLoads), then stores them there; the
+// second reads them back (a thread its own slots: no barrier) with the
+// weight from global memory, 8 chunks an iteration (the whole row is
+// staged and x is its one full input), all their loads before their
+// stores.
 // GPU: llvm.mlir.global external @tilefuse_stage() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<0 x i8>
 // GPU-LABEL: gpu.func @rms_norm
 // GPU: llvm.mlir.addressof @tilefuse_stage : !llvm.ptr<3>
-// GPU: scf.for %{{.+}} = %c0 to %c4 step %c1 iter_args
-// GPU-COUNT-4: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xf32>
+// GPU: scf.for %{{.+}} = %c0 to %c2 step %c1 iter_args
+// GPU-COUNT-8: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xf32>
 // GPU-NOT: llvm.store
-// GPU-COUNT-4: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
+// GPU-COUNT-8: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<3>
 // GPU: gpu.barrier
-// GPU: scf.for %{{.+}} = %c0 to %c4 step %c1 {
-// GPU-COUNT-4: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
+// GPU: scf.for %{{.+}} = %c0 to %c2 step %c1 {
+// GPU-COUNT-8: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xf32>
 // GPU-NOT: llvm.store
-// GPU-COUNT-4: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<1>
+// GPU-COUNT-8: llvm.store %{{.+}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<1>
 // GPU-NOT: llvm.store %{{.+}} !llvm.ptr<3>
 // GPU: gpu.return
 // A row on chip stages nothing; nor does the CPU.
