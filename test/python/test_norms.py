@@ -159,9 +159,10 @@ def test_norms_over_staged_rows(dtype, n):
             assert_no_worse_than_torch(grad, eager_grad, want, dtype)
 
 
-@pytest.mark.parametrize("n,misaligned", [(8192, True), (32000, False), (32000, True)],
-                         ids=["8192-misaligned", "32000", "32000-misaligned"])
-def test_layer_norm_saved_mean_against_float64(n, misaligned):
+@pytest.mark.parametrize("n,misaligned,center", [(8192, True, 0.5), (32000, False, 0.5), (32000, True, 0.5),
+                                                 (32000, False, 0.0)],
+                         ids=["8192-misaligned", "32000", "32000-misaligned", "32000-mean-zero"])
+def test_layer_norm_saved_mean_against_float64(n, misaligned, center):
     # Streamed f32 rows (misaligned ones take scalar accesses and stream at
     # 8192 on a GPU) merge mean and variance into Welford moments of
     # x - x[row, 0]; with a mean of 0.5 and unit spread that shifted mean
@@ -170,11 +171,15 @@ def test_layer_norm_saved_mean_against_float64(n, misaligned):
     # 0.6-1.2. Ulps of f32 at max(|mean|, rms of the means), as the GPU
     # check judges them, but against 1.5 ulps (the check allows 4) or
     # twice PyTorch's error. The CPU target's rows have no masked tail
-    # (8 lanes divide n); emulated, 8192 and 32000 misaligned do.
+    # (8 lanes divide n); emulated, 8192 and 32000 misaligned do. Mean-zero
+    # rows whose first element is their mean: the shifted mean, taken while
+    # it was the smaller estimate, was off by up to 27 ulps (PyTorch 3.2).
     torch.manual_seed(0)
     rows = 32
-    storage = 0.5 + torch.randn(rows * n + misaligned)
+    storage = center + torch.randn(rows * n + misaligned)
     x = storage[int(misaligned):].view(rows, n)
+    if center == 0.0:
+        x[:, 0] = x[:, 1:].double().mean(-1).float()
     weight, bias = 1 + 0.1 * torch.randn(n), 0.1 * torch.randn(n)
     _, mean, _ = torch.ops.tilefuse.layer_norm_fwd(x, weight, bias, 1e-5)
     _, torch_mean, _ = torch.ops.aten.native_layer_norm(x, (n,), weight, bias, 1e-5)

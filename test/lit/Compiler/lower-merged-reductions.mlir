@@ -101,8 +101,10 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : vector<1xf32>, vector<1xf32>, vector<1xf32>, vector<1xf32>
 // GPU: arith.divf %{{.+}}, %{{.+}} : vector<1xf32>
 // GPU: gpu.shuffle  xor
-// The mean: the sum / n where it is smaller than Welford's shifted mean,
-// else the shift plus that mean (after the warps' states are combined).
+// The mean: the sum / n unless the mean is more than 8 times the shifted
+// mean and the spread (sqrt of the variance) together, then the shift plus
+// that mean (after the warps' states are combined; the margin 8 and the
+// chunk width 8 are one constant after CSE).
 // The lanes' sums need no zeros: a thread's sum has one lane, the other
 // lanes add -0.0, which folds. Across the 16 warps: each thread reads one
 // warp's 4 values (lane % 16), four butterfly levels merge them (Chan's
@@ -129,11 +131,15 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU-NEXT: gpu.barrier
 // GPU-NEXT: %[[SHIFTED:.+]] = arith.addf %[[SHIFT]], %[[WELFORD]] : f32
 // GPU-NEXT: %[[SUM_MEAN:.+]] = arith.divf %[[SUM]], %[[N]] : f32
+// GPU-NEXT: %[[VARIANCE:.+]] = arith.divf %[[M2]], %[[N]] : f32
 // GPU-NEXT: %[[WELFORD_SIZE:.+]] = math.absf %[[WELFORD]] : f32
+// GPU-NEXT: %[[SPREAD:.+]] = math.sqrt %[[VARIANCE]] : f32
 // GPU-NEXT: %[[SUM_SIZE:.+]] = math.absf %[[SUM_MEAN]] : f32
-// GPU-NEXT: %[[SUM_CLOSER:.+]] = arith.cmpf olt, %[[SUM_SIZE]], %[[WELFORD_SIZE]] : f32
+// GPU-NEXT: %[[SIZES:.+]] = arith.addf %[[WELFORD_SIZE]], %[[SPREAD]] : f32
+// GPU-NEXT: %[[BOUND:.+]] = arith.mulf %[[SIZES]], %[[WIDTH]] : f32
+// GPU-NEXT: %[[SUM_CLOSER:.+]] = arith.cmpf ole, %[[SUM_SIZE]], %[[BOUND]] : f32
 // GPU-NEXT: arith.select %[[SUM_CLOSER]], %[[SUM_MEAN]], %[[SHIFTED]] : f32
-// GPU-NEXT: arith.divf %[[M2]], %[[N]] : f32
+// GPU-NEXT: arith.addf %[[VARIANCE]], %{{.+}} : f32
 // GPU: scf.for %{{.+}} = %c0 to %c8 step %c1 {
 // GPU-COUNT-4: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // GPU-NOT: llvm.store
