@@ -476,7 +476,7 @@ constexpr StringLiteral kStreamLoopAttr = "tilefuse.stream_loop";
 
 /// Chunks of a streamed row a GPU thread loads per iteration of a pass that
 /// stores over global memory (but see kFinalPassGroup). Staged chunks go
-/// kStagedUnroll at a time.
+/// kStagedUnroll or kStagedLoads at a time.
 constexpr int64_t kStreamGroup = 2;
 
 /// Chunks per iteration of a merged reduction's pass (online softmax,
@@ -493,19 +493,18 @@ constexpr int64_t kMergedPassGroup = 4;
 /// hold no reduction's state.
 constexpr int64_t kFinalPassGroup = 4;
 
-/// Vectors of full inputs a thread loads per iteration of the pass that
-/// stages a row, which holds them until its shared-memory stores; 4 before
-/// the warps' states met in shuffles. rms_norm_fwd bf16 n = 128256 keeps
-/// 69 KiB in flight per SM instead of 35 (77% -> 93% of HBM in the traffic
-/// model). Later passes over a row staged whole take as many chunks (at
-/// least kStagedUnroll): layer_norm_fwd f32 n = 32000 70% -> 100%. Over
-/// part of a row (bf16 n = 128256 on sm_86: 4-20 bytes), or with two full
-/// inputs (the probability-target cross-entropy kernels: 4-84 bytes),
-/// eight chunks there made ptxas spill.
-constexpr int64_t kStagedLoads = 8;
-/// A row of more chunks stages kStagedUnroll vectors an iteration: at 64
-/// (bf16 n = 262144) eight made ptxas spill 56-108 bytes in rms_norm_fwd
-/// and its variants on sm_80.
+/// kStagedLoads (TileConfig.h): vectors of full inputs a thread loads per
+/// iteration of the pass that stages a row, which holds them until its
+/// shared-memory stores; 4 before the warps' states met in shuffles.
+/// rms_norm_fwd bf16 n = 128256 keeps 69 KiB in flight per SM instead of 35
+/// (77% -> 93% of HBM in the traffic model). Later passes over a row staged
+/// whole take as many chunks (at least kStagedUnroll): layer_norm_fwd f32
+/// n = 32000 70% -> 100%. Over part of a row (bf16 n = 128256 on sm_86:
+/// 4-20 bytes), or with two full inputs (the probability-target
+/// cross-entropy kernels: 4-84 bytes), eight chunks there made ptxas spill.
+/// A row of more than kStagedLoadsMaxChunks chunks a thread stages
+/// kStagedUnroll vectors an iteration: at 64 (bf16 n = 262144) eight made
+/// ptxas spill 56-108 bytes in rms_norm_fwd and its variants on sm_80.
 constexpr int64_t kStagedLoadsMaxChunks = 32;
 
 /// Unrolls the marked loops under `root` (GPU only), so that a thread has

@@ -87,7 +87,7 @@ struct FuseStageRowsPass
       return;
     // The staged loops' unrolled copies count against the compile-work
     // limit; a kernel past it streams as before.
-    if (shape.ops * shape.passes * (kStagedUnroll + 2) * config.vectorWidth >
+    if (shape.ops * shape.passes * (kStagedLoads + 2) * config.vectorWidth >
         kMaxEmittedOps)
       return;
     SmallVector<BlockArgument> reread = rereadFullInputs(kernel);

@@ -55,7 +55,10 @@
 //    which otherwise gave it 64 registers, for two blocks, and spilled);
 //    its loops over staged chunks are unrolled
 //    4 times (512 threads x 4 x 16 bytes = 32 KiB of loads in flight per
-//    SM), which is what a streamed row needs to stay at the bandwidth limit.
+//    SM), which is what a streamed row needs to stay at the bandwidth limit;
+//    the pass that stages a row of at most 32 chunks a thread loads 8
+//    vectors an iteration, as do later passes over a row staged whole with
+//    one full input (kStagedLoads in LowerRowProgram.cpp: 64 KiB).
 //  - column partials on chip (fuse-stage-rows too): a fusion with a column
 //    reduction keeps the partial of every column a thread owns in dynamic
 //    shared memory across the rows of its persistent loop (read-modified-
@@ -181,8 +184,11 @@ class KernelOp;
 constexpr int64_t kMaxRowLength = int64_t(1) << 40;
 constexpr int64_t kMaxUnrolledChunks = 64;
 constexpr int64_t kMaxEmittedOps = int64_t(1) << 17;
-/// How many times a loop over staged chunks is unrolled (above).
+/// How many times a loop over staged chunks is unrolled at least (above).
 constexpr int64_t kStagedUnroll = 4;
+/// Vectors of full inputs a loop over staged chunks loads an iteration at
+/// most (above; why, in LowerRowProgram.cpp).
+constexpr int64_t kStagedLoads = 8;
 
 struct TileConfig {
   std::string target; // "sm_80", "sm_90", ..., or "cpu"
