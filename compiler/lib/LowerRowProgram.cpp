@@ -57,9 +57,9 @@ bool isChunked(ValueKind kind) {
 /// - a fuse.max_sum_exp: the running max m and sum of exp(x - m);
 /// - a fuse.moments: the count, mean and sum of squared deviations of the
 ///   values shifted by the row's first element (merged by Chan's formula),
-///   and the plain sum of the values (the mean: shifted, it rounded at the
-///   size of the first element, 4.6-8.9 ulps where the mean is small
-///   against the spread), each on one lane.
+///   and the plain sum of the values (the mean where it is not large
+///   against the spread: the shifted mean rounds at the size of x - x[row,
+///   0] in every merge), each on one lane.
 struct RowReduction {
   enum class Form { Plain, Arg, MaxSumExp, Moments };
   Operation *op;
@@ -308,7 +308,7 @@ ReductionState combineMaxSumExp(OpBuilder &b, Location loc,
                    arith::MulFOp::create(b, loc, smaller, scale))};
 }
 
-/// Chan's merge of two Welford states (count, mean, M2, sum):
+/// Chan's merge of two moments states (count, mean, M2, sum):
 /// mean = mean_a + d * n_b / n, M2 = M2_a + M2_b + d^2 * n_a * n_b / n with
 /// d = mean_b - mean_a (two empty states merge to an empty one); the sums
 /// add.
@@ -1343,9 +1343,7 @@ ReductionState RowProgramEmitter::identityState(const RowReduction &reduction,
     return {splatFloat(-std::numeric_limits<double>::infinity()),
             splatFloat(0.0)};
   if (reduction.form == RowReduction::Form::Moments)
-    return {splatFloat(0.0), splatFloat(0.0), splatFloat(0.0),
-            arith::ConstantOp::create(
-                b, loc, b.getZeroAttr(VectorType::get({1}, elementType)))};
+    return {splatFloat(0.0), splatFloat(0.0), splatFloat(0.0), splatFloat(0.0)};
   ReductionState state = {
       splat(reductionIdentity(reduction.kind, elementType))};
   if (reduction.isArg())
@@ -1416,36 +1414,30 @@ ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
 /// chunk's shifted values reduced two-pass in registers (their mean, then
 /// their squared deviations from it), one division a chunk. (Welford's
 /// update of each lane took seven operations an element, and a reciprocal
-/// and three selects a lane a chunk.) The chunk's valid values join the
-/// one-lane sum.
+/// and three selects a lane a chunk.) The mean adds the values divided by
+/// the width (exact: a power of two), which keeps values near the type's
+/// largest from overflowing in the sum (rows in [1e38, 3e38] had a NaN
+/// mean). The chunk's valid values join the one-lane sum.
 ReductionState RowProgramEmitter::accumulateMoments(
     Chunk &chunk, const RowReduction &reduction, ArrayRef<Value> accumulator) {
   Value sum = foldIntoLane(vector::CombiningKind::ADD,
                            chunkState(chunk, reduction)[0], accumulator[3]);
   Value x = arith::SubFOp::create(b, loc, emitInChunk(chunk, reduction.input),
                                   momentShifts.lookup(reduction.op));
-  // Summed from -0.0, which adds nothing (from 0.0, an add stayed).
-  Value negativeZero = arith::ConstantOp::create(
-      b, loc, b.getFloatAttr(getElementTypeOrSelf(x.getType()), -0.0));
-  auto total = [&](Value terms) -> Value {
-    return vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
-                                       terms, negativeZero,
-                                       arith::FastMathFlags::reassoc);
+  // Folded from -0.0, which adds nothing (from 0.0, an add stayed).
+  Value nothing = floatConstant(b, loc, sum, -0.0);
+  auto total = [&](Value terms) {
+    return foldIntoLane(vector::CombiningKind::ADD, terms, nothing);
   };
-  Value xTotal = total(x);
-  Value mean = arith::DivFOp::create(
-      b, loc, xTotal,
-      floatConstant(b, loc, xTotal, double(config.vectorWidth)));
+  Value mean = total(arith::MulFOp::create(
+      b, loc, x, floatConstant(b, loc, x, 1.0 / config.vectorWidth)));
   Value deviations = arith::SubFOp::create(
       b, loc, x, vector::BroadcastOp::create(b, loc, x.getType(), mean));
   Value m2 = total(arith::MulFOp::create(b, loc, deviations, deviations));
-  auto single = [&](Value scalar) -> Value {
-    return vector::BroadcastOp::create(b, loc, sum.getType(), scalar);
-  };
   ReductionState state = combineMoments(
       b, loc, {accumulator[0], accumulator[1], accumulator[2], sum},
-      {floatConstant(b, loc, sum, double(config.vectorWidth)), single(mean),
-       single(m2), floatConstant(b, loc, sum, -0.0)});
+      {floatConstant(b, loc, sum, double(config.vectorWidth)), mean, m2,
+       nothing});
   if (chunk.valid)
     for (auto [value, old] :
          llvm::zip(MutableArrayRef<Value>(state).take_front(3),
@@ -1545,18 +1537,12 @@ ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
     return {vector::ReductionOp::create(
         b, loc, vectorCombiningKind(reduction.kind, isFloat), state[0])};
   }
-  // No vector form: lane by lane. A moments' sum has one lane: the other
-  // lanes add -0.0 (exact, and folded away).
+  // No vector form (arg reductions): lane by lane.
   ReductionState scalar;
   for (int64_t lane = 0; lane < config.vectorWidth; ++lane) {
     ReductionState laneState;
-    for (Value value : state) {
-      bool oneLane = cast<VectorType>(value.getType()).getNumElements() == 1;
-      laneState.push_back(
-          oneLane && lane > 0
-              ? floatConstant(b, loc, laneState.front(), -0.0)
-              : vector::ExtractOp::create(b, loc, value, oneLane ? 0 : lane));
-    }
+    for (Value value : state)
+      laneState.push_back(vector::ExtractOp::create(b, loc, value, lane));
     scalar = lane == 0
                  ? laneState
                  : combineStates(b, loc, reduction, scalar, laneState,
@@ -1567,7 +1553,7 @@ ReductionState RowProgramEmitter::reduceLanes(const RowReduction &reduction,
 
 LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
                                           ArrayRef<RowReduction> reductions) {
-  // Moments accumulate x - x[row, 0]: Welford's running mean then stays
+  // Moments accumulate x - x[row, 0]: their running mean then stays
   // near zero and keeps its digits when the row's mean is large against
   // its spread (a mean of 1e4 with unit spread lost 1e-4 of the variance).
   for (const RowReduction &reduction : reductions) {
@@ -1657,10 +1643,10 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
       // the size of x - x[row, 0] but in every merge of a chunk's or a
       // thread's state (mean-zero rows of 32000 whose first element is
       // their mean: up to 27 ulps of the mean against 3 for PyTorch). The
-      // sum is taken unless the mean is large against the shifted mean and
-      // the spread both, by more than kShiftedMeanMargin: 1e3 + 0.1 randn,
-      // where the sum rounds at the size of n x 1e3. A sum that overflowed
-      // to inf, or a NaN, keeps the shifted mean.
+      // sum is taken unless the mean is at least kShiftedMeanMargin times
+      // the shifted mean plus the spread: 1e3 + 0.1 randn, where the sum
+      // rounds at the size of n x 1e3. A sum that overflowed to inf, or a
+      // NaN, keeps the shifted mean.
       Value shifted = state[1];
       Value shiftedMean = arith::AddFOp::create(
           b, loc, vector::ExtractOp::create(b, loc, momentShifts.lookup(op), 0),
@@ -1675,10 +1661,10 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
       Value bound = arith::MulFOp::create(
           b, loc, arith::AddFOp::create(b, loc, shiftedSize, spread),
           floatConstant(b, loc, spread, kShiftedMeanMargin));
-      Value sumIsCloser = arith::CmpFOp::create(
-          b, loc, arith::CmpFPredicate::OLE, sumSize, bound);
+      Value takeSum = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT,
+                                            sumSize, bound);
       rowValues[op->getResult(0)] =
-          arith::SelectOp::create(b, loc, sumIsCloser, sumMean, shiftedMean);
+          arith::SelectOp::create(b, loc, takeSum, sumMean, shiftedMean);
       rowValues[op->getResult(1)] =
           reduction.kind == ReduceKind::Mean ? variance : state[2];
       break;
@@ -1770,7 +1756,8 @@ void RowProgramEmitter::streamChunks(
   if (preload)
     chunkInputs = passInputs(reductions, isFinal);
   // A pass that stages holds every vector it loads until its shared-memory
-  // stores: kStagedLoads vectors a group, whatever the inputs.
+  // stores: kStagedLoads vectors a group, whatever the inputs
+  // (kStagedUnroll past kStagedLoadsMaxChunks chunks).
   if (staging)
     group = std::max<int64_t>(1, (config.chunks <= kStagedLoadsMaxChunks
                                       ? kStagedLoads
@@ -2395,8 +2382,8 @@ private:
   /// the bits below `lanes` (a power of two at most 32), by butterfly
   /// shuffles: each lane combines its own state with its partner's, so the
   /// lanes agree bit for bit where the combine is commutative (sums, max,
-  /// min, arg reductions' lowest index, online softmax), not in Welford's
-  /// merge.
+  /// min, arg reductions' lowest index, online softmax), not in Chan's
+  /// merge of moments.
   ReductionState butterfly(OpBuilder &b, Location loc,
                            const RowReduction &reduction, ReductionState state,
                            int64_t lanes) {

@@ -164,7 +164,7 @@ def test_norms_over_staged_rows(dtype, n):
                          ids=["8192-misaligned", "32000", "32000-misaligned", "32000-mean-zero"])
 def test_layer_norm_saved_mean_against_float64(n, misaligned, center):
     # Streamed f32 rows (misaligned ones take scalar accesses and stream at
-    # 8192 on a GPU) merge mean and variance into Welford moments of
+    # 8192 on a GPU) merge mean and variance into the moments of
     # x - x[row, 0]; with a mean of 0.5 and unit spread that shifted mean
     # rounded at the size of the first element: 2.9-4.2 ulps on the CPU,
     # 3.4-7.0 emulated (4.6-8.9 on an H200) where PyTorch's saved mean has
@@ -189,6 +189,17 @@ def test_layer_norm_saved_mean_against_float64(n, misaligned, center):
     def ulps(value):
         return float(((value.double().view(-1) - want) / scale).abs().max()) / torch.finfo(torch.float32).eps
     assert ulps(mean) <= max(1.5, 2 * ulps(torch_mean)), (ulps(mean), ulps(torch_mean))
+
+
+def test_layer_norm_mean_of_rows_near_the_largest_float():
+    # A streamed row's moments add each chunk's shifted values divided by
+    # the chunk's width: summed first, values near the largest f32 made the
+    # mean NaN (their variance overflows, as PyTorch's does).
+    torch.manual_seed(0)
+    n = 32000
+    x = (1e38 + 2e38 * torch.rand(2, n, dtype=torch.float64)).float()
+    _, mean, _ = torch.ops.tilefuse.layer_norm_fwd(x, torch.ones(n), torch.zeros(n), 1e-5)
+    torch.testing.assert_close(mean.double().view(-1), x.double().mean(-1), rtol=1e-6, atol=0)
 
 
 def test_staged_row_crosses_hbm_once():

@@ -63,8 +63,9 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 
 // LayerNorm over a streamed row in two passes (moments, then the output)
 // instead of three. The moments pass merges each chunk into a one-lane
-// state by Chan's formula: the chunk's x - x[row, 0] summed from -0.0,
-// their mean, their squared deviations from it summed (two passes in
+// state by Chan's formula: the chunk's x - x[row, 0], their mean (each
+// divided by the width, 8, then summed from -0.0: no overflow near the
+// type's largest), their squared deviations from it summed (two passes in
 // registers), then one division a chunk (the chunk's share of the count);
 // the plain sum of x beside it (the mean). Four chunks an iteration;
 // blocks of 16 chunks merge the same way.
@@ -73,7 +74,8 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU-SAME: workgroup(%{{.+}} : memref<64xf32, #gpu.address_space<workgroup>>)
 // GPU-SAME: tilefuse.keep_load_order
 // GPU-DAG: %[[N:.+]] = arith.constant 1.310720e+05 : f32
-// GPU-DAG: %[[WIDTH:.+]] = arith.constant 8.000000e+00 : f32
+// GPU-DAG: %[[MARGIN:.+]] = arith.constant 8.000000e+00 : f32
+// GPU-DAG: %[[EIGHTH:.+]] = arith.constant dense<1.250000e-01> : vector<8xf32>
 // GPU-DAG: %[[COUNT:.+]] = arith.constant dense<8.000000e+00> : vector<1xf32>
 // GPU-DAG: %[[NEG_ZERO:.+]] = arith.constant -0.000000e+00 : f32
 // GPU-DAG: %[[ZERO:.+]] = arith.constant dense<0.000000e+00> : vector<1xf32>
@@ -86,8 +88,9 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU: %[[X:.+]] = arith.extf %{{.+}} : vector<8xbf16> to vector<8xf32>
 // GPU: vector.reduction <add>, %[[X]], %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
 // GPU-NEXT: %[[XS:.+]] = arith.subf %[[X]], %[[SHIFTS]] : vector<8xf32>
-// GPU-NEXT: %[[XS_SUM:.+]] = vector.reduction <add>, %[[XS]], %[[NEG_ZERO]] fastmath<reassoc> : vector<8xf32> into f32
-// GPU-NEXT: %[[CHUNK_MEAN:.+]] = arith.divf %[[XS_SUM]], %[[WIDTH]] : f32
+// GPU-NEXT: %[[SCALED:.+]] = arith.mulf %[[XS]], %[[EIGHTH]] : vector<8xf32>
+// GPU-NEXT: %[[CHUNK_MEAN:.+]] = vector.reduction <add>, %[[SCALED]], %[[NEG_ZERO]] fastmath<reassoc> : vector<8xf32> into f32
+// GPU-NEXT: vector.broadcast %[[CHUNK_MEAN]] : f32 to vector<1xf32>
 // GPU-NEXT: %[[MEANS:.+]] = vector.broadcast %[[CHUNK_MEAN]] : f32 to vector<8xf32>
 // GPU-NEXT: %[[DEV:.+]] = arith.subf %[[XS]], %[[MEANS]] : vector<8xf32>
 // GPU-NEXT: %[[SQ:.+]] = arith.mulf %[[DEV]], %[[DEV]] : vector<8xf32>
@@ -101,12 +104,10 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : vector<1xf32>, vector<1xf32>, vector<1xf32>, vector<1xf32>
 // GPU: arith.divf %{{.+}}, %{{.+}} : vector<1xf32>
 // GPU: gpu.shuffle  xor
-// The mean: the sum / n unless the mean is more than 8 times the shifted
-// mean and the spread (sqrt of the variance) together, then the shift plus
-// that mean (after the warps' states are combined; the margin 8 and the
-// chunk width 8 are one constant after CSE).
-// The lanes' sums need no zeros: a thread's sum has one lane, the other
-// lanes add -0.0, which folds. Across the 16 warps: each thread reads one
+// The mean: the sum / n unless the mean is at least 8 times the shifted
+// mean plus the spread (sqrt of the variance), then the shift plus that
+// mean (after the warps' states are combined; an inf or NaN sum takes the
+// shifted mean too). Across the 16 warps: each thread reads one
 // warp's 4 values (lane % 16), four butterfly levels merge them (Chan's
 // merge, a division each), and every lane takes the first lane's mean, M2
 // and sum (the merge is not commutative; the count is not used).
@@ -136,8 +137,8 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 // GPU-NEXT: %[[SPREAD:.+]] = math.sqrt %[[VARIANCE]] : f32
 // GPU-NEXT: %[[SUM_SIZE:.+]] = math.absf %[[SUM_MEAN]] : f32
 // GPU-NEXT: %[[SIZES:.+]] = arith.addf %[[WELFORD_SIZE]], %[[SPREAD]] : f32
-// GPU-NEXT: %[[BOUND:.+]] = arith.mulf %[[SIZES]], %[[WIDTH]] : f32
-// GPU-NEXT: %[[SUM_CLOSER:.+]] = arith.cmpf ole, %[[SUM_SIZE]], %[[BOUND]] : f32
+// GPU-NEXT: %[[BOUND:.+]] = arith.mulf %[[SIZES]], %[[MARGIN]] : f32
+// GPU-NEXT: %[[SUM_CLOSER:.+]] = arith.cmpf olt, %[[SUM_SIZE]], %[[BOUND]] : f32
 // GPU-NEXT: arith.select %[[SUM_CLOSER]], %[[SUM_MEAN]], %[[SHIFTED]] : f32
 // GPU-NEXT: arith.addf %[[VARIANCE]], %{{.+}} : f32
 // GPU: scf.for %{{.+}} = %c0 to %c8 step %c1 {
