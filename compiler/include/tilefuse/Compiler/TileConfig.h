@@ -58,7 +58,7 @@
 //    SM), which is what a streamed row needs to stay at the bandwidth limit;
 //    the pass that stages a row of at most 32 chunks a thread loads 8
 //    vectors an iteration, as do later passes over a row staged whole with
-//    one full input (kStagedLoads in LowerRowProgram.cpp: 64 KiB).
+//    one full input (kStagedLoads, 64 KiB; why, in LowerRowProgram.cpp).
 //  - column partials on chip (fuse-stage-rows too): a fusion with a column
 //    reduction keeps the partial of every column a thread owns in dynamic
 //    shared memory across the rows of its persistent loop (read-modified-
