@@ -495,7 +495,11 @@ constexpr int64_t kFinalPassGroup = 4;
 
 /// kStagedLoads (TileConfig.h): vectors of full inputs a thread loads per
 /// iteration of the pass that stages a row, which holds them until its
-/// shared-memory stores; 4 before the warps' states met in shuffles.
+/// shared-memory stores, where the block runs alone on its SM (elsewhere
+/// kStagedUnroll: at f32 n = 20000 and bf16 48000 two blocks fit, and
+/// eight took cross_entropy_fwd_grad from 52-64 registers to 122-128, one
+/// block, 100% -> 61-78% of HBM in the traffic model); 4 everywhere
+/// before the warps' states met in shuffles.
 /// rms_norm_fwd bf16 n = 128256 keeps 69 KiB in flight per SM instead of 35
 /// (77% -> 93% of HBM in the traffic model). Later passes over a row staged
 /// whole take as many chunks (at least kStagedUnroll): layer_norm_fwd f32
@@ -632,8 +636,10 @@ public:
   /// Staged rows and on-chip partials (TileConfig.h): `blockBase` points to
   /// the block's dynamic shared memory, `groupBytes` of it per row group
   /// (this thread's is `groupInBlock`): the column partials' regions first,
-  /// then the re-read inputs'.
-  void bindStage(Value blockBase, Value groupInBlock, int64_t groupBytes);
+  /// then the re-read inputs'. `aloneOnSM`: no second block fits beside
+  /// this one (runsAloneOnSM), so its threads may take every register.
+  void bindStage(Value blockBase, Value groupInBlock, int64_t groupBytes,
+                 bool aloneOnSM);
   /// Fills this row group's column-reduction partials with the identity.
   void emitPartialsInit(Value rowGroup);
   /// Partials on chip: the block's `groups` row groups' combined in order
@@ -752,6 +758,9 @@ private:
   DenseMap<unsigned, int64_t> partialOffsets; // ... its offset in a group's
   Value stageBase, groupInBlock;
   int64_t stageGroupBytes = 0;
+  /// Vectors of full inputs a loop over staged chunks loads an iteration
+  /// (kStagedLoads where the block runs alone on its SM).
+  int64_t stagedLoads = kStagedUnroll;
   DenseSet<Value> inSharedMemory;          // staged by an earlier pass
   DenseSet<Value> stagedThisPass;
   Value row, rowValid, rowGroup;
@@ -878,7 +887,8 @@ void RowProgramEmitter::store(Value value, Value pointer, Value offset,
 }
 
 void RowProgramEmitter::bindStage(Value blockBase, Value group,
-                                  int64_t groupBytes) {
+                                  int64_t groupBytes, bool aloneOnSM) {
+  stagedLoads = aloneOnSM ? kStagedLoads : kStagedUnroll;
   stageBase = blockBase;
   groupInBlock = group;
   stageGroupBytes = groupBytes;
@@ -1737,7 +1747,7 @@ void RowProgramEmitter::streamChunks(
   bool wholeRowStaged = config.stagedChunks == config.chunks;
   int64_t group = !config.isGPU() ? 1
                   : staged && wholeRowStaged
-                      ? std::max(kStagedUnroll, kStagedLoads / fullInputs)
+                      ? std::max(kStagedUnroll, stagedLoads / fullInputs)
                   : staged                                     ? kStagedUnroll
                   : stores && afterReductions && !partlyOnChip ? kFinalPassGroup
                   : stores || partlyOnChip                     ? kStreamGroup
@@ -1756,13 +1766,13 @@ void RowProgramEmitter::streamChunks(
   if (preload)
     chunkInputs = passInputs(reductions, isFinal);
   // A pass that stages holds every vector it loads until its shared-memory
-  // stores: kStagedLoads vectors a group, whatever the inputs
+  // stores: stagedLoads vectors a group, whatever the inputs
   // (kStagedUnroll past kStagedLoadsMaxChunks chunks).
   if (staging)
-    group = std::max<int64_t>(1, (config.chunks <= kStagedLoadsMaxChunks
-                                      ? kStagedLoads
-                                      : kStagedUnroll) /
-                                     std::max<int64_t>(1, chunkInputs.size()));
+    group = std::max<int64_t>(
+        1,
+        (config.chunks <= kStagedLoadsMaxChunks ? stagedLoads : kStagedUnroll) /
+            std::max<int64_t>(1, chunkInputs.size()));
   SmallVector<ReductionState> identities;
   for (const RowReduction &reduction : reductions)
     identities.push_back(identityState(reduction));
@@ -2668,7 +2678,8 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   bindArguments(emitter, b, loc, kernel, *abi, entry.getArguments());
   if (config->stageBytes)
     emitter.bindStage(dynamicSharedMemory(b, loc, module), group,
-                      config->stageBytes / config->rowsPerBlock);
+                      config->stageBytes / config->rowsPerBlock,
+                      runsAloneOnSM(*config, reductionSlots.bytes()));
   emitter.emitPartialsInit(rowGroup);
 
   // Every thread of a block runs the same number of row iterations (the
