@@ -56,9 +56,10 @@
 //    its loops over staged chunks are unrolled
 //    4 times (512 threads x 4 x 16 bytes = 32 KiB of loads in flight per
 //    SM), which is what a streamed row needs to stay at the bandwidth limit;
-//    the pass that stages a row of at most 32 chunks a thread loads 8
-//    vectors an iteration, as do later passes over a row staged whole with
-//    one full input (kStagedLoads, 64 KiB; why, in LowerRowProgram.cpp).
+//    where a block runs alone on its SM, the pass that stages a row of at
+//    most 32 chunks a thread loads 8 vectors an iteration, as do later
+//    passes over a row staged whole with one full input (kStagedLoads, 64
+//    KiB; why, in LowerRowProgram.cpp).
 //  - column partials on chip (fuse-stage-rows too): a fusion with a column
 //    reduction keeps the partial of every column a thread owns in dynamic
 //    shared memory across the rows of its persistent loop (read-modified-
