@@ -1743,7 +1743,8 @@ void RowProgramEmitter::streamChunks(
   // n = 32000: 50% -> 40%).
   bool partlyOnChip = isFinal && first < config.partialChunks &&
                       config.partialChunks < config.chunks;
-  int64_t fullInputs = std::max<int64_t>(1, rereadFullInputs(kernel).size());
+  SmallVector<BlockArgument> reread = rereadFullInputs(kernel);
+  int64_t fullInputs = std::max<int64_t>(1, reread.size());
   bool wholeRowStaged = config.stagedChunks == config.chunks;
   int64_t group = !config.isGPU() ? 1
                   : staged && wholeRowStaged
@@ -1757,10 +1758,9 @@ void RowProgramEmitter::streamChunks(
   // its loads first. A pass that only loads has its innermost loop unrolled
   // instead, which keeps its blocks of chunks (a group per iteration made
   // ptxas spill 4 bytes in cross_entropy_fwd bf16, n = 128256).
-  bool staging = staged && !llvm::all_of(rereadFullInputs(kernel),
-                                         [&](Value input) {
-                                           return inSharedMemory.contains(input);
-                                         });
+  bool staging = staged && !llvm::all_of(reread, [&](Value input) {
+                   return inSharedMemory.contains(input);
+                 });
   bool preload = stores || staging;
   SmallVector<BlockArgument> chunkInputs;
   if (preload)
@@ -2635,7 +2635,8 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   if (!folded)
     function.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
         {static_cast<int32_t>(config->threadsPerBlock()), 1, 1}));
-  if (runsAloneOnSM(*config, reductionSlots.bytes()))
+  bool aloneOnSM = runsAloneOnSM(*config, reductionSlots.bytes());
+  if (aloneOnSM)
     function->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
                       b.getI32IntegerAttr(1));
 
@@ -2678,8 +2679,7 @@ LogicalResult lowerKernelToGPU(KernelOp kernel, gpu::GPUModuleOp module) {
   bindArguments(emitter, b, loc, kernel, *abi, entry.getArguments());
   if (config->stageBytes)
     emitter.bindStage(dynamicSharedMemory(b, loc, module), group,
-                      config->stageBytes / config->rowsPerBlock,
-                      runsAloneOnSM(*config, reductionSlots.bytes()));
+                      config->stageBytes / config->rowsPerBlock, aloneOnSM);
   emitter.emitPartialsInit(rowGroup);
 
   // Every thread of a block runs the same number of row iterations (the
