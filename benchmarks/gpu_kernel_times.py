@@ -1,73 +1,293 @@
-"""Per-kernel GPU times of the norms and cross-entropy (torch.profiler).
+"""Kernel times of the built-ins on a GPU, as bandwidth beside the traffic model.
 
-On the GPU machine, beside the GPU check (README, "The GPU check"), with the
-same bundle:
-    python3 benchmarks/gpu_kernel_times.py .gpu/tilefuse-gpu.tar.xz "$OUT"
-writes $OUT/profile.md: each case's 20 calls, kernel by kernel (the main
-kernel and its finalize apart), beside PyTorch eager's RMSNorm backward;
-the forward norms too (the traffic model's calibration: benchmarks/README.md).
-On a GPU, $OUT/jit.log keeps its stderr with TILEFUSE_LOG=jit: the PTX
-JIT's registers and spills per kernel, and which kernels the runtime
-compiled again asking ptxas for more blocks per SM (CudaDriver).
-On a machine without a GPU (TILEFUSE_TARGET=emulate) it runs tiny shapes
-on the CPU as a smoke test. Results: benchmarks/results/.
+On the GPU machine, after the GPU check (README, "The GPU check"), with the
+same bundle and the traffic benchmark's JSON of the same tree:
+    python3 benchmarks/gpu_kernel_times.py --bundle .gpu/tilefuse-gpu.tar.xz \
+        --model .gpu/traffic.json --out "$OUT"
+For each kernel of the traffic table (`tilefuse-bench-traffic`), bf16 and
+f32, n in {1000, 4096, 8192, 32000, 128256, 262144} and the model's 8192
+rows, it times the op's own kernels with torch.profiler (the main kernel and
+its finalize, summed; helper ATen kernels and host time left out) and
+divides the essential bytes (each tensor the op reads or writes, once) by
+that time: the measured counterpart of the model's "est. HBM". It writes
+kernel_times.md and kernel_times.json, and jit.log (TILEFUSE_LOG=jit: the
+PTX JIT's registers and spills per kernel, and the modules the runtime
+compiled again asking ptxas for more blocks per SM).
+Without a GPU (TILEFUSE_TARGET=emulate: CPU tensors through the PTX
+emulator) it runs the same code at tiny shapes, untimed: the dry run.
 """
-import os, sys, tarfile, tempfile, time
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tarfile
+import tempfile
+import time
+
 import torch
-import torch.nn.functional as F
-from torch.profiler import profile, ProfilerActivity
 
-bundle, out = sys.argv[1], sys.argv[2]
-if torch.cuda.is_available():
-    os.environ.setdefault("TILEFUSE_LOG", "jit")
-    jit_log = open(os.path.join(out, "jit.log"), "w")
-    os.dup2(jit_log.fileno(), sys.stderr.fileno())
-folder = tempfile.mkdtemp()
-with tarfile.open(bundle) as t:
-    t.extractall(folder, filter="data")
-torch.ops.load_library(os.path.join(folder, "libtilefuse_torch.so"))
-ops = torch.ops.tilefuse
-dev = "cuda" if torch.cuda.is_available() else "cpu"
-bf16 = torch.bfloat16
-lines = []
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = [1000, 4096, 8192, 32000, 128256, 262144]
+ROWS = 8192  # the traffic model's rows per launch
+DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
+# HBM peak the model assumes (benchmarks/README.md, "The H200 model"); an
+# H100 SXM's for that card.
+PEAK_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12}
 
-def report(name, fn, reps=20):
-    fn(); fn()
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])) as prof:
+
+def norm_inputs(rows, n, dtype, device):
+    x = torch.randn(rows, n, device=device, dtype=dtype)
+    w = torch.randn(n, device=device, dtype=dtype)
+    b = torch.randn(n, device=device, dtype=dtype)
+    dy = torch.randn(rows, n, device=device, dtype=dtype)
+    return x, w, b, dy
+
+
+# Each kernel: (the prefix of its GPU kernels' names, a function of (rows,
+# n, dtype, device) that returns a call of the op and the tensors that call
+# reads and writes: its essential bytes).
+def rms_norm_fwd(rows, n, dtype, device):
+    x, w, _, _ = norm_inputs(rows, n, dtype, device)
+    call = lambda: torch.ops.tilefuse.rms_norm_fwd(x, w, 1e-6)
+    return call, [x, w, *call()]
+
+
+def rms_norm_bwd(rows, n, dtype, device):
+    x, w, _, dy = norm_inputs(rows, n, dtype, device)
+    _, rstd = torch.ops.tilefuse.rms_norm_fwd(x, w, 1e-6)
+    call = lambda: torch.ops.tilefuse.rms_norm_bwd(dy, x, w, rstd)
+    return call, [dy, x, w, rstd, *call()]
+
+
+def layer_norm_fwd(rows, n, dtype, device):
+    x, w, b, _ = norm_inputs(rows, n, dtype, device)
+    call = lambda: torch.ops.tilefuse.layer_norm_fwd(x, w, b, 1e-5)
+    return call, [x, w, b, *call()]
+
+
+def layer_norm_bwd(rows, n, dtype, device):
+    x, w, b, dy = norm_inputs(rows, n, dtype, device)
+    _, mean, rstd = torch.ops.tilefuse.layer_norm_fwd(x, w, b, 1e-5)
+    call = lambda: torch.ops.tilefuse.layer_norm_bwd(dy, x, w, mean, rstd)
+    return call, [dy, x, w, mean, rstd, *call()]
+
+
+def glu(op, *options):
+    def make(rows, n, dtype, device):
+        a, b, dc = (torch.randn(rows, n, device=device, dtype=dtype) for _ in range(3))
+        fn = getattr(torch.ops.tilefuse, op)
+        if op.endswith("_fwd"):
+            call = lambda: fn(a, b, *options)
+            return call, [a, b, call()]
+        call = lambda: fn(dc, a, b, *options)
+        return call, [dc, a, b, *call()]
+    return make
+
+
+CE_OPTIONS = (-100, 0.0, 0.0, None, 0)  # ignore_index, smoothing, z-loss, softcap, none
+
+
+def ce_inputs(rows, n, dtype, device):
+    logits = torch.randn(rows, n, device=device, dtype=dtype)
+    target = torch.randint(0, n, (rows,), device=device)
+    return logits, target
+
+
+def cross_entropy_fwd(rows, n, dtype, device):
+    logits, target = ce_inputs(rows, n, dtype, device)
+    call = lambda: torch.ops.tilefuse.cross_entropy_fwd(logits, target, None, *CE_OPTIONS)
+    loss, _, lse, _ = call()
+    return call, [logits, target, loss, lse]
+
+
+def cross_entropy_bwd(rows, n, dtype, device):
+    logits, target = ce_inputs(rows, n, dtype, device)
+    _, _, lse, mass = torch.ops.tilefuse.cross_entropy_fwd(logits, target, None, *CE_OPTIONS)
+    dloss = torch.rand(rows, device=device)
+    call = lambda: torch.ops.tilefuse.cross_entropy_bwd(dloss, logits, target, None, lse,
+                                                        mass, *CE_OPTIONS)
+    return call, [dloss, logits, target, lse, call()]
+
+
+def cross_entropy_fwd_grad(rows, n, dtype, device):
+    # In place: the logits are read and their gradient written over them
+    # (the kernel reads what it wrote last time: the same bytes either way).
+    logits, target = ce_inputs(rows, n, dtype, device)
+    call = lambda: torch.ops.tilefuse.cross_entropy_fwd_grad_(logits, target, None, *CE_OPTIONS)
+    loss, lse = call()
+    return call, [logits, logits, target, loss, lse]
+
+
+def adamw_step(rows, n, dtype, device):
+    param, grad, exp_avg = (torch.randn(rows, n, device=device, dtype=dtype) for _ in range(3))
+    exp_avg_sq = torch.rand(rows, n, device=device, dtype=dtype)
+    call = lambda: torch.ops.tilefuse.adamw_step_(param, grad, exp_avg, exp_avg_sq, step=5,
+                                                  lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+                                                  weight_decay=0.01)
+    call()
+    # param and both moments read and written, grad read.
+    return call, [param, param, exp_avg, exp_avg, exp_avg_sq, exp_avg_sq, grad]
+
+
+KERNELS = {
+    "rms_norm_fwd": ("rms_norm", rms_norm_fwd),
+    "rms_norm_bwd": ("rms_norm", rms_norm_bwd),
+    "layer_norm_fwd": ("layer_norm", layer_norm_fwd),
+    "layer_norm_bwd": ("layer_norm", layer_norm_bwd),
+    "cross_entropy_fwd": ("cross_entropy", cross_entropy_fwd),
+    "cross_entropy_bwd": ("cross_entropy", cross_entropy_bwd),
+    "cross_entropy_fwd_grad": ("cross_entropy", cross_entropy_fwd_grad),
+    "swiglu_fwd": ("swiglu", glu("swiglu_fwd")),
+    "swiglu_bwd": ("swiglu", glu("swiglu_bwd")),
+    "geglu_fwd": ("geglu", glu("geglu_fwd", 0)),
+    "geglu_bwd": ("geglu", glu("geglu_bwd", 0)),
+    "adamw_step": ("adamw", adamw_step),
+}
+
+
+def kernel_microseconds(call, prefix, reps):
+    """Mean GPU time of one call's kernels whose names start with `prefix`
+    (torch.profiler), the names seen, and the mean time of a call between
+    CUDA events around all `reps` (host time and helper kernels included)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            fn()
-        if dev == "cuda":
-            torch.cuda.synchronize()
-    lines.append(f"## {name} ({reps} calls)")
-    table = prof.key_averages().table(sort_by="cuda_time_total" if dev == "cuda" else "cpu_time_total", row_limit=14, max_name_column_width=60)
-    lines.append(table)
-    print(lines[-2]); print(table, flush=True)
+            call()
+        torch.cuda.synchronize()
+    total, names = 0.0, set()
+    for event in prof.key_averages():
+        if event.key.startswith(prefix):
+            total += event.self_device_time_total
+            names.add(event.key)
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(reps):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return total / reps, sorted(names), begin.elapsed_time(end) * 1e3 / reps
 
-# n = 32000: the forward norms hold their loads packed there (the traffic
-# model's prediction: 1 -> 2 blocks per SM, 65-73% -> 100% of HBM).
-for rows, n in ([(16384, 4096), (16384, 8192), (8192, 1000), (8192, 32000)]
-                if dev == "cuda" else [(8, 64)]):
-    torch.manual_seed(0)
-    x = torch.randn(rows, n, device=dev, dtype=bf16)
-    w = torch.randn(n, device=dev, dtype=bf16)
-    b = torch.randn(n, device=dev, dtype=bf16)
-    dy = torch.randn(rows, n, device=dev, dtype=bf16)
-    report(f"rms_norm_fwd {rows}x{n}", lambda: ops.rms_norm_fwd(x, w, 1e-6))
-    y, rstd = ops.rms_norm_fwd(x, w, 1e-6)
-    report(f"rms_norm_bwd {rows}x{n}", lambda: ops.rms_norm_bwd(dy, x, w, rstd))
-    report(f"layer_norm_fwd {rows}x{n}", lambda: ops.layer_norm_fwd(x, w, b, 1e-5))
-    y, mean, rstd2 = ops.layer_norm_fwd(x, w, b, 1e-5)
-    report(f"layer_norm_bwd {rows}x{n}", lambda: ops.layer_norm_bwd(dy, x, w, mean, rstd2))
-    xt, wt = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
-    yt = F.rms_norm(xt, (n,), wt, 1e-6)
-    report(f"eager rms_norm backward {rows}x{n}", lambda: torch.autograd.grad(yt, (xt, wt), dy, retain_graph=True))
 
-for rows, n in ([(8192, 32000)] if dev == "cuda" else [(8, 64)]):
-    x = torch.randn(rows, n, device=dev, dtype=bf16)
-    t = torch.randint(0, n, (rows,), device=dev)
-    report(f"cross_entropy fwd {rows}x{n}", lambda: ops.cross_entropy(x, t))
+def copy_bytes_per_second():
+    """A device-to-device copy of 2 GiB, bytes read and written: what this
+    card's memory moves in practice."""
+    a = torch.empty(2**30, dtype=torch.int16, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(10):
+        b.copy_(a)
+    end.record()
+    torch.cuda.synchronize()
+    return 10 * 2 * a.nbytes / (begin.elapsed_time(end) * 1e-3)
 
-with open(os.path.join(out, "profile.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
+
+def markdown(report, model):
+    lines = [f"# Kernel times: {report['gpu']}", "",
+             f"{report['rows']} rows; essential bytes (each tensor the op reads or writes, "
+             f"once) over the mean time of the op's own kernels (torch.profiler, "
+             f"{report['reps']} calls); % of {report['peak_tb_s']} TB/s; a device-to-device "
+             f"copy moved {report['copy_tb_s']} TB/s (read + written). 'model' is "
+             f"`tilefuse-bench-traffic`'s estimate for an H200 at the same rows; 'call' the "
+             f"mean time of a call between CUDA events (host time and helper kernels "
+             f"included).", "",
+             "| kernel | dtype | n | kernels us | GB/s | measured | model | call us | kernels |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["cells"]:
+        if "error" in r:
+            lines.append(f"| {r['kernel']} | {r['dtype']} | {r['n']} | | | | | | "
+                         f"{r['error'][:200]} |")
+            continue
+        estimate = model.get((r["kernel"], r["dtype"], r["n"]))
+        lines.append(
+            f"| {r['kernel']} | {r['dtype']} | {r['n']} | {r['kernel_us']:.1f} | "
+            f"{r['gb_s']:.0f} | {r['fraction']:.0%} | "
+            f"{'' if estimate is None else f'{estimate:.0%}'} | {r['call_us']:.1f} | "
+            f"{', '.join(r['kernel_names'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--bundle", help="a bundle made by scripts/gpu_check.py --pack")
+    source.add_argument("--library", help="libtilefuse_torch.so")
+    parser.add_argument("--out", default=os.environ.get("OUT") or ".")
+    parser.add_argument("--model", help="tilefuse-bench-traffic --json output (same tree)")
+    parser.add_argument("--kernels", nargs="*", default=list(KERNELS))
+    parser.add_argument("--budget", type=float, default=240,
+                        help="seconds; cells not started by then are left out")
+    parser.add_argument("--reps", type=int, default=10)
+    args = parser.parse_args()
+    started = time.monotonic()
+    gpu = torch.cuda.is_available()
+    os.makedirs(args.out, exist_ok=True)
+    if gpu:
+        os.environ.setdefault("TILEFUSE_LOG", "jit")
+        jit_log = open(os.path.join(args.out, "jit.log"), "w")
+        os.dup2(jit_log.fileno(), sys.stderr.fileno())
+    library = args.library
+    if args.bundle:
+        folder = tempfile.mkdtemp()
+        with tarfile.open(args.bundle) as bundle:
+            bundle.extractall(folder, filter="data")
+        library = os.path.join(folder, "libtilefuse_torch.so")
+    torch.ops.load_library(library)
+    model = {}
+    if args.model:
+        with open(args.model) as f:
+            model = {(c["kernel"], c["dtype"], c["n"]): c["hbm_fraction"] for c in json.load(f)}
+
+    device = "cuda" if gpu else "cpu"
+    name = torch.cuda.get_device_name() if gpu else "none (dry run)"
+    peak = next((v for k, v in PEAK_BYTES_PER_S.items() if k in name), 4.8e12)
+    report = {"gpu": name, "rows": ROWS if gpu else 4, "reps": args.reps,
+              "peak_tb_s": peak / 1e12,
+              "copy_tb_s": round(copy_bytes_per_second() / 1e12, 2) if gpu else None,
+              "cells": []}
+    for kernel in args.kernels:
+        prefix, make = KERNELS[kernel]
+        for dtype_name, dtype in DTYPES.items():
+            for n in SIZES if gpu else [64]:
+                cell = {"kernel": kernel, "dtype": dtype_name, "n": n}
+                if time.monotonic() - started > args.budget:
+                    cell["error"] = "not run: the time budget is spent"
+                    report["cells"].append(cell)
+                    continue
+                call = tensors = None
+                try:
+                    torch.manual_seed(0)
+                    call, tensors = make(report["rows"], n, dtype, device)
+                    moved = sum(t.nbytes for t in tensors)
+                    if gpu:
+                        us, names, call_us = kernel_microseconds(call, prefix, args.reps)
+                        cell.update(kernel_us=us, call_us=call_us, kernel_names=names,
+                                    gb_s=moved / us / 1e3, fraction=moved / us / 1e-6 / peak)
+                    else:
+                        call()
+                        cell.update(kernel_us=0.0, call_us=0.0, kernel_names=[], gb_s=0.0,
+                                    fraction=0.0)
+                except Exception as error:  # reported with its cell; the next one runs
+                    cell["error"] = f"{type(error).__name__}: {error}"
+                del call, tensors
+                report["cells"].append(cell)
+                print(json.dumps(cell), flush=True)
+    report["seconds"] = round(time.monotonic() - started, 1)
+    with open(os.path.join(args.out, "kernel_times.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    with open(os.path.join(args.out, "kernel_times.md"), "w") as f:
+        f.write(markdown(report, model))
+    errors = [c for c in report["cells"] if "error" in c]
+    print(f"kernel times: {len(report['cells']) - len(errors)}/{len(report['cells'])} cells, "
+          f"{report['seconds']} s", flush=True)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
