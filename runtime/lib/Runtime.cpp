@@ -6,6 +6,7 @@
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -185,6 +186,50 @@ tilefuse::deserializeArtifact(llvm::StringRef artifact) {
 // Runtime
 //===----------------------------------------------------------------------===//
 
+llvm::Expected<llvm::StringMap<TileOverride>>
+tilefuse::parseTileOverrides(llvm::StringRef text) {
+  llvm::StringMap<TileOverride> overrides;
+  auto malformed = [&](llvm::StringRef entry, llvm::StringRef why) {
+    return llvm::createStringError(
+        llvm::formatv("TILEFUSE_TILE: '{0}': {1}; expected "
+                      "KERNEL:KEY=VALUE[,KEY=VALUE...] entries joined by ';', "
+                      "KEY threads-per-row, rows-per-block, vector-width or "
+                      "row-on-chip",
+                      entry, why)
+            .str());
+  };
+  llvm::SmallVector<llvm::StringRef> entries;
+  text.split(entries, ';', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef entry : entries) {
+    auto [untrimmed, fields] = entry.trim().split(':');
+    llvm::StringRef kernel = untrimmed.trim();
+    if (kernel.empty() || fields.empty())
+      return malformed(entry, "no kernel name or no override");
+    TileOverride &tile = overrides[kernel];
+    llvm::SmallVector<llvm::StringRef> pairs;
+    fields.split(pairs, ',');
+    for (llvm::StringRef pair : pairs) {
+      auto [key, value] = pair.trim().split('=');
+      if (key == "row-on-chip") {
+        if (value != "true" && value != "false" && value != "auto")
+          return malformed(entry, "row-on-chip is true, false or auto");
+        tile.rowOnChip = value.str();
+        continue;
+      }
+      int64_t *field = llvm::StringSwitch<int64_t *>(key)
+                           .Case("threads-per-row", &tile.threadsPerRow)
+                           .Case("rows-per-block", &tile.rowsPerBlock)
+                           .Case("vector-width", &tile.vectorWidth)
+                           .Default(nullptr);
+      if (!field)
+        return malformed(entry, "unknown key '" + key.str() + "'");
+      if (value.getAsInteger(10, *field) || *field <= 0)
+        return malformed(entry, key.str() + " is a positive integer");
+    }
+  }
+  return overrides;
+}
+
 static mlir::DialectRegistry makeRegistry() {
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
@@ -195,6 +240,11 @@ static mlir::DialectRegistry makeRegistry() {
 Runtime::Runtime(std::optional<std::string> cacheDirectory)
     : mlirContext(makeRegistry()),
       kernelCache(std::make_unique<KernelCache>(std::move(cacheDirectory))) {
+  const char *tile = std::getenv("TILEFUSE_TILE");
+  if (auto tiles = parseTileOverrides(tile ? tile : ""))
+    tileOverrides = std::move(*tiles);
+  else
+    tileOverrideError = llvm::toString(tiles.takeError());
   mlirContext.loadAllAvailableDialects();
   const char *always = std::getenv("TILEFUSE_ALWAYS_COMPILE");
   alwaysCompile = always && llvm::StringRef(always) == "1";
@@ -211,6 +261,30 @@ Runtime &Runtime::global() {
   // above all) still hold IR in its context.
   static Runtime *runtime = new Runtime(KernelCache::defaultDirectory());
   return *runtime;
+}
+
+llvm::Expected<CompileOptions>
+Runtime::withTileOverride(mlir::ModuleOp module, CompileOptions options) const {
+  if (!tileOverrideError.empty())
+    return llvm::createStringError(tileOverrideError);
+  if (tileOverrides.empty() || module.getBody()->empty())
+    return options;
+  auto name = module.getBody()->front().getAttrOfType<mlir::StringAttr>(
+      mlir::SymbolTable::getSymbolAttrName());
+  auto tile = name ? tileOverrides.find(name.getValue()) : tileOverrides.end();
+  if (tile == tileOverrides.end())
+    return options;
+  // Only what the entry names: the caller's other overrides stay.
+  const TileOverride &set = tile->second;
+  if (set.threadsPerRow)
+    options.threadsPerRow = set.threadsPerRow;
+  if (set.rowsPerBlock)
+    options.rowsPerBlock = set.rowsPerBlock;
+  if (set.vectorWidth)
+    options.vectorWidth = set.vectorWidth;
+  if (set.rowOnChip != "auto")
+    options.rowOnChip = set.rowOnChip;
+  return options;
 }
 
 CacheKey Runtime::keyFor(mlir::ModuleOp module, const CompileOptions &options) {
@@ -284,14 +358,17 @@ Runtime::getCpuKernel(mlir::ModuleOp module, const CompileOptions &options) {
   if (options.target != "cpu")
     return llvm::createStringError("getCpuKernel needs target cpu, got " +
                                    options.target);
-  CacheKey key = keyFor(module, options);
+  auto tiled = withTileOverride(module, options);
+  if (!tiled)
+    return tiled.takeError();
+  CacheKey key = keyFor(module, *tiled);
   std::string digest = key.digest();
   if (!alwaysCompile) {
     std::lock_guard<std::mutex> lock(loadedMutex);
     if (auto it = loaded.find(digest); it != loaded.end())
       return it->second;
   }
-  auto parsed = artifactFor(module, options, key);
+  auto parsed = artifactFor(module, *tiled, key);
   if (!parsed)
     return parsed.takeError();
   DiagnosticCollector diagnostics(mlirContext);
@@ -313,14 +390,17 @@ Runtime::getGpuKernel(mlir::ModuleOp module, const CompileOptions &options) {
     return llvm::createStringError("getGpuKernel needs a GPU target (sm_80, "
                                    "sm_86, sm_89, sm_90), got " +
                                    options.target);
-  CacheKey key = keyFor(module, options);
+  auto tiled = withTileOverride(module, options);
+  if (!tiled)
+    return tiled.takeError();
+  CacheKey key = keyFor(module, *tiled);
   std::string digest = key.digest();
   if (!alwaysCompile) {
     std::lock_guard<std::mutex> lock(loadedMutex);
     if (auto it = loadedGpu.find(digest); it != loadedGpu.end())
       return it->second;
   }
-  auto parsed = artifactFor(module, options, key);
+  auto parsed = artifactFor(module, *tiled, key);
   if (!parsed)
     return parsed.takeError();
   auto kernel = std::make_shared<const GpuKernel>(

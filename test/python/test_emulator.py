@@ -125,6 +125,56 @@ except RuntimeError as error:
     assert message in done.stdout, done.stdout
 
 
+@pytest.mark.parametrize("tile, block, grid, staged", [
+    ("", 256, 4, False),  # the heuristic: rows of 128 threads, two a block, on chip
+    ("layer_norm_fwd:threads-per-row=256,rows-per-block=1", 256, 8, False),
+    ("layer_norm_fwd:row-on-chip=false", 256, 4, True),  # streamed, staged
+    ("rms_norm_fwd:threads-per-row=512", 256, 4, False),  # another kernel's
+])
+def test_tile_overrides_change_the_launch_not_the_result(tmp_path, tile, block, grid, staged):
+    script = """
+import json, sys, torch, tilefuse.emulator as emulator
+torch.manual_seed(0)
+x, w, b = torch.randn(8, 4096).bfloat16(), torch.randn(4096).bfloat16(), torch.randn(4096).bfloat16()
+emulator.last_launches()
+y, mean, rstd = torch.ops.tilefuse.layer_norm_fwd(x, w, b, 1e-5)
+launch = emulator.last_launches()[-1]
+yt = torch.nn.functional.layer_norm(x.float(), (4096,), w.float(), b.float(), 1e-5)
+json.dump({"block": launch["block"][0], "grid": launch["grid"][0],
+           "shared": launch["shared_bytes"], "error": float((y.float() - yt).abs().max())},
+          sys.stdout)
+"""
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_TARGET="emulate",
+                      TILEFUSE_TILE=tile)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["block"], result["grid"]) == (block, grid)
+    assert (result["shared"] > 1024) == staged  # a staged row's dynamic shared memory
+    assert result["error"] < 0.05  # bf16 y of values of size ~3: 2-4 ulps
+
+
+@pytest.mark.parametrize("tile, message", [
+    ("layer_norm_fwd", "'layer_norm_fwd': no kernel name or no override"),
+    ("layer_norm_fwd:threads=2", "unknown key 'threads'"),
+    ("layer_norm_fwd:threads-per-row=0", "threads-per-row is a positive integer"),
+    ("layer_norm_fwd:row-on-chip=yes", "row-on-chip is true, false or auto"),
+    ("layer_norm_fwd:threads-per-row=96", "threads-per-row must be a power of two"),
+])
+def test_a_malformed_tile_override_is_refused(tmp_path, tile, message):
+    script = """
+import torch, tilefuse
+try:
+    torch.ops.tilefuse.layer_norm_fwd(torch.randn(2, 64), torch.ones(64), torch.zeros(64), 1e-5)
+except RuntimeError as error:
+    print(error)
+"""
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_TARGET="emulate",
+                      TILEFUSE_TILE=tile)
+    assert done.returncode == 0, done.stderr
+    assert message in done.stdout, done.stdout
+    assert "tilefuse.layer_norm" in done.stdout, done.stdout
+
+
 def test_approximation_modes_move_the_results(tmp_path):
     # exp of f32 goes through ex2.approx: from TILEFUSE_EMULATE_APPROX=high,
     # then set_approximation, results above / at / below the exact ones.

@@ -79,6 +79,22 @@ struct DiagnosticCollector {
   mlir::ScopedDiagnosticHandler handler;
 };
 
+/// Tile overrides of one kernel (CompileOptions' fields; 0 / "auto" keep
+/// the heuristic's choice).
+struct TileOverride {
+  int64_t threadsPerRow = 0, rowsPerBlock = 0, vectorWidth = 0;
+  std::string rowOnChip = "auto";
+};
+
+/// Parses TILEFUSE_TILE: `KERNEL:KEY=VALUE[,KEY=VALUE...]` entries joined by
+/// ';', the keys tilefuse-compile's overrides (threads-per-row,
+/// rows-per-block, vector-width, row-on-chip=true|false|auto). For
+/// experiments: a benchmark times a tile the heuristic did not choose
+/// (benchmarks/gpu_kernel_times.py --variant); fuse-select-tiles checks
+/// the values.
+llvm::Expected<llvm::StringMap<TileOverride>>
+parseTileOverrides(llvm::StringRef text);
+
 class Runtime {
 public:
   /// A runtime caching in `cacheDirectory` (std::nullopt: memory only).
@@ -88,7 +104,8 @@ public:
   /// The process's runtime: $TILEFUSE_CACHE_DIR (or ~/.cache/tilefuse);
   /// TILEFUSE_ALWAYS_COMPILE=1 bypasses every cache; TILEFUSE_LOG=compile
   /// prints one line per compilation (kernel, key, time) to stderr;
-  /// TILEFUSE_DUMP=<dir> writes every stage of every compilation there.
+  /// TILEFUSE_DUMP=<dir> writes every stage of every compilation there;
+  /// TILEFUSE_TILE overrides kernels' tiles (parseTileOverrides).
   static Runtime &global();
 
   mlir::MLIRContext &context() { return mlirContext; }
@@ -112,6 +129,9 @@ public:
   int64_t compileCount() const { return compiles.load(); }
 
 private:
+  /// `options` with the TILEFUSE_TILE override of the module's kernel.
+  llvm::Expected<CompileOptions> withTileOverride(mlir::ModuleOp module,
+                                                  CompileOptions options) const;
   CacheKey keyFor(mlir::ModuleOp module, const CompileOptions &options);
   llvm::Expected<std::pair<KernelInfo, std::string>>
   artifactFor(mlir::ModuleOp module, const CompileOptions &options,
@@ -123,6 +143,10 @@ private:
   bool alwaysCompile = false;
   bool logCompiles = false;
   std::string dumpDirectory;
+  /// TILEFUSE_TILE, parsed: each kernel's overrides, or why it is
+  /// malformed (every compilation then fails with that message).
+  llvm::StringMap<TileOverride> tileOverrides;
+  std::string tileOverrideError;
   std::atomic<int64_t> compiles{0};
   std::mutex loadedMutex;
   llvm::StringMap<std::shared_ptr<const CpuKernel>> loaded;
