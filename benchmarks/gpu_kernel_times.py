@@ -13,6 +13,12 @@ that time: the measured counterpart of the model's "est. HBM". It writes
 kernel_times.md and kernel_times.json, and jit.log (TILEFUSE_LOG=jit: the
 PTX JIT's registers and spills per kernel, and the modules the runtime
 compiled again asking ptxas for more blocks per SM).
+Then the VARIANTS, each in a process of its own with TILEFUSE_TILE set: tiles
+the heuristic does not choose, where the traffic model and the one GPU run
+so far disagree or a choice was left for a GPU to make.
+The model file, here (the traffic benchmark for these kernels and for each
+variant under its tile, one JSON):
+    .venv/bin/python benchmarks/gpu_kernel_times.py --write-model .gpu/traffic.json
 Without a GPU (TILEFUSE_TARGET=emulate: CPU tensors through the PTX
 emulator) it runs the same code at tiny shapes, untimed: the dry run.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -148,6 +155,19 @@ KERNELS = {
 }
 
 
+# (kernel, dtype, n, tile, why): the tiles a GPU run should time beside the
+# heuristic's (TILEFUSE_TILE; the estimates come from the traffic model).
+VARIANTS = [
+    ("layer_norm_fwd", "bf16", 4096, "threads-per-row=256,rows-per-block=1",
+     "rows of 256 threads: 48 registers, 5 blocks per SM (the heuristic's 128 "
+     "threads keep 32 elements and the weight and bias: 128 registers)"),
+    ("rms_norm_fwd", "bf16", 4096, "row-on-chip=false",
+     "the row streamed through shared memory instead of kept in registers"),
+    ("rms_norm_bwd", "bf16", 8192, "threads-per-row=256,rows-per-block=1",
+     "rows of 256 threads keeping 64 elements (the heuristic keeps 32)"),
+]
+
+
 def kernel_microseconds(call, prefix, reps):
     """Mean GPU time of one call's kernels whose names start with `prefix`
     (torch.profiler), the names seen, and the mean time of a call between
@@ -163,6 +183,9 @@ def kernel_microseconds(call, prefix, reps):
         if event.key.startswith(prefix):
             total += event.self_device_time_total
             names.add(event.key)
+    if not names:
+        raise RuntimeError(f"no kernel named {prefix}* in the profile: saw "
+                           f"{sorted(e.key for e in prof.key_averages())[:8]}")
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
     for _ in range(reps):
@@ -188,6 +211,89 @@ def copy_bytes_per_second():
     return 10 * 2 * a.nbytes / (begin.elapsed_time(end) * 1e-3)
 
 
+def write_model(path, traffic):
+    """The traffic model's estimates for KERNELS and VARIANTS (one JSON; a
+    variant's cells carry its tile)."""
+    cells = []
+    runs = [(list(KERNELS), "bf16,f32", ",".join(map(str, SIZES)), None)]
+    runs += [([kernel], dtype, str(n), tile) for kernel, dtype, n, tile, _ in VARIANTS]
+    with tempfile.TemporaryDirectory() as folder:
+        for index, (kernels, dtypes, sizes, tile) in enumerate(runs):
+            out = os.path.join(folder, f"{index}.json")
+            env = dict(os.environ, TILEFUSE_TILE=f"{kernels[0]}:{tile}" if tile else "")
+            if not os.access(traffic, os.X_OK):
+                sys.exit(f"gpu_kernel_times: no traffic benchmark at {traffic} (--traffic)")
+            done = subprocess.run([traffic, f"--kernels={','.join(kernels)}",
+                                   f"--dtypes={dtypes}", f"--n={sizes}", f"--json={out}"],
+                                  env=env, stdout=subprocess.DEVNULL)
+            if done.returncode:  # its JSON holds the cells that ran
+                print(f"gpu_kernel_times: {traffic} failed for {kernels} {tile or ''}",
+                      file=sys.stderr)
+            if os.path.exists(out):
+                with open(out) as f:
+                    cells += [dict(cell, tile=tile) for cell in json.load(f)]
+    with open(path, "w") as f:
+        json.dump(cells, f, indent=1)
+    print(f"{path}: {len(cells)} cells")
+
+
+def run_variants(args, report, started, save):
+    """Each variant in a child process with TILEFUSE_TILE set (the runtime
+    reads it once), within the budget; the report is saved after each, and
+    the child's jit.log appended to this one's (stderr on a GPU)."""
+    for kernel, dtype, n, tile, why in VARIANTS:
+        left = args.budget - (time.monotonic() - started)
+        cells = [{"kernel": kernel, "dtype": dtype, "n": n,
+                  "error": "not run: the time budget is spent"}]
+        if left > 5:
+            with tempfile.TemporaryDirectory() as folder:
+                source = ["--bundle", args.bundle] if args.bundle else ["--library", args.library]
+                try:
+                    child = subprocess.run(
+                        [sys.executable, os.path.abspath(__file__), *source, "--out", folder,
+                         "--kernels", kernel, "--dtypes", dtype, "--sizes", str(n),
+                         "--reps", str(args.reps), "--no-variants"],
+                        env=dict(os.environ, TILEFUSE_TILE=f"{kernel}:{tile}"),
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                        timeout=max(30, left))
+                    path = os.path.join(folder, "kernel_times.json")
+                    if os.path.exists(path):
+                        with open(path) as f:
+                            cells = json.load(f)["cells"]
+                    else:
+                        cells[0]["error"] = f"exit {child.returncode}: {child.stdout[-300:]}"
+                except subprocess.TimeoutExpired:
+                    cells[0]["error"] = f"killed after {max(30, left):.0f} s"
+                log = os.path.join(folder, "jit.log")
+                if os.path.exists(log):
+                    with open(log) as f:
+                        sys.stderr.write(f"== variant {kernel} {dtype} {n} {tile}\n{f.read()}")
+                    sys.stderr.flush()
+        for cell in cells:
+            cell.update(tile=tile, why=why)
+            report["variants"].append(cell)
+            print(json.dumps(cell), flush=True)
+        save()
+
+
+def markdown_rows(cells, model):
+    lines = []
+    for r in cells:
+        tile = r.get("tile")
+        label = f"{r['kernel']}{f' ({tile})' if tile else ''}"
+        if "error" in r:
+            error = " ".join(r["error"].split()).replace("|", "/")[:200]
+            lines.append(f"| {label} | {r['dtype']} | {r['n']} | | | | | | {error} |")
+            continue
+        estimate = model.get((r["kernel"], r["dtype"], r["n"], tile))
+        lines.append(
+            f"| {label} | {r['dtype']} | {r['n']} | {r['kernel_us']:.1f} | "
+            f"{r['gb_s']:.0f} | {r['fraction']:.0%} | "
+            f"{'' if estimate is None else f'{estimate:.0%}'} | {r['call_us']:.1f} | "
+            f"{', '.join(r['kernel_names'])} |")
+    return lines
+
+
 def markdown(report, model):
     lines = [f"# Kernel times: {report['gpu']}", "",
              f"{report['rows']} rows; essential bytes (each tensor the op reads or writes, "
@@ -199,17 +305,13 @@ def markdown(report, model):
              f"included).", "",
              "| kernel | dtype | n | kernels us | GB/s | measured | model | call us | kernels |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["cells"]:
-        if "error" in r:
-            lines.append(f"| {r['kernel']} | {r['dtype']} | {r['n']} | | | | | | "
-                         f"{r['error'][:200]} |")
-            continue
-        estimate = model.get((r["kernel"], r["dtype"], r["n"]))
-        lines.append(
-            f"| {r['kernel']} | {r['dtype']} | {r['n']} | {r['kernel_us']:.1f} | "
-            f"{r['gb_s']:.0f} | {r['fraction']:.0%} | "
-            f"{'' if estimate is None else f'{estimate:.0%}'} | {r['call_us']:.1f} | "
-            f"{', '.join(r['kernel_names'])} |")
+    lines += markdown_rows(report["cells"], model)
+    if report["variants"]:
+        lines += ["", "Variants (TILEFUSE_TILE; the heuristic's tile for the same cell "
+                  "is in the table above):", "",
+                  "| kernel (tile) | dtype | n | kernels us | GB/s | measured | model | call us "
+                  "| kernels |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += markdown_rows(report["variants"], model)
     return "\n".join(lines) + "\n"
 
 
@@ -218,13 +320,23 @@ def main() -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--bundle", help="a bundle made by scripts/gpu_check.py --pack")
     source.add_argument("--library", help="libtilefuse_torch.so")
+    source.add_argument("--write-model", metavar="PATH",
+                        help="write the traffic model's estimates (here) and exit")
+    parser.add_argument("--traffic", default=os.path.join(ROOT, "build", "bin",
+                                                          "tilefuse-bench-traffic"))
     parser.add_argument("--out", default=os.environ.get("OUT") or ".")
-    parser.add_argument("--model", help="tilefuse-bench-traffic --json output (same tree)")
+    parser.add_argument("--model", help="the --write-model file (same tree)")
     parser.add_argument("--kernels", nargs="*", default=list(KERNELS))
+    parser.add_argument("--dtypes", nargs="*", default=list(DTYPES))
+    parser.add_argument("--sizes", nargs="*", type=int, help="default: the table's n")
+    parser.add_argument("--no-variants", action="store_true")
     parser.add_argument("--budget", type=float, default=240,
                         help="seconds; cells not started by then are left out")
     parser.add_argument("--reps", type=int, default=10)
     args = parser.parse_args()
+    if args.write_model:
+        write_model(args.write_model, args.traffic)
+        return 0
     started = time.monotonic()
     gpu = torch.cuda.is_available()
     os.makedirs(args.out, exist_ok=True)
@@ -242,7 +354,8 @@ def main() -> int:
     model = {}
     if args.model:
         with open(args.model) as f:
-            model = {(c["kernel"], c["dtype"], c["n"]): c["hbm_fraction"] for c in json.load(f)}
+            model = {(c["kernel"], c["dtype"], c["n"], c.get("tile")): c["hbm_fraction"]
+                     for c in json.load(f)}
 
     device = "cuda" if gpu else "cpu"
     name = torch.cuda.get_device_name() if gpu else "none (dry run)"
@@ -250,11 +363,12 @@ def main() -> int:
     report = {"gpu": name, "rows": ROWS if gpu else 4, "reps": args.reps,
               "peak_tb_s": peak / 1e12,
               "copy_tb_s": round(copy_bytes_per_second() / 1e12, 2) if gpu else None,
-              "cells": []}
+              "cells": [], "variants": []}
     for kernel in args.kernels:
         prefix, make = KERNELS[kernel]
-        for dtype_name, dtype in DTYPES.items():
-            for n in SIZES if gpu else [64]:
+        for dtype_name in args.dtypes:
+            dtype = DTYPES[dtype_name]
+            for n in (args.sizes or SIZES) if gpu else [64]:
                 cell = {"kernel": kernel, "dtype": dtype_name, "n": n}
                 if time.monotonic() - started > args.budget:
                     cell["error"] = "not run: the time budget is spent"
@@ -278,13 +392,21 @@ def main() -> int:
                 del call, tensors
                 report["cells"].append(cell)
                 print(json.dumps(cell), flush=True)
-    report["seconds"] = round(time.monotonic() - started, 1)
-    with open(os.path.join(args.out, "kernel_times.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    with open(os.path.join(args.out, "kernel_times.md"), "w") as f:
-        f.write(markdown(report, model))
-    errors = [c for c in report["cells"] if "error" in c]
-    print(f"kernel times: {len(report['cells']) - len(errors)}/{len(report['cells'])} cells, "
+    def save():
+        report["seconds"] = round(time.monotonic() - started, 1)
+        with open(os.path.join(args.out, "kernel_times.json"), "w") as f:
+            json.dump(report, f, indent=1)
+        with open(os.path.join(args.out, "kernel_times.md"), "w") as f:
+            f.write(markdown(report, model))
+
+    save()
+    if not args.no_variants:
+        if gpu:  # what this process cached, for the children
+            torch.cuda.empty_cache()
+        run_variants(args, report, started, save)
+    cells = report["cells"] + report["variants"]
+    errors = [c for c in cells if "error" in c]
+    print(f"kernel times: {len(cells) - len(errors)}/{len(cells)} cells, "
           f"{report['seconds']} s", flush=True)
     return 1 if errors else 0
 
