@@ -317,10 +317,11 @@ static llvm::Expected<Result> measure(Runtime &runtime, llvm::StringRef name,
       return std::move(error);
   // Where the blocks of a persistent grid that share an SM may fold into
   // one, CudaDriver loads the PTX again with each block size it may try
-  // (CudaDriver::foldResidentBlocks).
+  // (CudaDriver::foldResidentBlocks; the tile's own where no plain block
+  // fits).
   std::map<unsigned, PtxasReport> bounded;
   if (foldsResidentBlocks(tile))
-    for (int64_t fold = 2; fold <= maxFoldedBlocks(tile); ++fold) {
+    for (int64_t fold = 1; fold <= maxFoldedBlocks(tile); ++fold) {
       int64_t threads = tile.threadsPerBlock() * fold;
       if (llvm::Error error =
               addReport(bounded, threads,

@@ -310,8 +310,8 @@ CudaDriver::functions(int device,
   // A persistent grid takes no more blocks than can be resident: a block
   // past them would wait for a whole wave, and write one more row of
   // partials.
+  int resident = 0;
   if (!error && tile.blocksPerSM > 0) {
-    int resident = 0;
     error = check(api->occupancy(&resident, loaded.main,
                                  tile.threadsPerRow * tile.rowsPerBlock,
                                  tile.stageBytes),
@@ -319,7 +319,7 @@ CudaDriver::functions(int device,
     loaded.blocksPerSM = std::clamp<int64_t>(resident, 1, tile.blocksPerSM);
   }
   if (!error && foldsResidentBlocks(tile))
-    error = foldResidentBlocks(loaded);
+    error = foldResidentBlocks(loaded, /*plainFits=*/resident > 0);
   std::string finalizeName = name + kFinalizeSuffix;
   if (!error && kernel->info.hasColumnReduction())
     error = check(api->moduleGetFunction(&loaded.finalize, loaded.module,
@@ -379,14 +379,18 @@ void CudaDriver::keepAsked(Loaded &loaded, const AskedModule &asked) {
   loaded.main = asked.main;
 }
 
-llvm::Error CudaDriver::foldResidentBlocks(Loaded &loaded) {
+llvm::Error CudaDriver::foldResidentBlocks(Loaded &loaded, bool plainFits) {
   const std::string &name = loaded.kernel->info.name;
+  const TileConfig &tile = loaded.kernel->info.tile;
   // The tile's blocks per SM in one block, or fewer: the first whose PTX
   // the JIT, told the block size (.maxntid), gives registers without
   // spilling, and that fits an SM. Otherwise the plain PTX runs its blocks
-  // side by side, as many as are resident. A module that fails to load is
-  // only a chance lost.
-  for (int64_t fold = maxFoldedBlocks(loaded.kernel->info.tile); fold > 1;
+  // side by side, as many as are resident; where not even one of its
+  // blocks fits (ptxas gave layer_norm_bwd f32 n = 12288 136 registers a
+  // thread, 512 threads a block), the tile's own block size comes last and
+  // is kept even if it spills: it is the one that launches. A module that
+  // fails to load is only a chance lost.
+  for (int64_t fold = maxFoldedBlocks(tile); fold > (plainFits ? 1 : 0);
        --fold) {
     Loaded folded = loaded;
     folded.foldedBlocks = fold;
@@ -406,7 +410,8 @@ llvm::Error CudaDriver::foldResidentBlocks(Loaded &loaded) {
                                       name, folded.threadsPerBlock(), why);
       continue; // a smaller block may load (its shared memory, say)
     }
-    bool keep = bounded->localBytes == 0 && bounded->resident > 0;
+    bool keep =
+        bounded->resident > 0 && (bounded->localBytes == 0 || fold == 1);
     if (logJit())
       llvm::errs() << llvm::formatv(
           "tilefuse: {0}: {1} blocks in one of {2} threads: {3} resident, {4} "
@@ -416,12 +421,19 @@ llvm::Error CudaDriver::foldResidentBlocks(Loaded &loaded) {
     if (keep) {
       keepAsked(loaded, *bounded);
       loaded.foldedBlocks = fold;
-      loaded.blocksPerSM = 1;
+      loaded.blocksPerSM = fold > 1 ? 1
+                                    : std::clamp<int64_t>(bounded->resident, 1,
+                                                          tile.blocksPerSM);
       return llvm::Error::success();
     }
     api->moduleUnload(bounded->module);
   }
-  return llvm::Error::success();
+  if (plainFits)
+    return llvm::Error::success();
+  return llvm::createStringError(llvm::formatv(
+      "{0}: no block of {1} threads fits on an SM, with the registers the "
+      "PTX JIT chose or bounded to that block size",
+      name, tile.threadsPerBlock()));
 }
 
 llvm::Error CudaDriver::raiseOccupancy(Loaded &loaded) {

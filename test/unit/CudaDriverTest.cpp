@@ -270,7 +270,8 @@ TEST_F(CudaDriverTest, PersistentGridTakesOnlyResidentBlocks) {
   EXPECT_EQ(fakeCudaState().launches[1].params[2], uint64_t(*groups));
   // Asked once per loaded kernel; more resident blocks than the tile asks
   // for get the tile's, and a driver that says none fit gets one block per
-  // SM, never an empty grid.
+  // SM, never an empty grid (a kernel that folds its blocks loads again
+  // bounded to its block size first: PlainBlockThatFitsNoSM).
   EXPECT_EQ(fakeCudaState().occupancyQueries.size(), 1u);
   // (Folded, ResidentBlocksFoldIntoOne: the tile's 2 blocks of 256 in one
   // block, though 3 would fit.)
@@ -282,10 +283,46 @@ TEST_F(CudaDriverTest, PersistentGridTakesOnlyResidentBlocks) {
   EXPECT_EQ(fakeCudaState().bounded.end()[-2], 2 * 256)
       << "the kernel kept (then its finalize)";
   fakeCudaState().residentBlocks = 0;
-  auto other = kernel("rms_norm_bwd", "bf16", 8192);
+  auto other = kernel("rms_norm_bwd", "bf16", 32000);
+  ASSERT_FALSE(foldsResidentBlocks(other->info.tile)) << "it stages its row";
   auto fewest = driver->partialRows(other, 100000, 0);
   ASSERT_TRUE(static_cast<bool>(fewest));
   EXPECT_EQ(*fewest, 132);
+}
+
+TEST_F(CudaDriverTest, PlainBlockThatFitsNoSM) {
+  // A folding kernel's PTX has no block size, so ptxas chooses its
+  // registers freely: layer_norm_bwd f32 n = 12288 took 136 a thread, and
+  // no block of 512 threads fit an SM. Where no folded block fits either,
+  // the kernel loads bounded to its own block size (.maxntid 512), kept
+  // even though it spills: it is the one that launches.
+  auto backward = kernel("rms_norm_bwd", "bf16", 8192);
+  const TileConfig &tile = backward->info.tile;
+  ASSERT_TRUE(foldsResidentBlocks(tile));
+  ASSERT_EQ(tile.threadsPerBlock(), 512);
+  ASSERT_EQ(maxFoldedBlocks(tile), 2);
+  fakeCudaState().residentBlocks = 0;
+  fakeCudaState().residentBlocksWhenBounded = {{1024, 1}, {512, 1}};
+  fakeCudaState().localBytesWhenBounded = {{1024, 16}, {512, 4}};
+  auto groups = driver->partialRows(backward, 100000, 0);
+  ASSERT_TRUE(static_cast<bool>(groups)) << llvm::toString(groups.takeError());
+  EXPECT_EQ(*groups, 132);
+  EXPECT_EQ(fakeCudaState().bounded, (std::vector<int>{0, 1024, 512, 256}))
+      << "the plain kernel, the two tried, then the finalize";
+  uint64_t offsetSlot = bits(0.0f);
+  ASSERT_FALSE(
+      static_cast<bool>(launchRmsNormBwd(backward, 100000, offsetSlot)));
+  EXPECT_EQ(fakeCudaState().launches[0].block, 512u);
+  EXPECT_EQ(fakeCudaState().launches[0].handle, 3u) << "the bounded module";
+
+  // Where not even that fits, a clear error rather than a launch failure.
+  fakeCudaState().residentBlocksWhenBounded.clear();
+  auto none =
+      driver->partialRows(kernel("layer_norm_bwd", "bf16", 8192), 100000, 0);
+  ASSERT_FALSE(static_cast<bool>(none));
+  EXPECT_NE(llvm::toString(none.takeError())
+                .find("layer_norm_bwd: no block of 512 threads fits on an SM"),
+            std::string::npos);
 }
 
 TEST_F(CudaDriverTest, ResidentBlocksFoldIntoOne) {

@@ -57,7 +57,7 @@ private:
 
 constexpr int kInvalidValue = 1, kIllegalAddress = 700,
               kMisalignedAddress = 716, kLaunchFailed = 719, kInvalidPtx = 218,
-              kInvalidHandle = 400;
+              kInvalidHandle = 400, kLaunchOutOfResources = 701;
 
 class EmulatorChecks : public ::testing::Test {
 protected:
@@ -483,6 +483,29 @@ TEST_F(EmulatorChecks, RegistersUnderMinBlocksPerSM) {
   EXPECT_EQ(cuFuncGetAttribute(&value, 8, function(true)), kInvalidValue);
   EXPECT_NE(message(kInvalidValue).find("function attribute 8 is not emulated"),
             std::string::npos);
+}
+
+/// As the driver refuses it (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES): a block
+/// whose registers, as ptxas gave them, do not fit an SM's 64K. A PTX
+/// without a block size lets ptxas take more than 128 registers a thread,
+/// which 512 threads cannot have (layer_norm_bwd f32 n = 12288 took 136).
+TEST_F(EmulatorChecks, BlocksWhoseRegistersDoNotFitAreRefused) {
+  const char *ptx = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                    ".visible .entry unbounded()\n{\n\tret;\n}\n";
+  ASSERT_EQ(cuModuleLoadData(&module, ptx), 0) << message(1);
+  void *function = nullptr;
+  ASSERT_EQ(cuModuleGetFunction(&function, module, "unbounded"), 0);
+  tilefuse::emulator::setRegisters("unbounded", {136, 0});
+  expectError(cuLaunchKernel(function, 1, 1, 1, 512, 1, 1, 0, nullptr, nullptr,
+                             nullptr),
+              kLaunchOutOfResources,
+              {"unbounded: a block of 512 threads with 136 registers a thread "
+               "and 0 bytes of shared memory does not fit on an SM"});
+  EXPECT_EQ(cuLaunchKernel(function, 1, 1, 1, 384, 1, 1, 0, nullptr, nullptr,
+                           nullptr),
+            0)
+      << "12 warps of 136 registers fit";
+  tilefuse::emulator::setRegisters("unbounded", {});
 }
 
 /// A failed call stays on record until taken, whatever the caller made of

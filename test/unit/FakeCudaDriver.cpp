@@ -119,10 +119,14 @@ int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function,
   state.occupancyQueries.push_back(
       {state.functions[reinterpret_cast<size_t>(function) - 1], blockSize,
        dynamicSharedBytes});
-  int asked = state.asked[reinterpret_cast<size_t>(function) - 1];
-  *blocks = !asked                          ? state.residentBlocks
-            : state.residentBlocksWhenAsked ? state.residentBlocksWhenAsked
-                                            : asked;
+  size_t index = reinterpret_cast<size_t>(function) - 1;
+  int asked = state.asked[index];
+  auto bounded = state.residentBlocksWhenBounded.find(state.bounded[index]);
+  *blocks =
+      asked ? (state.residentBlocksWhenAsked ? state.residentBlocksWhenAsked
+                                             : asked)
+      : bounded != state.residentBlocksWhenBounded.end() ? bounded->second
+                                                         : state.residentBlocks;
   return 0;
 }
 int cuLaunchKernel(void *function, unsigned gridX, unsigned, unsigned,

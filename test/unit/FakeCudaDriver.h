@@ -60,6 +60,9 @@ struct FakeCudaState {
   /// entry that asks for nothing (0 where unset).
   std::vector<int> bounded;
   std::map<int, int> localBytesWhenBounded;
+  /// Per such block size, what the occupancy query answers for an entry
+  /// that asks for nothing (residentBlocks where unset).
+  std::map<int, int> residentBlocksWhenBounded;
   int modulesUnloaded = 0;
   /// The handles cuModuleUnload was given, and cuModuleLoadDataEx's calls
   /// (failed ones too).

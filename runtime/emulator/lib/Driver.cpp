@@ -668,6 +668,17 @@ int cuLaunchKernel(void *function, unsigned gridX, unsigned gridY,
                                   "per block, cuFuncSetAttribute opts in)",
                                   kernel.name, sharedBytes,
                                   loaded.maxDynamicSharedBytes));
+  // As the driver does: a block needs its registers (where setRegisters
+  // said what ptxas gives) and shared memory on one SM.
+  int registers = allocationOf(kernel).registers;
+  if (residentBlocks(threads, registers,
+                     kernel.staticSharedBytes + int64_t(sharedBytes)) == 0)
+    return failWith(kLaunchOutOfResources,
+                    llvm::formatv("{0}: a block of {1} threads with {2} "
+                                  "registers a thread and {3} bytes of shared "
+                                  "memory does not fit on an SM",
+                                  kernel.name, threads, registers,
+                                  kernel.staticSharedBytes + sharedBytes));
   if (!params && !kernel.params.empty())
     return failWith(kInvalidValue, llvm::formatv("{0}: no kernel parameters",
                                                  kernel.name));

@@ -162,7 +162,9 @@ private:
   void keepAsked(Loaded &loaded, const AskedModule &asked);
   /// Folds the blocks of `loaded`'s persistent grid that share an SM into
   /// one block (foldsResidentBlocks): sets foldedBlocks and blocksPerSM.
-  llvm::Error foldResidentBlocks(Loaded &loaded);
+  /// `plainFits`: whether a block of the plain PTX (no block size, so
+  /// ptxas chose its registers freely) is resident on an SM at all.
+  llvm::Error foldResidentBlocks(Loaded &loaded, bool plainFits);
   /// Where fewer blocks of `loaded`'s main kernel are resident than
   /// blocksPerSMGoal (TileConfig.h) asks for, loads its PTX again asking
   /// ptxas for that many, and where that spills, for one more block than
