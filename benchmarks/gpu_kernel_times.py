@@ -5,9 +5,10 @@ same bundle and the traffic benchmark's JSON of the same tree:
     python3 benchmarks/gpu_kernel_times.py --bundle .gpu/tilefuse-gpu.tar.xz \
         --model .gpu/traffic.json --out "$OUT"
 For each kernel of the traffic table (`tilefuse-bench-traffic`), bf16 and
-f32, n in {1000, 4096, 8192, 32000, 128256, 262144} and the model's 8192
-rows, it times the op's own kernels with torch.profiler (the main kernel and
-its finalize, summed; helper ATen kernels and host time left out) and
+f32, n in {1000, 4096, 8192, 32000, 128256, 262144} (the norms also at the
+hidden sizes 5120, 12288 and 16384) and the model's 8192 rows, it times
+the op's own kernels with torch.profiler (the main kernel and its
+finalize, summed; helper ATen kernels and host time left out) and
 divides the essential bytes (each tensor the op reads or writes, once) by
 that time: the measured counterpart of the model's "est. HBM". It writes
 kernel_times.md and kernel_times.json, and jit.log (TILEFUSE_LOG=jit: the
@@ -38,6 +39,10 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [1000, 4096, 8192, 32000, 128256, 262144]
+# Hidden sizes of real models between the table's, for the norms (the
+# model puts some of them far below their neighbours: benchmarks/README.md).
+NORM_SIZES = [5120, 12288, 16384]
+NORMS = ["rms_norm_fwd", "rms_norm_bwd", "layer_norm_fwd", "layer_norm_bwd"]
 ROWS = 8192  # the traffic model's rows per launch
 DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
 # HBM peak the model assumes (benchmarks/README.md, "The H200 model"); an
@@ -215,7 +220,8 @@ def write_model(path, traffic):
     """The traffic model's estimates for KERNELS and VARIANTS (one JSON; a
     variant's cells carry its tile)."""
     cells = []
-    runs = [(list(KERNELS), "bf16,f32", ",".join(map(str, SIZES)), None)]
+    runs = [(list(KERNELS), "bf16,f32", ",".join(map(str, SIZES)), None),
+            (NORMS, "bf16,f32", ",".join(map(str, NORM_SIZES)), None)]
     runs += [([kernel], dtype, str(n), tile) for kernel, dtype, n, tile, _ in VARIANTS]
     with tempfile.TemporaryDirectory() as folder:
         for index, (kernels, dtypes, sizes, tile) in enumerate(runs):
@@ -368,7 +374,8 @@ def main() -> int:
         prefix, make = KERNELS[kernel]
         for dtype_name in args.dtypes:
             dtype = DTYPES[dtype_name]
-            for n in (args.sizes or SIZES) if gpu else [64]:
+            sizes = args.sizes or SIZES + (NORM_SIZES if kernel in NORMS else [])
+            for n in sizes if gpu else [64]:
                 cell = {"kernel": kernel, "dtype": dtype_name, "n": n}
                 if time.monotonic() - started > args.budget:
                     cell["error"] = "not run: the time budget is spent"
