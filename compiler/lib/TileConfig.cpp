@@ -76,6 +76,31 @@ static bool fitsInRegisters(const KernelShape &shape, const TileConfig &config) 
                                   : 2 * kept <= budget;
 }
 
+/// A row kept on chip by a fusion with column reductions (TileConfig.h,
+/// "fewer idle vectors"): half or a quarter of `config`'s threads a row
+/// where that leaves fewer of the row's vector slots idle in its last chunk
+/// and the row still fits in registers.
+static int64_t fewestIdleThreadsPerRow(const KernelShape &shape,
+                                       const TileConfig &config,
+                                       int64_t vectors) {
+  auto idle = [&](int64_t threads) {
+    return llvm::divideCeil(vectors, threads) * threads - vectors;
+  };
+  int64_t best = config.threadsPerRow;
+  for (int64_t threads = best / 2;
+       threads >= 32 && threads * 4 >= config.threadsPerRow; threads /= 2) {
+    TileConfig candidate = config;
+    candidate.threadsPerRow = threads;
+    candidate.rowsPerBlock =
+        std::max<int64_t>(1, kMinThreadsPerBlock / threads);
+    candidate.chunks = llvm::divideCeil(vectors, threads);
+    if (idle(threads) < idle(best) && candidate.chunks <= kMaxOnChipChunks &&
+        fitsInRegisters(shape, candidate))
+      best = threads;
+  }
+  return best;
+}
+
 int64_t tilefuse::maxSharedBytesPerBlock(StringRef target) {
   return llvm::StringSwitch<int64_t>(target)
       .Case("sm_80", 163 * 1024)
@@ -209,6 +234,8 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
            llvm::divideCeil(vectors, config.threadsPerRow) * keptPerVector >
                kKeptElementsPerThread)
       config.threadsPerRow *= 2;
+  if (shape.hasColumnReduction && shape.hasRowReduction)
+    config.threadsPerRow = fewestIdleThreadsPerRow(shape, config, vectors);
   config.rowsPerBlock =
       std::max<int64_t>(1, kMinThreadsPerBlock / config.threadsPerRow);
   config.chunks = llvm::divideCeil(vectors, config.threadsPerRow);

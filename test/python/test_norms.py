@@ -118,6 +118,40 @@ def assert_no_worse_than_torch(actual, eager, want, dtype):
     assert error <= torch_error + atol + rtol * want.abs().max(), (error, torch_error)
 
 
+@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 3072), (torch.bfloat16, 5120),
+                                     (torch.bfloat16, 6144), (torch.float32, 5120),
+                                     (torch.float32, 12288)],
+                         ids=["bf16-3072", "bf16-5120", "bf16-6144", "f32-5120", "f32-12288"])
+def test_backward_norms_at_hidden_sizes(dtype, n):
+    # Hidden sizes of real models whose backward rows a GPU keeps in
+    # registers in rows of fewer threads than the rule of 32 elements gives
+    # (TileConfig.h, "fewer idle vectors"): bf16 5120 in 128 threads of 5
+    # chunks (two rows a block, blocks folded), 3072 in 128 of 3, 6144 and
+    # f32 5120 in 256 of 3 and 5. f32 12288: 512 threads of 6 chunks, whose
+    # PTX the runtime bounds to its block size where the JIT's registers fit
+    # no block (CudaDriver). Nine rows: row groups of several blocks, the
+    # last one partly past the end.
+    x = torch.randn(9, n, dtype=torch.float64)
+    x[1] += 100
+    x = x.to(dtype)
+    weight = (1 + 0.1 * torch.randn(n)).to(dtype)
+    bias = (0.1 * torch.randn(n)).to(dtype)
+    upstream = torch.randn(9, n).to(dtype)
+    cases = [
+        (lambda x, w: TF.rms_norm(x, (n,), w, EPS),
+         lambda x, w: F.rms_norm(x, (n,), w, EPS), (x, weight)),
+        (lambda x, w, b: TF.layer_norm(x, (n,), w, b, EPS),
+         lambda x, w, b: F.layer_norm(x, (n,), w, b, EPS), (x, weight, bias)),
+    ]
+    for fused, eager, inputs in cases:
+        out, grads = fused_grads(fused, *inputs, upstream=upstream)
+        ref, ref_grads = float64_grads(eager, *inputs, upstream=upstream)
+        eager_out, eager_grads = fused_grads(eager, *inputs, upstream=upstream)
+        assert_no_worse_than_torch(out, eager_out, ref, dtype)
+        for grad, eager_grad, want in zip(grads, eager_grads, ref_grads):
+            assert_no_worse_than_torch(grad, eager_grad, want, dtype)
+
+
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 16384), (torch.float32, 16384),
                                      (torch.bfloat16, 32000), (torch.float32, 32000),
                                      (torch.float32, 32001), (torch.float32, 65536),
