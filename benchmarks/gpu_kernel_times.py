@@ -170,6 +170,9 @@ VARIANTS = [
      "the row streamed through shared memory instead of kept in registers"),
     ("rms_norm_bwd", "bf16", 8192, "threads-per-row=256,rows-per-block=1",
      "rows of 256 threads keeping 64 elements (the heuristic keeps 32)"),
+    ("layer_norm_fwd", "bf16", 12288, "threads-per-row=256,rows-per-block=1",
+     "rows of 256 threads of 6 chunks: 48 registers, 5 blocks per SM (the "
+     "heuristic's 512 threads: 103 registers, one block)"),
 ]
 
 

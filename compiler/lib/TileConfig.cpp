@@ -76,10 +76,10 @@ static bool fitsInRegisters(const KernelShape &shape, const TileConfig &config) 
                                   : 2 * kept <= budget;
 }
 
-/// A row kept on chip by a fusion with column reductions (TileConfig.h,
-/// "fewer idle vectors"): half or a quarter of `config`'s threads a row
-/// where that leaves fewer of the row's vector slots idle in its last chunk
-/// and the row still fits in registers.
+/// A row kept on chip (TileConfig.h, "fewer idle vectors"): half or a
+/// quarter of `config`'s threads a row where that leaves fewer of the
+/// row's vector slots idle in its last chunk and the row still fits in
+/// registers.
 static int64_t fewestIdleThreadsPerRow(const KernelShape &shape,
                                        const TileConfig &config,
                                        int64_t vectors) {
@@ -234,7 +234,7 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
            llvm::divideCeil(vectors, config.threadsPerRow) * keptPerVector >
                kKeptElementsPerThread)
       config.threadsPerRow *= 2;
-  if (shape.hasColumnReduction && shape.hasRowReduction)
+  if (shape.hasRowReduction)
     config.threadsPerRow = fewestIdleThreadsPerRow(shape, config, vectors);
   config.rowsPerBlock =
       std::max<int64_t>(1, kMinThreadsPerBlock / config.threadsPerRow);

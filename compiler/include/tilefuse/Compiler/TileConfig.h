@@ -28,20 +28,24 @@
 //    writes a full row holds more than its loads for its last pass: there
 //    the same rule took cross_entropy_weighted_capped_fwd_grad f32 n = 4096
 //    from 80 registers to 255 (76% -> 45%), so it keeps four vectors.
-//    Fewer idle vectors: a fusion with column reductions (the backward
-//    norms) that keeps its row on chip takes half or a quarter of those
-//    threads where that leaves fewer vector slots of the last chunk idle
-//    and the row still fits in registers (below): at bf16 n = 5120 the
-//    rule above gave 512 threads of 2 chunks for 640 vectors (3 of 8
-//    slots idle in the second, one 512-thread block per SM), 128 threads
-//    of 5 chunks fill them (two rows a block, 113-145 registers, no
-//    spill on sm_80/86/90). The traffic model: rms_norm_bwd and
-//    layer_norm_bwd at bf16 n = 3072 46%, 43% -> 94%, 93%; 5120 36%,
+//    Fewer idle vectors: a fusion with a row reduction that keeps its row
+//    on chip takes half or a quarter of those threads where that leaves
+//    fewer vector slots of the last chunk idle and the row still fits in
+//    registers (below): at bf16 n = 5120 (640 vectors) the rule above gave
+//    the backward norms 512 threads of 2 chunks (3 of 8 slots of the
+//    second idle, one 512-thread block per SM); 128 threads of 5 chunks
+//    fill them (two rows a block, 113-145 registers, no spill on
+//    sm_80/86/90). The traffic model, timing every tile of 64-512
+//    threads at nine lengths of 1000-16384 (TILEFUSE_TILE): rms_norm_bwd
+//    and layer_norm_bwd at bf16 n = 3072 46%, 43% -> 94%, 93%; 5120 36%,
 //    34% -> 93%, 95%; 6144 43%, 40% -> 96%, 95%; f32 5120 79%, 74% ->
-//    98%, 97% (256 threads of 5 chunks); no other length of 1000-16384
-//    moved. Where the row divides evenly (bf16 n = 8192: 512 threads of
-//    2 chunks) fewer threads were no better in most cells (layer_norm_bwd
-//    bf16 8192 in 256 threads: 53% -> 49%, 165 registers).
+//    98%, 97%; rms_norm_fwd f32 5120 89% -> 100%, layer_norm_fwd 5120
+//    79% (bf16), 57% (f32) -> 100%, cross_entropy_fwd and _fwd_grad bf16
+//    5120 78%, 86% -> 98%, 100%; no cell of the table moved. Where the
+//    row divides evenly fewer threads were no better in most cells
+//    (layer_norm_bwd bf16 8192 in 256 threads: 53% -> 49%, 165
+//    registers), though layer_norm_fwd bf16 4096, 12288 and 16384 were
+//    (78%, 52%, 65% -> 100% in 256 threads; the next GPU run times one).
 //  - rows_per_block = max(1, 256 / threads_per_row): blocks of at least 256
 //    threads, so short rows (n < 1024) pack several rows per block.
 //  - chunks = ceil(n / (V * threads_per_row)): the vectors each thread owns.
