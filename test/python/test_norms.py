@@ -118,6 +118,25 @@ def assert_no_worse_than_torch(actual, eager, want, dtype):
     assert error <= torch_error + atol + rtol * want.abs().max(), (error, torch_error)
 
 
+def check_both_norms(x, weight, bias, upstream, dtype):
+    """RMSNorm and LayerNorm over x's last dimension, forward and backward,
+    no worse than PyTorch's own result against float64."""
+    n = x.shape[-1]
+    cases = [
+        (lambda x, w: TF.rms_norm(x, (n,), w, EPS),
+         lambda x, w: F.rms_norm(x, (n,), w, EPS), (x, weight)),
+        (lambda x, w, b: TF.layer_norm(x, (n,), w, b, EPS),
+         lambda x, w, b: F.layer_norm(x, (n,), w, b, EPS), (x, weight, bias)),
+    ]
+    for fused, eager, inputs in cases:
+        out, grads = fused_grads(fused, *inputs, upstream=upstream)
+        ref, ref_grads = float64_grads(eager, *inputs, upstream=upstream)
+        eager_out, eager_grads = fused_grads(eager, *inputs, upstream=upstream)
+        assert_no_worse_than_torch(out, eager_out, ref, dtype)
+        for grad, eager_grad, want in zip(grads, eager_grads, ref_grads):
+            assert_no_worse_than_torch(grad, eager_grad, want, dtype)
+
+
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 3072), (torch.bfloat16, 5120),
                                      (torch.bfloat16, 6144), (torch.float32, 5120),
                                      (torch.float32, 12288)],
@@ -137,19 +156,7 @@ def test_backward_norms_at_hidden_sizes(dtype, n):
     weight = (1 + 0.1 * torch.randn(n)).to(dtype)
     bias = (0.1 * torch.randn(n)).to(dtype)
     upstream = torch.randn(9, n).to(dtype)
-    cases = [
-        (lambda x, w: TF.rms_norm(x, (n,), w, EPS),
-         lambda x, w: F.rms_norm(x, (n,), w, EPS), (x, weight)),
-        (lambda x, w, b: TF.layer_norm(x, (n,), w, b, EPS),
-         lambda x, w, b: F.layer_norm(x, (n,), w, b, EPS), (x, weight, bias)),
-    ]
-    for fused, eager, inputs in cases:
-        out, grads = fused_grads(fused, *inputs, upstream=upstream)
-        ref, ref_grads = float64_grads(eager, *inputs, upstream=upstream)
-        eager_out, eager_grads = fused_grads(eager, *inputs, upstream=upstream)
-        assert_no_worse_than_torch(out, eager_out, ref, dtype)
-        for grad, eager_grad, want in zip(grads, eager_grads, ref_grads):
-            assert_no_worse_than_torch(grad, eager_grad, want, dtype)
+    check_both_norms(x, weight, bias, upstream, dtype)
 
 
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 16384), (torch.float32, 16384),
@@ -178,19 +185,7 @@ def test_norms_over_staged_rows(dtype, n):
     weight = (1 + 0.1 * torch.randn(n)).to(dtype)
     bias = (0.1 * torch.randn(n)).to(dtype)
     upstream = torch.randn(3, n).to(dtype)
-    cases = [
-        (lambda x, w: TF.rms_norm(x, (n,), w, EPS),
-         lambda x, w: F.rms_norm(x, (n,), w, EPS), (x, weight)),
-        (lambda x, w, b: TF.layer_norm(x, (n,), w, b, EPS),
-         lambda x, w, b: F.layer_norm(x, (n,), w, b, EPS), (x, weight, bias)),
-    ]
-    for fused, eager, inputs in cases:
-        out, grads = fused_grads(fused, *inputs, upstream=upstream)
-        ref, ref_grads = float64_grads(eager, *inputs, upstream=upstream)
-        eager_out, eager_grads = fused_grads(eager, *inputs, upstream=upstream)
-        assert_no_worse_than_torch(out, eager_out, ref, dtype)
-        for grad, eager_grad, want in zip(grads, eager_grads, ref_grads):
-            assert_no_worse_than_torch(grad, eager_grad, want, dtype)
+    check_both_norms(x, weight, bias, upstream, dtype)
 
 
 @pytest.mark.parametrize("n,misaligned,center", [(8192, True, 0.5), (32000, False, 0.5), (32000, True, 0.5),
