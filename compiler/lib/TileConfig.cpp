@@ -23,6 +23,7 @@ using namespace tilefuse::fuse;
 namespace {
 constexpr int64_t kMaxThreadsPerBlock = 1024;
 constexpr int64_t kMaxThreadsPerRow = 512;
+constexpr int64_t kPreferredThreadsPerRow = 256;
 constexpr int64_t kRegistersPerSM = 65536;
 constexpr int64_t kMinThreadsPerBlock = 256;
 constexpr int64_t kVectorsPerThread = 4;
@@ -76,6 +77,16 @@ static bool fitsInRegisters(const KernelShape &shape, const TileConfig &config) 
                                   : 2 * kept <= budget;
 }
 
+/// `config` with `threads` a row, as the heuristic sizes the rest, and
+/// whether a row of them stays on chip.
+static bool keptOnChipWith(const KernelShape &shape, TileConfig config,
+                           int64_t vectors, int64_t threads) {
+  config.threadsPerRow = threads;
+  config.rowsPerBlock = std::max<int64_t>(1, kMinThreadsPerBlock / threads);
+  config.chunks = llvm::divideCeil(vectors, threads);
+  return config.chunks <= kMaxOnChipChunks && fitsInRegisters(shape, config);
+}
+
 /// A row kept on chip (TileConfig.h, "fewer idle vectors"): half or a
 /// quarter of `config`'s threads a row where that leaves fewer of the
 /// row's vector slots idle in its last chunk and the row still fits in
@@ -88,17 +99,22 @@ static int64_t fewestIdleThreadsPerRow(const KernelShape &shape,
   };
   int64_t best = config.threadsPerRow;
   for (int64_t threads = best / 2;
-       threads >= 32 && threads * 4 >= config.threadsPerRow; threads /= 2) {
-    TileConfig candidate = config;
-    candidate.threadsPerRow = threads;
-    candidate.rowsPerBlock =
-        std::max<int64_t>(1, kMinThreadsPerBlock / threads);
-    candidate.chunks = llvm::divideCeil(vectors, threads);
-    if (idle(threads) < idle(best) && candidate.chunks <= kMaxOnChipChunks &&
-        fitsInRegisters(shape, candidate))
+       threads >= 32 && threads * 4 >= config.threadsPerRow; threads /= 2)
+    if (idle(threads) < idle(best) &&
+        keptOnChipWith(shape, config, vectors, threads))
       best = threads;
-  }
   return best;
+}
+
+/// TileConfig.h, "at most 256 threads": 256 threads a row rather than 512
+/// where a row of them still stays on chip.
+static int64_t preferredThreadsPerRow(const KernelShape &shape,
+                                      const TileConfig &config,
+                                      int64_t vectors) {
+  if (config.threadsPerRow > kPreferredThreadsPerRow &&
+      keptOnChipWith(shape, config, vectors, kPreferredThreadsPerRow))
+    return kPreferredThreadsPerRow;
+  return config.threadsPerRow;
 }
 
 int64_t tilefuse::maxSharedBytesPerBlock(StringRef target) {
@@ -234,8 +250,10 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
            llvm::divideCeil(vectors, config.threadsPerRow) * keptPerVector >
                kKeptElementsPerThread)
       config.threadsPerRow *= 2;
-  if (shape.hasRowReduction)
+  if (shape.hasRowReduction) {
     config.threadsPerRow = fewestIdleThreadsPerRow(shape, config, vectors);
+    config.threadsPerRow = preferredThreadsPerRow(shape, config, vectors);
+  }
   config.rowsPerBlock =
       std::max<int64_t>(1, kMinThreadsPerBlock / config.threadsPerRow);
   config.chunks = llvm::divideCeil(vectors, config.threadsPerRow);

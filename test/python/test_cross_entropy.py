@@ -67,12 +67,13 @@ def probabilities(shape, dim=-1):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("classes", [3072, 5120])
-def test_classes_that_divide_unevenly(dtype, classes):
+@pytest.mark.parametrize("classes", [3072, 5120, 12288])
+def test_rows_of_fewer_threads(dtype, classes):
     # On a GPU, rows of fewer threads where the rule's leave vector slots
-    # idle (TileConfig.h, "fewer idle vectors"): bf16 5120 classes in 128
-    # threads of 5 chunks instead of 256 of 3. Fused loss and gradient,
-    # against float64.
+    # idle (TileConfig.h, "fewer idle vectors": bf16 5120 classes in 128
+    # threads of 5 chunks instead of 256 of 3), and 256 threads where 512
+    # would be taken ("at most 256 threads": bf16 12288 in 256 of 6). Fused
+    # loss and gradient, against float64.
     logits = (3 * torch.randn(9, classes)).to(dtype)
     target = torch.randint(0, classes, (9,))
     target[4] = -100

@@ -139,17 +139,20 @@ def check_both_norms(x, weight, bias, upstream, dtype):
 
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 3072), (torch.bfloat16, 5120),
                                      (torch.bfloat16, 6144), (torch.float32, 5120),
+                                     (torch.float32, 8192), (torch.bfloat16, 12288),
                                      (torch.float32, 12288)],
-                         ids=["bf16-3072", "bf16-5120", "bf16-6144", "f32-5120", "f32-12288"])
-def test_backward_norms_at_hidden_sizes(dtype, n):
-    # Hidden sizes of real models whose backward rows a GPU keeps in
-    # registers in rows of fewer threads than the rule of 32 elements gives
-    # (TileConfig.h, "fewer idle vectors"): bf16 5120 in 128 threads of 5
-    # chunks (two rows a block, blocks folded), 3072 in 128 of 3, 6144 and
-    # f32 5120 in 256 of 3 and 5. f32 12288: 512 threads of 6 chunks, whose
-    # PTX the runtime bounds to its block size where the JIT's registers fit
-    # no block (CudaDriver). Nine rows: row groups of several blocks, the
-    # last one partly past the end.
+                         ids=["bf16-3072", "bf16-5120", "bf16-6144", "f32-5120", "f32-8192",
+                              "bf16-12288", "f32-12288"])
+def test_norms_at_hidden_sizes(dtype, n):
+    # Hidden sizes of real models whose rows a GPU keeps in registers in
+    # rows of fewer threads than the rule of 32 elements gives (TileConfig.h,
+    # "fewer idle vectors", "at most 256 threads"): bf16 5120 in 128 threads
+    # of 5 chunks (the backward: two rows a block, blocks folded), 3072 in
+    # 128 of 3, 6144 and f32 5120 in 256 of 3 and 5, f32 8192 and bf16 12288
+    # in 256 of 8 and 6. The backward at f32 12288: 512 threads of 6
+    # chunks, whose PTX the runtime bounds to its block size where the
+    # JIT's registers fit no block (CudaDriver). Nine rows: row groups of
+    # several blocks, the last one partly past the end.
     x = torch.randn(9, n, dtype=torch.float64)
     x[1] += 100
     x = x.to(dtype)

@@ -296,7 +296,7 @@ TEST_F(CudaDriverTest, PlainBlockThatFitsNoSM) {
   // no block of 512 threads fit an SM. Where no folded block fits either,
   // the kernel loads bounded to its own block size (.maxntid 512), kept
   // even though it spills: it is the one that launches.
-  auto backward = kernel("rms_norm_bwd", "bf16", 8192);
+  auto backward = kernel("rms_norm_bwd", "f32", 12288);
   const TileConfig &tile = backward->info.tile;
   ASSERT_TRUE(foldsResidentBlocks(tile));
   ASSERT_EQ(tile.threadsPerBlock(), 512);
@@ -318,7 +318,7 @@ TEST_F(CudaDriverTest, PlainBlockThatFitsNoSM) {
   // Where not even that fits, a clear error rather than a launch failure.
   fakeCudaState().residentBlocksWhenBounded.clear();
   auto none =
-      driver->partialRows(kernel("layer_norm_bwd", "bf16", 8192), 100000, 0);
+      driver->partialRows(kernel("layer_norm_bwd", "f32", 12288), 100000, 0);
   ASSERT_FALSE(static_cast<bool>(none));
   EXPECT_NE(llvm::toString(none.takeError())
                 .find("layer_norm_bwd: no block of 512 threads fits on an SM"),

@@ -1,7 +1,7 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s
-// At n = 16384 a thread keeps 32 elements (512 threads x 4 chunks x 8): not
+// At n = 8192 a thread keeps 32 elements (256 threads x 4 chunks x 8): not
 // a wide row.
-// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=16384}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=NARROW
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=8192}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=NARROW
 
 // A wide row on chip (bf16 n = 32000: 8 chunks of 8 elements a thread, 64
 // kept) whose per-element values are cheap: the second pass copies each

@@ -41,11 +41,21 @@
 //    34% -> 93%, 95%; 6144 43%, 40% -> 96%, 95%; f32 5120 79%, 74% ->
 //    98%, 97%; rms_norm_fwd f32 5120 89% -> 100%, layer_norm_fwd 5120
 //    79% (bf16), 57% (f32) -> 100%, cross_entropy_fwd and _fwd_grad bf16
-//    5120 78%, 86% -> 98%, 100%; no cell of the table moved. Where the
-//    row divides evenly fewer threads were no better in most cells
-//    (layer_norm_bwd bf16 8192 in 256 threads: 53% -> 49%, 165
-//    registers), though layer_norm_fwd bf16 4096, 12288 and 16384 were
-//    (78%, 52%, 65% -> 100% in 256 threads; the next GPU run times one).
+//    5120 78%, 86% -> 98%, 100%; no cell of the table moved.
+//    At most 256 threads: a row kept on chip takes 256 threads rather than
+//    512 where a row of 256 still stays on chip (bf16 n of 8193-16384,
+//    f32 4097-8192): twice the row groups an SM holds for the bytes a
+//    thread keeps. The traffic model, side by side: of the 528 cells of
+//    every built-in at n = 2048-16384 (eight lengths) 26 rose, none fell
+//    (layer_norm_fwd bf16 12288 and 16384 52%, 65% -> 100%, the
+//    cross-entropy forwards at bf16 12288-16384 32-87% -> 35-100%, the
+//    backward norms at f32 6144 89-96% -> 98%); of the table's 396 cells 8
+//    rose (the probability-target cross-entropy forwards at bf16 8192
+//    40-92% -> 83-100%, rms_norm_bwd bf16 8192 57% -> 88%) and one fell
+//    (layer_norm_bwd bf16 8192 53% -> 49%, 165 registers); cells at >= 85%
+//    254 -> 259. Where 256 threads do not keep the row (the backward
+//    norms at bf16 12288-16384, two full inputs; the probability targets
+//    at 16384) it stays at 512.
 //  - rows_per_block = max(1, 256 / threads_per_row): blocks of at least 256
 //    threads, so short rows (n < 1024) pack several rows per block.
 //  - chunks = ceil(n / (V * threads_per_row)): the vectors each thread owns.
