@@ -24,6 +24,10 @@ namespace {
 constexpr int64_t kMaxThreadsPerBlock = 1024;
 constexpr int64_t kMaxThreadsPerRow = 512;
 constexpr int64_t kPreferredThreadsPerRow = 256;
+/// The most elements of the full inputs a thread keeps in a row of fewer
+/// threads than the rule gave (fewer idle vectors, at most 256 threads):
+/// the most that any tile those rules chose in the traffic model kept.
+constexpr int64_t kMaxKeptInFewerThreads = 112;
 constexpr int64_t kRegistersPerSM = 65536;
 constexpr int64_t kMinThreadsPerBlock = 256;
 constexpr int64_t kVectorsPerThread = 4;
@@ -78,13 +82,17 @@ static bool fitsInRegisters(const KernelShape &shape, const TileConfig &config) 
 }
 
 /// `config` with `threads` a row, as the heuristic sizes the rest, and
-/// whether a row of them stays on chip.
+/// whether a row of them stays on chip, within the compile work of
+/// TileConfig.h and keeping at most kMaxKeptInFewerThreads elements.
 static bool keptOnChipWith(const KernelShape &shape, TileConfig config,
                            int64_t vectors, int64_t threads) {
   config.threadsPerRow = threads;
   config.rowsPerBlock = std::max<int64_t>(1, kMinThreadsPerBlock / threads);
   config.chunks = llvm::divideCeil(vectors, threads);
-  return config.chunks <= kMaxOnChipChunks && fitsInRegisters(shape, config);
+  return config.chunks <= kMaxOnChipChunks && fitsInRegisters(shape, config) &&
+         keptElements(shape, config) <= kMaxKeptInFewerThreads &&
+         shape.ops * shape.passes * config.chunks * config.vectorWidth <=
+             kMaxEmittedOps;
 }
 
 /// A row kept on chip (TileConfig.h, "fewer idle vectors"): half or a
@@ -250,7 +258,10 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
            llvm::divideCeil(vectors, config.threadsPerRow) * keptPerVector >
                kKeptElementsPerThread)
       config.threadsPerRow *= 2;
-  if (shape.hasRowReduction) {
+  // Only rows the rule keeps on chip: fewer threads must not pull a
+  // streamed row into registers.
+  if (shape.hasRowReduction &&
+      keptOnChipWith(shape, config, vectors, config.threadsPerRow)) {
     config.threadsPerRow = fewestIdleThreadsPerRow(shape, config, vectors);
     config.threadsPerRow = preferredThreadsPerRow(shape, config, vectors);
   }

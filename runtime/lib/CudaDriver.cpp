@@ -390,6 +390,7 @@ llvm::Error CudaDriver::foldResidentBlocks(Loaded &loaded, bool plainFits) {
   // thread, 512 threads a block), the tile's own block size comes last and
   // is kept even if it spills: it is the one that launches. A module that
   // fails to load is only a chance lost.
+  std::string lastFailure;
   for (int64_t fold = maxFoldedBlocks(tile); fold > (plainFits ? 1 : 0);
        --fold) {
     Loaded folded = loaded;
@@ -404,6 +405,7 @@ llvm::Error CudaDriver::foldResidentBlocks(Loaded &loaded, bool plainFits) {
     }();
     if (!bounded) {
       std::string why = llvm::toString(bounded.takeError());
+      lastFailure = why;
       if (logJit())
         llvm::errs() << llvm::formatv("tilefuse: {0}: a block of {1} threads "
                                       "failed: {2}\n",
@@ -432,8 +434,9 @@ llvm::Error CudaDriver::foldResidentBlocks(Loaded &loaded, bool plainFits) {
     return llvm::Error::success();
   return llvm::createStringError(llvm::formatv(
       "{0}: no block of {1} threads fits on an SM, with the registers the "
-      "PTX JIT chose or bounded to that block size",
-      name, tile.threadsPerBlock()));
+      "PTX JIT chose or bounded to that block size{2}",
+      name, tile.threadsPerBlock(),
+      lastFailure.empty() ? "" : " (the bounded module: " + lastFailure + ")"));
 }
 
 llvm::Error CudaDriver::raiseOccupancy(Loaded &loaded) {

@@ -150,9 +150,10 @@ def test_norms_at_hidden_sizes(dtype, n):
     # of 5 chunks (the backward: two rows a block, blocks folded), 3072 in
     # 128 of 3, 6144 and f32 5120 in 256 of 3 and 5, f32 8192 and bf16 12288
     # in 256 of 8 and 6. The backward at f32 12288: 512 threads of 6
-    # chunks, whose PTX the runtime bounds to its block size where the
-    # JIT's registers fit no block (CudaDriver). Nine rows: row groups of
-    # several blocks, the last one partly past the end.
+    # chunks (on a GPU the runtime bounds its PTX to that block size where
+    # the JIT's registers fit no block: CudaDriverTest.PlainBlockThatFitsNoSM;
+    # here its numerics). Nine rows: row groups of several blocks, the last
+    # one partly past the end.
     x = torch.randn(9, n, dtype=torch.float64)
     x[1] += 100
     x = x.to(dtype)

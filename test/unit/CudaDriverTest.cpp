@@ -302,11 +302,11 @@ TEST_F(CudaDriverTest, PlainBlockThatFitsNoSM) {
   ASSERT_EQ(tile.threadsPerBlock(), 512);
   ASSERT_EQ(maxFoldedBlocks(tile), 2);
   fakeCudaState().residentBlocks = 0;
-  fakeCudaState().residentBlocksWhenBounded = {{1024, 1}, {512, 1}};
+  fakeCudaState().residentBlocksWhenBounded = {{1024, 1}, {512, 2}};
   fakeCudaState().localBytesWhenBounded = {{1024, 16}, {512, 4}};
   auto groups = driver->partialRows(backward, 100000, 0);
   ASSERT_TRUE(static_cast<bool>(groups)) << llvm::toString(groups.takeError());
-  EXPECT_EQ(*groups, 132);
+  EXPECT_EQ(*groups, 2 * 132) << "as many blocks as the bounded module fits";
   EXPECT_EQ(fakeCudaState().bounded, (std::vector<int>{0, 1024, 512, 256}))
       << "the plain kernel, the two tried, then the finalize";
   uint64_t offsetSlot = bits(0.0f);

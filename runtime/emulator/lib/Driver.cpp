@@ -319,8 +319,10 @@ static PtxasAllocation allocationOf(const Function &function) {
       auto asked = whenAsked.find(blocks);
       if (asked != whenAsked.end())
         return asked->second;
-    } else if (function.maxThreads && !whenBounded.empty()) {
-      // A block size the plain PTX did not have: one such block.
+    } else if (function.maxThreads) {
+      // A block size (one the plain PTX did not have, where the benchmark
+      // said what ptxas gives it): at least one such block fits, as ptxas
+      // makes it.
       auto bounded = whenBounded.find(function.maxThreads);
       if (bounded != whenBounded.end())
         return bounded->second;

@@ -43,9 +43,12 @@
 //    79% (bf16), 57% (f32) -> 100%, cross_entropy_fwd and _fwd_grad bf16
 //    5120 78%, 86% -> 98%, 100%; no cell of the table moved.
 //    At most 256 threads: a row kept on chip takes 256 threads rather than
-//    512 where a row of 256 still stays on chip (bf16 n of 8193-16384,
-//    f32 4097-8192): twice the row groups an SM holds for the bytes a
-//    thread keeps. The traffic model, side by side: of the 528 cells of
+//    512 where a row of 256 still stays on chip (with one full input, bf16
+//    n of 8193-16384 and f32 4097-8192; with two, as in the backward
+//    norms, bf16 n = 8192): twice the row groups an SM holds for the bytes
+//    a thread keeps. Both rules apply only to a row the rule above keeps
+//    on chip, and keep at most 112 elements a thread (the most any tile
+//    they chose in the model kept) within the compile work below. The traffic model, side by side: of the 528 cells of
 //    every built-in at n = 2048-16384 (eight lengths) 26 rose, none fell
 //    (layer_norm_fwd bf16 12288 and 16384 52%, 65% -> 100%, the
 //    cross-entropy forwards at bf16 12288-16384 32-87% -> 35-100%, the
@@ -129,8 +132,9 @@
 //    85-90% (88-91% apart, each block its own row of partials).
 //  - wide rows on chip (keepsWideRowOnChip): where a thread keeps more than
 //    32 elements of a row on chip (threads_per_row could not grow past
-//    512), holding the row's widened values across its passes costs the SM
-//    its second block (2.3 registers an element, above). Two remedies:
+//    512, or the rules above took fewer threads), holding the row's
+//    widened values across its passes costs the SM its second block (2.3
+//    registers an element, above). Two remedies:
 //    - fuse-merge-reductions merges its dependent reductions where that
 //      leaves one pass over the row (elsewhere a row on chip makes its
 //      passes over registers: fewer instructions than the merged online
