@@ -118,6 +118,18 @@ def assert_no_worse_than_torch(actual, eager, want, dtype):
     assert error <= torch_error + atol + rtol * want.abs().max(), (error, torch_error)
 
 
+def norm_inputs(rows, n, dtype, tight_row=True):
+    """x (its second row with a mean of 100, and with `tight_row` its third
+    with a mean of 1e3 and a spread of 0.1), weight, bias and an upstream
+    gradient, in `dtype`."""
+    x = torch.randn(rows, n, dtype=torch.float64)
+    x[1] += 100
+    if tight_row:
+        x[2] = 1e3 + 0.1 * x[2]
+    return (x.to(dtype), (1 + 0.1 * torch.randn(n)).to(dtype),
+            (0.1 * torch.randn(n)).to(dtype), torch.randn(rows, n).to(dtype))
+
+
 def check_both_norms(x, weight, bias, upstream, dtype):
     """RMSNorm and LayerNorm over x's last dimension, forward and backward,
     no worse than PyTorch's own result against float64."""
@@ -154,13 +166,14 @@ def test_norms_at_hidden_sizes(dtype, n):
     # the JIT's registers fit no block: CudaDriverTest.PlainBlockThatFitsNoSM;
     # here its numerics). Nine rows: row groups of several blocks, the last
     # one partly past the end.
-    x = torch.randn(9, n, dtype=torch.float64)
-    x[1] += 100
-    x = x.to(dtype)
-    weight = (1 + 0.1 * torch.randn(n)).to(dtype)
-    bias = (0.1 * torch.randn(n)).to(dtype)
-    upstream = torch.randn(9, n).to(dtype)
-    check_both_norms(x, weight, bias, upstream, dtype)
+    check_both_norms(*norm_inputs(9, n, dtype, tight_row=False), dtype)
+
+
+@pytest.mark.xfail(strict=True, reason="layer_norm's dweight of a row with a mean of 1e3 and a "
+                   "spread of 0.1 at f32 n = 8192: 7.2e-4 from float64 where PyTorch has 1.7e-4 "
+                   "(the saved mean is as accurate as PyTorch's; not yet understood)")
+def test_layer_norm_dweight_of_a_tight_row_at_8192():
+    check_both_norms(*norm_inputs(9, 8192, torch.float32), torch.float32)
 
 
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 16384), (torch.float32, 16384),
@@ -182,14 +195,7 @@ def test_norms_over_staged_rows(dtype, n):
     # loads packed between passes (x - mean computed again in each).
     # Rows with a large mean; both norms, forward and backward, against
     # float64.
-    x = torch.randn(3, n, dtype=torch.float64)
-    x[1] += 100
-    x[2] = 1e3 + 0.1 * x[2]
-    x = x.to(dtype)
-    weight = (1 + 0.1 * torch.randn(n)).to(dtype)
-    bias = (0.1 * torch.randn(n)).to(dtype)
-    upstream = torch.randn(3, n).to(dtype)
-    check_both_norms(x, weight, bias, upstream, dtype)
+    check_both_norms(*norm_inputs(3, n, dtype), dtype)
 
 
 @pytest.mark.parametrize("n,misaligned,center", [(8192, True, 0.5), (32000, False, 0.5), (32000, True, 0.5),
