@@ -230,12 +230,12 @@ def write_model(path, traffic):
     runs = [(list(KERNELS), "bf16,f32", ",".join(map(str, SIZES)), None),
             (NORMS, "bf16,f32", ",".join(map(str, NORM_SIZES)), None)]
     runs += [([kernel], dtype, str(n), tile) for kernel, dtype, n, tile, _ in VARIANTS]
+    if not os.access(traffic, os.X_OK):
+        sys.exit(f"gpu_kernel_times: no traffic benchmark at {traffic} (--traffic)")
     with tempfile.TemporaryDirectory() as folder:
         for index, (kernels, dtypes, sizes, tile) in enumerate(runs):
             out = os.path.join(folder, f"{index}.json")
             env = dict(os.environ, TILEFUSE_TILE=f"{kernels[0]}:{tile}" if tile else "")
-            if not os.access(traffic, os.X_OK):
-                sys.exit(f"gpu_kernel_times: no traffic benchmark at {traffic} (--traffic)")
             done = subprocess.run([traffic, f"--kernels={','.join(kernels)}",
                                    f"--dtypes={dtypes}", f"--n={sizes}", f"--json={out}"],
                                   env=env, stdout=subprocess.DEVNULL)
@@ -289,6 +289,10 @@ def run_variants(args, report, started, save):
         save()
 
 
+TABLE_HEADER = ["| kernel | dtype | n | kernels us | GB/s | measured | model | call us | kernels |",
+                "|---|---|---|---|---|---|---|---|---|"]
+
+
 def markdown_rows(cells, model):
     lines = []
     for r in cells:
@@ -315,15 +319,12 @@ def markdown(report, model):
              f"copy moved {report['copy_tb_s']} TB/s (read + written). 'model' is "
              f"`tilefuse-bench-traffic`'s estimate for an H200 at the same rows; 'call' the "
              f"mean time of a call between CUDA events (host time and helper kernels "
-             f"included).", "",
-             "| kernel | dtype | n | kernels us | GB/s | measured | model | call us | kernels |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"included).", "", *TABLE_HEADER]
     lines += markdown_rows(report["cells"], model)
     if report["variants"]:
-        lines += ["", "Variants (TILEFUSE_TILE; the heuristic's tile for the same cell "
-                  "is in the table above):", "",
-                  "| kernel (tile) | dtype | n | kernels us | GB/s | measured | model | call us "
-                  "| kernels |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", "Variants (TILEFUSE_TILE, the tile after the kernel's name; the "
+                  "heuristic's tile for the same cell is in the table above):", "",
+                  *TABLE_HEADER]
         lines += markdown_rows(report["variants"], model)
     return "\n".join(lines) + "\n"
 

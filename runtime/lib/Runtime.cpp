@@ -263,18 +263,20 @@ Runtime &Runtime::global() {
   return *runtime;
 }
 
-llvm::Expected<CompileOptions>
-Runtime::withTileOverride(mlir::ModuleOp module, CompileOptions options) const {
+llvm::Expected<std::optional<CompileOptions>>
+Runtime::tileOverride(mlir::ModuleOp module,
+                      const CompileOptions &given) const {
   if (!tileOverrideError.empty())
     return llvm::createStringError(tileOverrideError);
   if (tileOverrides.empty() || module.getBody()->empty())
-    return options;
+    return std::nullopt;
   auto name = module.getBody()->front().getAttrOfType<mlir::StringAttr>(
       mlir::SymbolTable::getSymbolAttrName());
   auto tile = name ? tileOverrides.find(name.getValue()) : tileOverrides.end();
   if (tile == tileOverrides.end())
-    return options;
+    return std::nullopt;
   // Only what the entry names: the caller's other overrides stay.
+  CompileOptions options = given;
   const TileOverride &set = tile->second;
   if (set.threadsPerRow)
     options.threadsPerRow = set.threadsPerRow;
@@ -358,17 +360,18 @@ Runtime::getCpuKernel(mlir::ModuleOp module, const CompileOptions &options) {
   if (options.target != "cpu")
     return llvm::createStringError("getCpuKernel needs target cpu, got " +
                                    options.target);
-  auto tiled = withTileOverride(module, options);
-  if (!tiled)
-    return tiled.takeError();
-  CacheKey key = keyFor(module, *tiled);
+  auto overridden = tileOverride(module, options);
+  if (!overridden)
+    return overridden.takeError();
+  const CompileOptions &tiled = *overridden ? **overridden : options;
+  CacheKey key = keyFor(module, tiled);
   std::string digest = key.digest();
   if (!alwaysCompile) {
     std::lock_guard<std::mutex> lock(loadedMutex);
     if (auto it = loaded.find(digest); it != loaded.end())
       return it->second;
   }
-  auto parsed = artifactFor(module, *tiled, key);
+  auto parsed = artifactFor(module, tiled, key);
   if (!parsed)
     return parsed.takeError();
   DiagnosticCollector diagnostics(mlirContext);
@@ -390,17 +393,18 @@ Runtime::getGpuKernel(mlir::ModuleOp module, const CompileOptions &options) {
     return llvm::createStringError("getGpuKernel needs a GPU target (sm_80, "
                                    "sm_86, sm_89, sm_90), got " +
                                    options.target);
-  auto tiled = withTileOverride(module, options);
-  if (!tiled)
-    return tiled.takeError();
-  CacheKey key = keyFor(module, *tiled);
+  auto overridden = tileOverride(module, options);
+  if (!overridden)
+    return overridden.takeError();
+  const CompileOptions &tiled = *overridden ? **overridden : options;
+  CacheKey key = keyFor(module, tiled);
   std::string digest = key.digest();
   if (!alwaysCompile) {
     std::lock_guard<std::mutex> lock(loadedMutex);
     if (auto it = loadedGpu.find(digest); it != loadedGpu.end())
       return it->second;
   }
-  auto parsed = artifactFor(module, *tiled, key);
+  auto parsed = artifactFor(module, tiled, key);
   if (!parsed)
     return parsed.takeError();
   auto kernel = std::make_shared<const GpuKernel>(

@@ -129,9 +129,10 @@ public:
   int64_t compileCount() const { return compiles.load(); }
 
 private:
-  /// `options` with the TILEFUSE_TILE override of the module's kernel.
-  llvm::Expected<CompileOptions> withTileOverride(mlir::ModuleOp module,
-                                                  CompileOptions options) const;
+  /// `options` with the TILEFUSE_TILE override of the module's kernel, or
+  /// nothing where none applies (no copy on the per-call path).
+  llvm::Expected<std::optional<CompileOptions>>
+  tileOverride(mlir::ModuleOp module, const CompileOptions &options) const;
   CacheKey keyFor(mlir::ModuleOp module, const CompileOptions &options);
   llvm::Expected<std::pair<KernelInfo, std::string>>
   artifactFor(mlir::ModuleOp module, const CompileOptions &options,
