@@ -79,15 +79,36 @@ void layerNormFwd(FusionBuilder &b) {
   b.output("rstd", rstd);
 }
 
-void layerNormBwd(FusionBuilder &b) {
+/// From the saved mean and rstd. The saved mean is the row's mean rounded
+/// to f32: of an f32 row of mean 1e3 and spread 0.1 it is off by 3e-4 of
+/// the spread, which x - mean carries into every gradient. `recentered`
+/// takes that error off, the row's mean of x - mean (exact differences,
+/// summed beside the other two means: no extra pass, but a third row
+/// reduction, which costs 16-bit rows registers and occupancy where the
+/// error is below their rounding, 2^-16 of the spread in bf16):
+///   xc = x - mean,  xhat = (xc - mean(xc)) * rstd,
+///   mean(g * xhat) = (mean(g * xc) - mean(xc) * mean(g)) * rstd.
+void layerNormBackward(FusionBuilder &b, bool recentered) {
   Value dy = b.input("dy", Kind::Full), x = b.input("x", Kind::Full);
   Value weight = b.input("weight", Kind::Col);
   Value mean = b.input("mean", Kind::Row), rstd = b.input("rstd", Kind::Row);
-  Value xhat = (x - mean) * rstd, g = dy * weight;
-  b.output("dx", (g - b.mean(g) - xhat * b.mean(g * xhat)) * rstd);
+  Value g = dy * weight, meanG = b.mean(g);
+  Value xhat, meanGXhat;
+  if (recentered) {
+    Value xc = x - mean, meanError = b.mean(xc);
+    xhat = (xc - meanError) * rstd;
+    meanGXhat = (b.mean(g * xc) - meanError * meanG) * rstd;
+  } else {
+    xhat = (x - mean) * rstd;
+    meanGXhat = b.mean(g * xhat);
+  }
+  b.output("dx", (g - meanG - xhat * meanGXhat) * rstd);
   b.output("dweight", b.columnSum(dy * xhat));
   b.output("dbias", b.columnSum(dy));
 }
+
+void layerNormBwd(FusionBuilder &b) { layerNormBackward(b, false); }
+void layerNormRecenteredBwd(FusionBuilder &b) { layerNormBackward(b, true); }
 
 void swigluFwd(FusionBuilder &b) {
   Value a = b.input("a", Kind::Full), gate = b.input("b", Kind::Full);
@@ -215,6 +236,7 @@ constexpr Builtin kBuiltins[] = {
     {"rms_norm_llama_fwd", rmsNormLlamaFwd}, {"rms_norm_llama_bwd", rmsNormLlamaBwd},
     {"rms_norm_none_fwd", rmsNormNoneFwd},
     {"layer_norm_fwd", layerNormFwd},       {"layer_norm_bwd", layerNormBwd},
+    {"layer_norm_bwd_recentered", layerNormRecenteredBwd},
     {"swiglu_fwd", swigluFwd},              {"swiglu_bwd", swigluBwd},
     {"geglu_fwd", gegluFwd},                {"geglu_bwd", gegluBwd},
     {"geglu_tanh_fwd", gegluTanhFwd},       {"geglu_tanh_bwd", gegluTanhBwd},

@@ -235,6 +235,7 @@ Tensor rmsNorm(const Tensor &input, at::IntArrayRef normalizedShape,
 
 BuiltinFusion layerNormFwdFusion("layer_norm_fwd");
 BuiltinFusion layerNormBwdFusion("layer_norm_bwd");
+BuiltinFusion layerNormBwdRecenteredFusion("layer_norm_bwd_recentered");
 
 using LayerNormFwdOp = TensorTriple(const Tensor &, const Tensor &,
                                     const Tensor &, double);
@@ -260,7 +261,11 @@ TensorTriple layerNormFwdMeta(const Tensor &x, const Tensor &, const Tensor &,
 TensorTriple layerNormBwd(const Tensor &dy, const Tensor &x,
                           const Tensor &weight, const Tensor &mean,
                           const Tensor &rstd) {
-  auto out = runFusion("layer_norm", layerNormBwdFusion(x.scalar_type()),
+  // f32 and f64 rows are stored precisely enough for the rounding of the
+  // saved mean to show (Builtins.cpp, layerNormBackward).
+  bool wide = x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble;
+  auto &fusion = wide ? layerNormBwdRecenteredFusion : layerNormBwdFusion;
+  auto out = runFusion("layer_norm", fusion(x.scalar_type()),
                        {dy.contiguous(), x.contiguous(), weight.contiguous(),
                         mean.contiguous(), rstd.contiguous()},
                        {}, x.scalar_type(), x.sizes());

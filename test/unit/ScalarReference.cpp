@@ -192,7 +192,11 @@ void layerNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
   }
 }
 
-void layerNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+/// With `recentered`, layer_norm_bwd_recentered's algebra in double: x - mean
+/// less its row mean (the saved mean's rounding, Builtins.cpp), so that
+/// infinities and NaNs spread as the kernel spreads them.
+void layerNormBackward(const Values &in, int64_t rows, int64_t n, Values &out,
+                       bool recentered) {
   auto &dy = in.floats.at("dy"), &x = in.floats.at("x"),
        &w = in.floats.at("weight"), &mean = in.floats.at("mean"),
        &rstd = in.floats.at("rstd");
@@ -202,21 +206,34 @@ void layerNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
   dw.assign(n, 0);
   db.assign(n, 0);
   for (int64_t r = 0; r < rows; ++r) {
-    double sumG = 0, sumGX = 0;
+    double meanError = 0, sumG = 0, sumGXc = 0;
     for (int64_t c = 0; c < n; ++c) {
-      double xhat = (x[r * n + c] - mean[r]) * rstd[r];
-      double g = dy[r * n + c] * w[c];
+      double xc = x[r * n + c] - mean[r], g = dy[r * n + c] * w[c];
+      meanError += xc / n;
       sumG += g;
-      sumGX += g * xhat;
+      sumGXc += g * (recentered ? xc : xc * rstd[r]);
     }
+    if (!recentered)
+      meanError = 0;
+    double meanGXhat = recentered
+                           ? (sumGXc / n - meanError * (sumG / n)) * rstd[r]
+                           : sumGXc / n;
     for (int64_t c = 0; c < n; ++c) {
-      double xhat = (x[r * n + c] - mean[r]) * rstd[r];
+      double xhat = (x[r * n + c] - mean[r] - meanError) * rstd[r];
       double g = dy[r * n + c] * w[c];
-      dx[r * n + c] = rstd[r] * (g - sumG / n - xhat * (sumGX / n));
+      dx[r * n + c] = rstd[r] * (g - sumG / n - xhat * meanGXhat);
       dw[c] += dy[r * n + c] * xhat;
       db[c] += dy[r * n + c];
     }
   }
+}
+
+void layerNormBwd(const Values &in, int64_t rows, int64_t n, Values &out) {
+  layerNormBackward(in, rows, n, out, false);
+}
+void layerNormBwdRecentered(const Values &in, int64_t rows, int64_t n,
+                            Values &out) {
+  layerNormBackward(in, rows, n, out, true);
 }
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
@@ -443,6 +460,7 @@ const std::map<std::string, Reference> &references() {
         {"rms_norm_llama_bwd", rmsNormLlamaBwd},
         {"rms_norm_none_fwd", rmsNormNoneFwd},
         {"layer_norm_fwd", layerNormFwd},   {"layer_norm_bwd", layerNormBwd},
+        {"layer_norm_bwd_recentered", layerNormBwdRecentered},
         {"swiglu_fwd", swigluFwd},          {"swiglu_bwd", swigluBwd},
         {"geglu_fwd", gegluFwd},            {"geglu_bwd", gegluBwd},
         {"geglu_tanh_fwd", gegluTanhFwd},   {"geglu_tanh_bwd", gegluTanhBwd},
@@ -758,12 +776,17 @@ double columnScale(const PortInfo &port, int64_t rows) {
 }
 
 void addNaNAndInf(const KernelInfo &info, Values &in) {
+  // An infinite dy alone meets layer_norm_bwd_recentered's correction of the
+  // saved mean, here f32 rounding noise whose sign decides between inf and
+  // NaN (inf - r * inf): its x gets them too, which decides.
+  bool everyInput = info.name == "layer_norm_bwd_recentered";
   for (const PortInfo &port : info.inputs) {
     if (port.kind != Kind::Full || !isFloatDtype(port.dtype))
       continue;
     in.floats[port.name][2 * info.n + 5] = NAN;
     in.floats[port.name][4 * info.n + 9] = INFINITY;
-    return;
+    if (!everyInput)
+      return;
   }
 }
 
