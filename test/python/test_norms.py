@@ -174,9 +174,9 @@ def test_layer_norm_gradients_of_a_tight_f32_row(n):
     # The third row's saved mean (1e3, rounded to f32) is off by 3e-4 of
     # its spread of 0.1: until the f32 backward took that off
     # (layer_norm_bwd_recentered), its dweight at 8192 was 7.2e-4 from
-    # float64 where PyTorch's was 1.7e-4. (The forward's y of that row on a
-    # GPU at 12288 is 5.2e-4 from float64, PyTorch's 3.2e-4: its mean is
-    # not recentered; the emulated suite runs this file.)
+    # float64 where PyTorch's was 1.7e-4 (by seed, PyTorch's is up to
+    # 2.2e-3: hence the bound of its own). The forward is not recentered
+    # (README, limitations), so only the gradients are checked.
     x, weight, bias, upstream = norm_inputs(9, n, torch.float32)
     fused = lambda x, w, b: TF.layer_norm(x, (n,), w, b, EPS)
     eager = lambda x, w, b: F.layer_norm(x, (n,), w, b, EPS)
@@ -185,6 +185,7 @@ def test_layer_norm_gradients_of_a_tight_f32_row(n):
     _, eager_grads = fused_grads(eager, x, weight, bias, upstream=upstream)
     for grad, eager_grad, wanted in zip(grads, eager_grads, want):
         assert_no_worse_than_torch(grad, eager_grad, wanted, torch.float32)
+        assert (grad.double() - wanted).abs().max() <= 1e-5 * wanted.abs().max()
 
 
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 16384), (torch.float32, 16384),

@@ -211,7 +211,8 @@ TEST_F(EmulatedNumerics, LongRows) {
 TEST_F(EmulatedNumerics, PersistentGridWithFewerBlocksThanRows) {
   auto driver = driverFor("sm_90", 2);
   ASSERT_TRUE(driver);
-  for (const char *name : {"rms_norm_bwd", "layer_norm_bwd"})
+  for (const char *name :
+       {"rms_norm_bwd", "layer_norm_bwd", "layer_norm_bwd_recentered"})
     for (Dtype dtype : {Dtype::F32, Dtype::BF16})
       for (int64_t n : {7, 1000, 32000}) {
         auto kernel = compile(name, dtype, n, true, "sm_90");

@@ -192,9 +192,9 @@ void layerNormFwd(const Values &in, int64_t rows, int64_t n, Values &out) {
   }
 }
 
-/// With `recentered`, layer_norm_bwd_recentered's algebra in double: x - mean
-/// less its row mean (the saved mean's rounding, Builtins.cpp), so that
-/// infinities and NaNs spread as the kernel spreads them.
+/// With `recentered`, layer_norm_bwd_recentered's algebra: x - mean less
+/// its row mean (the saved mean's rounding taken off), as the kernel
+/// computes it, so that infinities and NaNs spread as they do there.
 void layerNormBackward(const Values &in, int64_t rows, int64_t n, Values &out,
                        bool recentered) {
   auto &dy = in.floats.at("dy"), &x = in.floats.at("x"),
@@ -205,24 +205,26 @@ void layerNormBackward(const Values &in, int64_t rows, int64_t n, Values &out,
   dx.assign(rows * n, 0);
   dw.assign(n, 0);
   db.assign(n, 0);
+  std::vector<double> xhat(n);
   for (int64_t r = 0; r < rows; ++r) {
-    double meanError = 0, sumG = 0, sumGXc = 0;
+    double sumG = 0, sumGX = 0, sumX = 0;
     for (int64_t c = 0; c < n; ++c) {
       double xc = x[r * n + c] - mean[r], g = dy[r * n + c] * w[c];
-      meanError += xc / n;
+      xhat[c] = recentered ? xc : xc * rstd[r];
       sumG += g;
-      sumGXc += g * (recentered ? xc : xc * rstd[r]);
+      sumGX += g * xhat[c];
+      sumX += xhat[c];
     }
-    if (!recentered)
-      meanError = 0;
-    double meanGXhat = recentered
-                           ? (sumGXc / n - meanError * (sumG / n)) * rstd[r]
-                           : sumGXc / n;
+    double meanGXhat = sumGX / n;
+    if (recentered) {
+      meanGXhat = (meanGXhat - sumX / n * (sumG / n)) * rstd[r];
+      for (double &value : xhat)
+        value = (value - sumX / n) * rstd[r];
+    }
     for (int64_t c = 0; c < n; ++c) {
-      double xhat = (x[r * n + c] - mean[r] - meanError) * rstd[r];
       double g = dy[r * n + c] * w[c];
-      dx[r * n + c] = rstd[r] * (g - sumG / n - xhat * meanGXhat);
-      dw[c] += dy[r * n + c] * xhat;
+      dx[r * n + c] = rstd[r] * (g - sumG / n - xhat[c] * meanGXhat);
+      dw[c] += dy[r * n + c] * xhat[c];
       db[c] += dy[r * n + c];
     }
   }
@@ -776,17 +778,19 @@ double columnScale(const PortInfo &port, int64_t rows) {
 }
 
 void addNaNAndInf(const KernelInfo &info, Values &in) {
-  // An infinite dy alone meets layer_norm_bwd_recentered's correction of the
-  // saved mean, here f32 rounding noise whose sign decides between inf and
-  // NaN (inf - r * inf): its x gets them too, which decides.
-  bool everyInput = info.name == "layer_norm_bwd_recentered";
+  // A saved row mean (layer norm's backward) a little below row 4's own:
+  // the recentered backward takes the difference off, and where dy is
+  // infinite, inf - difference * inf is inf or NaN by its sign, which
+  // rounding noise would otherwise decide.
+  if (auto mean = in.floats.find("mean"); mean != in.floats.end())
+    mean->second[4] = static_cast<float>(
+        mean->second[4] - 1e-3 * (1 + std::abs(mean->second[4])));
   for (const PortInfo &port : info.inputs) {
     if (port.kind != Kind::Full || !isFloatDtype(port.dtype))
       continue;
     in.floats[port.name][2 * info.n + 5] = NAN;
     in.floats[port.name][4 * info.n + 9] = INFINITY;
-    if (!everyInput)
-      return;
+    return;
   }
 }
 

@@ -137,8 +137,7 @@ void maskHalfOfEachRow(const KernelInfo &info, Values &in, int64_t rows,
 double columnScale(const PortInfo &port, int64_t rows);
 
 /// A NaN in row 2 and +Inf in row 4 of the kernel's first full float input
-/// (rows >= 5, n >= 10; of every one for layer_norm_bwd_recentered): they
-/// must propagate as in PyTorch.
+/// (rows >= 5, n >= 10): they must propagate as in PyTorch.
 void addNaNAndInf(const KernelInfo &info, Values &in);
 
 /// Compares every output in `actual` with `reference` of `in`, rounded to
