@@ -213,7 +213,8 @@ void layerNormBackward(const Values &in, int64_t rows, int64_t n, Values &out,
       xhat[c] = recentered ? xc : xc * rstd[r];
       sumG += g;
       sumGX += g * xhat[c];
-      sumX += xhat[c];
+      if (recentered)
+        sumX += xhat[c];
     }
     double meanGXhat = sumGX / n;
     if (recentered) {

@@ -60,7 +60,8 @@ static cl::opt<int64_t> foldBlocks(
     "fold-blocks",
     cl::desc("PTX as the runtime loads a folded grid's kernel with this many "
              "of the tile's blocks in one (.maxntid; TileConfig.h, "
-             "foldsResidentBlocks)"),
+             "foldsResidentBlocks; 1: bounded to the tile's own block, as "
+             "where the plain PTX fits no block on an SM)"),
     cl::init(0));
 static cl::opt<bool> printTimes("time", cl::desc("Print the time of each stage to stderr"),
                                 cl::init(false));
@@ -120,10 +121,10 @@ int main(int argc, char **argv) {
   if (foldBlocks) {
     for (const tilefuse::KernelInfo &kernel : result->kernels) {
       if (*stop != tilefuse::Stage::PTX ||
-          !tilefuse::foldsResidentBlocks(kernel.tile) || foldBlocks < 2 ||
+          !tilefuse::foldsResidentBlocks(kernel.tile) || foldBlocks < 1 ||
           foldBlocks > tilefuse::maxFoldedBlocks(kernel.tile)) {
         llvm::errs() << "tilefuse-compile: --fold-blocks needs --emit=ptx and "
-                        "a kernel whose blocks fold, 2 to "
+                        "a kernel whose blocks fold, 1 to "
                         "maxFoldedBlocks of its tile ('"
                      << kernel.name << "': "
                      << (tilefuse::foldsResidentBlocks(kernel.tile)
