@@ -262,7 +262,10 @@ TensorTriple layerNormBwd(const Tensor &dy, const Tensor &x,
                           const Tensor &weight, const Tensor &mean,
                           const Tensor &rstd) {
   // f32 and f64 rows are stored precisely enough for the rounding of the
-  // saved mean to show (Builtins.cpp, layerNormBackward).
+  // saved mean to show (Builtins.cpp, layerNormBackward): their backward is
+  // about the row's mean of x, the saved mean only the shift its
+  // differences are taken from (a mean that is not the row's, passed to
+  // this op, gives the same gradients).
   bool wide = x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble;
   auto &fusion = wide ? layerNormBwdRecenteredFusion : layerNormBwdFusion;
   auto out = runFusion("layer_norm", fusion(x.scalar_type()),
