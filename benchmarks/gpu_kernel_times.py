@@ -265,16 +265,16 @@ def write_model(path, traffic):
             if os.path.exists(out):
                 with open(out) as f:
                     cells += [dict(cell, tile=tile) for cell in json.load(f)]
-    # What the op runs (RUNS_AS), under the table's name, in place of the
-    # table kernel's cells it has.
+    # What the op runs (RUNS_AS, run last) under the table's name, in place
+    # of the table kernel's cell where it has one.
     table_name = {(runs_as, dtype): kernel for (kernel, dtype), runs_as in RUNS_AS.items()}
-    replacements = [dict(cell, kernel=table_name[(cell["kernel"], cell["dtype"])],
-                         runs_as=cell["kernel"])
-                    for cell in cells if (cell["kernel"], cell["dtype"]) in table_name]
-    replaced = {(cell["kernel"], cell["dtype"], cell["n"]) for cell in replacements}
-    cells = [cell for cell in cells if (cell["kernel"], cell["dtype"]) not in table_name and
-             ((cell["kernel"], cell["dtype"], cell["n"]) not in replaced or cell["tile"])]
-    cells += replacements
+    by_cell = {}
+    for cell in cells:
+        if (cell["kernel"], cell["dtype"]) in table_name:
+            cell = dict(cell, kernel=table_name[(cell["kernel"], cell["dtype"])],
+                        runs_as=cell["kernel"])
+        by_cell[(cell["kernel"], cell["dtype"], cell["n"], cell["tile"])] = cell
+    cells = list(by_cell.values())
     with open(path, "w") as f:
         json.dump(cells, f, indent=1)
     print(f"{path}: {len(cells)} cells")

@@ -266,8 +266,8 @@ TensorTriple layerNormBwd(const Tensor &dy, const Tensor &x,
   // about the row's mean of x, the saved mean only the shift its
   // differences are taken from (a mean that is not the row's, passed to
   // this op, gives the same gradients).
-  bool wide = x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble;
-  auto &fusion = wide ? layerNormBwdRecenteredFusion : layerNormBwdFusion;
+  bool precise = x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble;
+  auto &fusion = precise ? layerNormBwdRecenteredFusion : layerNormBwdFusion;
   auto out = runFusion("layer_norm", fusion(x.scalar_type()),
                        {dy.contiguous(), x.contiguous(), weight.contiguous(),
                         mean.contiguous(), rstd.contiguous()},
