@@ -210,6 +210,47 @@ def test_vocabulary_of_32000_with_the_gradient_in_place(weighted, softcap):
           lambda x, t: reference(x, t, **options)[0].to(torch.bfloat16), logits, target)
 
 
+@pytest.mark.parametrize("softcap", [None, 30.0], ids=["plain", "capped"])
+@pytest.mark.parametrize("dtype,offset", [(torch.float32, 1e4), (torch.bfloat16, 100.0)],
+                         ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("classes", [32000, 128256])
+def test_probability_targets_of_long_rows(classes, dtype, offset, softcap):
+    # On a GPU the loss of these rows takes one pass (fuse-merge-reductions):
+    # the targets' weighted sum about the row's max is summed about the
+    # row's first logit and corrected by the max. Logits far from zero (1e4
+    # +- 4 in float32, where summing w * x and subtracting max * sum(w)
+    # missed the float64 loss by 3e-4); a row whose first logit is -inf
+    # (centered on 0 instead: the loss is infinite, as torch's, unless
+    # soft-capped) and one whose first logit is its max.
+    generator = torch.Generator().manual_seed(0)
+    logits = 4 * torch.randn(4, classes, generator=generator)
+    logits[1, 0] = -INF
+    logits[2, 0] = logits[2].max() + 1
+    target = torch.softmax(torch.randn(4, classes, generator=generator), dim=-1).to(dtype)
+    options = dict(reduction="none", label_smoothing=0.1, softcap=softcap)
+    far = (logits + offset).to(dtype)
+    loss = TF.cross_entropy(far, target, **options)
+    assert_close(loss, reference(far, target, **options)[0], dtype, equal_nan=True)
+    assert loss[1].isinf() == (softcap is None) and loss[[0, 2, 3]].isfinite().all()
+    # The gradients (the backward's saved log-sum-exp rounds at 1e-3 near
+    # 1e4 in float32: logits near zero), and the loss fused with them.
+    logits = logits.to(dtype)
+    check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
+          lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
+    options["reduction"] = "sum"
+
+    def loss_and_logits_grad(fn):
+        x = logits.detach().clone().requires_grad_(True)
+        loss = fn(x)
+        return (loss.detach(),) + torch.autograd.grad(loss, x)
+
+    fused = loss_and_logits_grad(
+        lambda x: TF.cross_entropy(x * 1, target, inplace_backward=True, **options))
+    composed = loss_and_logits_grad(lambda x: reference(x, target, **options)[0].to(dtype))
+    for got, want in zip(fused, composed):
+        assert_close(got, want, dtype)
+
+
 @pytest.mark.parametrize("rows", [0, 1])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("probs", [False, True], ids=["indices", "probs"])

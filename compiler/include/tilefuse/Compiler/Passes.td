@@ -92,8 +92,8 @@ def FuseSelectTiles : Pass<"fuse-select-tiles", "::tilefuse::fuse::KernelOp"> {
 def FuseMergeReductions : Pass<"fuse-merge-reductions", "::tilefuse::fuse::KernelOp"> {
   let summary = "Merge dependent row reductions into one pass over a streamed row";
   let description = [{
-    A row that does not stay on chip is read once per reduction level. Two
-    level pairs have a one-pass form, which this pass substitutes:
+    A row that does not stay on chip is read once per reduction level.
+    Three dependent forms have a one-pass form, which this pass substitutes:
 
     ```mlir
     %m = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
@@ -107,7 +107,21 @@ def FuseMergeReductions : Pass<"fuse-merge-reductions", "::tilefuse::fuse::Kerne
     %v = fuse.reduce mean|sum (fuse.mul %d, %d) : ...
     // becomes (moments merged a chunk at a time by Chan's formula)
     %mu, %v = fuse.moments mean|sum %x : !fuse.full<f32> to !fuse.row<f32>
+
+    %r = ... a per-row value of a later pass than %a's and %x's (max x)
+    %d = fuse.sub %x, (fuse.broadcast %r) ...
+    %s = fuse.reduce sum|mean (fuse.mul %a, %d) : ...
+    // becomes, with %h = x[row, 0] (%x's input gathered at column 0 and its
+    // ops redone per row; 0 where that is infinite or NaN)
+    %s = sum|mean(%a * (%x - %h)) - (%r - %h) * sum|mean(%a)
     ```
+    The last (a loss against probability targets: sum(w * (x - max)))
+    moves the reduction to the pass of %a and %x, where the max it was
+    waiting for then merges with its sum of exp. Its terms are the size of
+    the row's spread, as before, rather than of its offset (sum(a * x) -
+    r * sum(a) would lose the digits of logits near 1e4). It applies where
+    %x reads full inputs and scalars only (no value at column 0 without
+    the column's), and reuses a sum of %a the kernel already has.
     Values the two reductions' inputs feed elsewhere (softmax's `exp(x -
     max)` in its output) stay and are computed in a later pass. Kernels
     tiled with the row on chip are left alone (there a second pass reads
