@@ -121,7 +121,10 @@ def FuseMergeReductions : Pass<"fuse-merge-reductions", "::tilefuse::fuse::Kerne
     the row's spread, as before, rather than of its offset (sum(a * x) -
     r * sum(a) would lose the digits of logits near 1e4). It applies where
     %x reads full inputs and scalars only (no value at column 0 without
-    the column's), and reuses a sum of %a the kernel already has.
+    the column's), reuses a sum of %a the kernel already has, and is left
+    out on rows kept on chip (there the two passes over registers cost
+    fewer instructions than the centered sum and the online softmax it
+    lets merge).
     Values the two reductions' inputs feed elsewhere (softmax's `exp(x -
     max)` in its output) stay and are computed in a later pass. Kernels
     tiled with the row on chip are left alone (there a second pass reads

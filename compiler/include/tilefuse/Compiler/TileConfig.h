@@ -145,13 +145,12 @@
 //      most kernels (the soft-capped, weighted and probability-target
 //      cross-entropy forwards, 2-22 points lower in the model), and where a
 //      second pass stays (cross_entropy_fwd_grad, layer_norm_fwd) it only
-//      added instructions. The probability-target forwards merge into one
-//      pass since their weighted sum about the max moved to the max's pass
-//      (twenty-fourth round): at bf16 n = 8192, a wide row on chip, 99% ->
-//      100%, and the soft-capped one, bound by its instructions there, 85%
-//      -> 76% (80 -> 62 registers: one more block does not pay for the
-//      online rescaling); at n >= 32000 both now stream in one pass
-//      (25-53% -> 78-100%).
+//      added instructions. So the probability-target forwards' weighted
+//      sum about the max merges only where the row streams
+//      (fuse-merge-reductions centers it there; at n >= 32000 they stream
+//      in one pass, 25-53% -> 78-100%). Centered and merged at bf16 n =
+//      8192, a wide row on chip, the soft-capped one fell 85% -> 76% (80
+//      -> 62 registers, 3 -> 4 blocks per SM, bound by its instructions).
 //    - the lowering holds the 16-bit loads packed (two elements a register)
 //      between passes and computes the per-element values again in each,
 //      where every value a pass before the last computes is cheap (casts,
