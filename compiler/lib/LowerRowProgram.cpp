@@ -55,17 +55,20 @@ bool isChunked(ValueKind kind) {
 /// - a fuse.reduce to a row: the partial result;
 /// - a fuse.arg_reduce: the best value so far and its column (i32);
 /// - a fuse.max_sum_exp: the running max m and sum of exp(x - m);
+/// - a fuse.max_deviation: the running max m, the sum of the weights w and
+///   the sum of w * (x - m), each on one lane;
 /// - a fuse.moments: the count, mean and sum of squared deviations of the
 ///   values shifted by the row's first element (merged by Chan's formula),
 ///   and the plain sum of the values (the mean where it is not large
 ///   against the spread: the shifted mean rounds at the size of x - x[row,
 ///   0] in every merge), each on one lane.
 struct RowReduction {
-  enum class Form { Plain, Arg, MaxSumExp, Moments };
+  enum class Form { Plain, Arg, MaxSumExp, MaxDeviation, Moments };
   Operation *op;
   Form form;
   ReduceKind kind;
   Value input;
+  Value weight = {}; // fuse.max_deviation's
 
   static std::optional<RowReduction> of(Operation *op) {
     if (auto reduce = dyn_cast<ReduceOp>(op); reduce && reduce.isRowReduction())
@@ -75,6 +78,9 @@ struct RowReduction {
     if (auto online = dyn_cast<MaxSumExpOp>(op))
       return RowReduction{op, Form::MaxSumExp, ReduceKind::Sum,
                           online.getInput()};
+    if (auto deviation = dyn_cast<MaxDeviationOp>(op))
+      return RowReduction{op, Form::MaxDeviation, ReduceKind::Sum,
+                          deviation.getInput(), deviation.getWeight()};
     if (auto moments = dyn_cast<MomentsOp>(op))
       return RowReduction{op, Form::Moments, moments.getKind(),
                           moments.getInput()};
@@ -86,6 +92,7 @@ struct RowReduction {
     case Form::Plain: return 1;
     case Form::Arg:
     case Form::MaxSumExp: return 2;
+    case Form::MaxDeviation: return 3;
     case Form::Moments: return 4;
     }
     llvm_unreachable("unknown form");
@@ -101,7 +108,7 @@ SmallVector<RowReduction> rowReductions(KernelOp kernel,
   SmallVector<RowReduction> reductions;
   for (Operation &op : kernel.getEntryBlock().without_terminator())
     if (std::optional<RowReduction> reduction = RowReduction::of(&op))
-      if (level < 0 || levels.lookup(reduction->input) == level)
+      if (level < 0 || reducedLevel(&op, levels) == level)
         reductions.push_back(*reduction);
   return reductions;
 }
@@ -308,6 +315,42 @@ ReductionState combineMaxSumExp(OpBuilder &b, Location loc,
                    arith::MulFOp::create(b, loc, smaller, scale))};
 }
 
+/// What a max-deviation state's sum, kept about `from` (its running max),
+/// loses when its max grows to `to`: (to - from) times its sum of weights,
+/// or nothing where the max did not grow (two -inf maxes, or the same).
+/// A max of -inf (nothing but -inf so far) keeps its sum about 0, as
+/// accumulateMaxDeviation does.
+Value deviationShift(OpBuilder &b, Location loc, Value from, Value to,
+                     Value weights) {
+  Value negInf =
+      floatConstant(b, loc, from, -std::numeric_limits<double>::infinity());
+  Value zero = floatConstant(b, loc, from, 0.0);
+  Value center = arith::SelectOp::create(
+      b, loc,
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, from, negInf),
+      zero, from);
+  Value shift = arith::MulFOp::create(
+      b, loc, arith::SubFOp::create(b, loc, to, center), weights);
+  Value same =
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, from, to);
+  return arith::SelectOp::create(b, loc, same, zero, shift);
+}
+
+/// Merges two max-deviation states (m, W, S), S = sum of w * (x - m): each
+/// sum is moved to the larger max (deviationShift). The terms are all at
+/// most 0 for weights of at least 0, so nothing cancels; a NaN max makes S
+/// NaN.
+ReductionState combineMaxDeviation(OpBuilder &b, Location loc,
+                                   ArrayRef<Value> lhs, ArrayRef<Value> rhs) {
+  Value max = arith::MaximumFOp::create(b, loc, lhs[0], rhs[0]);
+  Value weights = arith::AddFOp::create(b, loc, lhs[1], rhs[1]);
+  Value left = arith::SubFOp::create(
+      b, loc, lhs[2], deviationShift(b, loc, lhs[0], max, lhs[1]));
+  Value right = arith::SubFOp::create(
+      b, loc, rhs[2], deviationShift(b, loc, rhs[0], max, rhs[1]));
+  return {max, weights, arith::AddFOp::create(b, loc, left, right)};
+}
+
 /// Chan's merge of two moments states (count, mean, M2, sum):
 /// mean = mean_a + d * n_b / n, M2 = M2_a + M2_b + d^2 * n_a * n_b / n with
 /// d = mean_b - mean_a (two empty states merge to an empty one); the sums
@@ -341,6 +384,8 @@ ReductionState combineStates(OpBuilder &b, Location loc,
     return combineArgReduction(b, loc, reduction.kind, lhs, rhs);
   case RowReduction::Form::MaxSumExp:
     return combineMaxSumExp(b, loc, lhs, rhs, lowering);
+  case RowReduction::Form::MaxDeviation:
+    return combineMaxDeviation(b, loc, lhs, rhs);
   case RowReduction::Form::Moments:
     return combineMoments(b, loc, lhs, rhs);
   }
@@ -731,6 +776,9 @@ private:
   Value foldIntoLane(vector::CombiningKind kind, Value terms, Value lane);
   ReductionState accumulateMoments(Chunk &chunk, const RowReduction &reduction,
                                    ArrayRef<Value> accumulator);
+  ReductionState accumulateMaxDeviation(Chunk &chunk,
+                                        const RowReduction &reduction,
+                                        ArrayRef<Value> accumulator);
   ReductionState accumulateMaxSumExp(Chunk &chunk,
                                      const RowReduction &reduction,
                                      ArrayRef<Value> accumulator);
@@ -997,7 +1045,7 @@ SmallVector<BlockArgument>
 RowProgramEmitter::passInputs(ArrayRef<RowReduction> reductions, bool isFinal) {
   SmallVector<Value> worklist;
   for (const RowReduction &reduction : reductions)
-    worklist.push_back(reduction.input);
+    llvm::append_range(worklist, reduction.op->getOperands());
   if (isFinal) {
     auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
     for (Value output : yield.getValues()) {
@@ -1327,6 +1375,7 @@ Value RowProgramEmitter::emitInChunk(Chunk &chunk, Value value) {
 /// (plainsOnOneLane).
 bool RowProgramEmitter::foldsToOneLane(const RowReduction &reduction) const {
   return reduction.form == RowReduction::Form::MaxSumExp ||
+         reduction.form == RowReduction::Form::MaxDeviation ||
          reduction.form == RowReduction::Form::Moments ||
          (reduction.form == RowReduction::Form::Plain && plainsOnOneLane);
 }
@@ -1352,6 +1401,9 @@ ReductionState RowProgramEmitter::identityState(const RowReduction &reduction,
   if (reduction.form == RowReduction::Form::MaxSumExp)
     return {splatFloat(-std::numeric_limits<double>::infinity()),
             splatFloat(0.0)};
+  if (reduction.form == RowReduction::Form::MaxDeviation)
+    return {splatFloat(-std::numeric_limits<double>::infinity()),
+            splatFloat(0.0), splatFloat(0.0)};
   if (reduction.form == RowReduction::Form::Moments)
     return {splatFloat(0.0), splatFloat(0.0), splatFloat(0.0), splatFloat(0.0)};
   ReductionState state = {
@@ -1409,6 +1461,8 @@ ReductionState RowProgramEmitter::accumulateChunk(Chunk &chunk,
                                                   ArrayRef<Value> accumulator) {
   if (reduction.form == RowReduction::Form::MaxSumExp)
     return accumulateMaxSumExp(chunk, reduction, accumulator);
+  if (reduction.form == RowReduction::Form::MaxDeviation)
+    return accumulateMaxDeviation(chunk, reduction, accumulator);
   if (reduction.form == RowReduction::Form::Moments)
     return accumulateMoments(chunk, reduction, accumulator);
   if (foldsToOneLane(reduction))
@@ -1494,6 +1548,51 @@ RowProgramEmitter::accumulateMaxSumExp(Chunk &chunk,
                                        scalar);
   };
   return {single(max), single(sum)};
+}
+
+/// A chunk into a one-lane max-deviation state: the chunk's max joins the
+/// running max (the sum so far moved to it, deviationShift), and the
+/// chunk's w * (x - max) and w join the sums. Lanes past the row add
+/// nothing (0 * (x - max) could be NaN there).
+ReductionState RowProgramEmitter::accumulateMaxDeviation(
+    Chunk &chunk, const RowReduction &reduction, ArrayRef<Value> accumulator) {
+  Value x = chunkState(chunk, reduction)[0];
+  Value w = emitInChunk(chunk, reduction.weight);
+  Value oldMax = vector::ExtractOp::create(b, loc, accumulator[0], 0);
+  Value oldWeights = vector::ExtractOp::create(b, loc, accumulator[1], 0);
+  Value max = arith::MaximumFOp::create(
+      b, loc, oldMax,
+      vector::ReductionOp::create(b, loc, vector::CombiningKind::MAXIMUMF, x));
+  Value empty = arith::CmpFOp::create(
+      b, loc, arith::CmpFPredicate::OEQ, max,
+      floatConstant(b, loc, max, -std::numeric_limits<double>::infinity()));
+  Value center = arith::SelectOp::create(b, loc, empty,
+                                         floatConstant(b, loc, max, 0.0), max);
+  Value terms = arith::MulFOp::create(
+      b, loc, w,
+      arith::SubFOp::create(
+          b, loc, x, vector::BroadcastOp::create(b, loc, x.getType(), center)));
+  Value zeros = floatConstant(b, loc, terms, 0.0);
+  if (chunk.valid) {
+    terms = arith::SelectOp::create(b, loc, chunk.valid, terms, zeros);
+    w = arith::SelectOp::create(b, loc, chunk.valid, w, zeros);
+  }
+  Value moved = arith::SubFOp::create(
+      b, loc, vector::ExtractOp::create(b, loc, accumulator[2], 0),
+      deviationShift(b, loc, oldMax, max, oldWeights));
+  // The chunk's terms and weights summed as trees (reassoc), then the
+  // running sums.
+  Value deviation =
+      vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, terms,
+                                  moved, arith::FastMathFlags::reassoc);
+  Value weights =
+      vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, w,
+                                  oldWeights, arith::FastMathFlags::reassoc);
+  auto single = [&](Value scalar) -> Value {
+    return vector::BroadcastOp::create(b, loc, accumulator[0].getType(),
+                                       scalar);
+  };
+  return {single(max), single(weights), single(deviation)};
 }
 
 void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
@@ -1633,9 +1732,10 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
       rowValues[op->getResult(0)] = column;
       break;
     }
-    case RowReduction::Form::MaxSumExp: {
-      // As two passes give: exp(x - max) is NaN somewhere when the max is
-      // +inf or -inf (a NaN max already made the sum NaN).
+    case RowReduction::Form::MaxSumExp:
+    case RowReduction::Form::MaxDeviation: {
+      // As two passes give: x - max is NaN somewhere when the max is +inf
+      // or -inf (a NaN max already made the sum NaN).
       Value max = state[0];
       Value infinite = arith::CmpFOp::create(
           b, loc, arith::CmpFPredicate::OEQ, math::AbsFOp::create(b, loc, max),
@@ -1644,7 +1744,7 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
       rowValues[op->getResult(1)] = arith::SelectOp::create(
           b, loc, infinite,
           floatConstant(b, loc, max, std::numeric_limits<double>::quiet_NaN()),
-          state[1]);
+          state.back());
       break;
     }
     case RowReduction::Form::Moments: {
@@ -1731,6 +1831,7 @@ void RowProgramEmitter::streamChunks(
   // (adamw_step bf16, n = 128256: 124 bytes).
   bool merged = llvm::any_of(reductions, [](const RowReduction &reduction) {
     return reduction.form == RowReduction::Form::MaxSumExp ||
+           reduction.form == RowReduction::Form::MaxDeviation ||
            reduction.form == RowReduction::Form::Moments;
   });
   bool stores = storesOutputs(isFinal);
@@ -3315,7 +3416,7 @@ ReductionWorkgroup tilefuse::reductionWorkgroup(KernelOp kernel,
   for (const RowReduction &reduction : reductions) {
     if (valueType(reduction.input).getElementType().isF64())
       workgroup.slotType = b.getF64Type();
-    int64_t &values = stateValuesPerPass[levels.lookup(reduction.input)];
+    int64_t &values = stateValuesPerPass[reducedLevel(reduction.op, levels)];
     values += reduction.stateSize();
     workgroup.stateValues = std::max(workgroup.stateValues, values);
   }

@@ -388,12 +388,20 @@ int tilefuse::finalPassLevel(KernelOp kernel,
   return finalLevel;
 }
 
+int tilefuse::reducedLevel(Operation *rowReduction,
+                           const DenseMap<Value, int> &levels) {
+  int level = 0;
+  for (Value operand : rowReduction->getOperands())
+    level = std::max(level, levels.lookup(operand));
+  return level;
+}
+
 SmallVector<int> tilefuse::passLevels(KernelOp kernel) {
   DenseMap<Value, int> levels = rowLevels(kernel);
   std::set<int> passes = {finalPassLevel(kernel, levels)};
   kernel.walk([&](Operation *op) {
     if (isRowReduction(op))
-      passes.insert(levels.lookup(op->getOperand(0)));
+      passes.insert(reducedLevel(op, levels));
   });
   return SmallVector<int>(passes.begin(), passes.end());
 }
@@ -406,7 +414,7 @@ SmallVector<SmallVector<Value>> tilefuse::passChunkValues(KernelOp kernel) {
     if (auto reduce = dyn_cast<ReduceOp>(op); reduce && !reduce.isRowReduction())
       roots[finalLevel].push_back(reduce.getInput());
     else if (isRowReduction(op))
-      roots[levels.lookup(op->getOperand(0))].push_back(op->getOperand(0));
+      llvm::append_range(roots[reducedLevel(op, levels)], op->getOperands());
   });
   auto yield = cast<YieldOp>(kernel.getEntryBlock().getTerminator());
   for (Value value : yield.getValues())

@@ -215,23 +215,29 @@ def test_vocabulary_of_32000_with_the_gradient_in_place(weighted, softcap):
                          ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("classes", [32000, 128256])
 def test_probability_targets_of_long_rows(classes, dtype, offset, softcap):
-    # On a GPU the loss of these rows takes one pass (fuse-merge-reductions):
-    # the targets' weighted sum about the row's max is summed about the
-    # row's first logit and corrected by the max. Logits far from zero (1e4
-    # +- 4 in float32, where summing w * x and subtracting max * sum(w)
-    # missed the float64 loss by 3e-4); a row whose first logit is -inf
-    # (centered on 0 instead: the loss is infinite, as torch's, unless
-    # soft-capped) and one whose first logit is its max.
+    # On a GPU the loss of these rows takes one pass (fuse-merge-reductions:
+    # fuse.max_deviation sums the targets' w * (x - max) about each
+    # thread's running max). Logits far from zero (1e4 +- 4 in float32,
+    # where summing w * x and subtracting max * sum(w) missed the float64
+    # loss by 9e-4); a first logit of -inf (the loss is infinite, as
+    # torch's, unless soft-capped), one that is the row's max, and masked
+    # first logits (the dtype's lowest, -1e9) of target 0 (centered on the
+    # first logit, the loss of such rows was off by up to 2e31).
     generator = torch.Generator().manual_seed(0)
-    logits = 4 * torch.randn(4, classes, generator=generator)
+    logits = 4 * torch.randn(5, classes, generator=generator)
     logits[1, 0] = -INF
     logits[2, 0] = logits[2].max() + 1
-    target = torch.softmax(torch.randn(4, classes, generator=generator), dim=-1).to(dtype)
-    options = dict(reduction="none", label_smoothing=0.1, softcap=softcap)
-    far = (logits + offset).to(dtype)
-    loss = TF.cross_entropy(far, target, **options)
-    assert_close(loss, reference(far, target, **options)[0], dtype, equal_nan=True)
-    assert loss[1].isinf() == (softcap is None) and loss[[0, 2, 3]].isfinite().all()
+    logits[3, 0] = torch.finfo(dtype).min
+    logits[4, 0] = -1e9
+    target = torch.softmax(torch.randn(5, classes, generator=generator), dim=-1)
+    target[3:, 0] = 0
+    target = (target / target.sum(-1, keepdim=True)).to(dtype)
+    for label_smoothing in (0.0, 0.1):
+        options = dict(reduction="none", label_smoothing=label_smoothing, softcap=softcap)
+        far = (logits + offset).to(dtype)
+        loss = TF.cross_entropy(far, target, **options)
+        assert_close(loss, reference(far, target, **options)[0], dtype, equal_nan=True)
+        assert loss[1].isinf() == (softcap is None) and loss[[0, 2, 3, 4]].isfinite().all()
     # The gradients (the backward's saved log-sum-exp rounds at 1e-3 near
     # 1e4 in float32: logits near zero), and the loss fused with them.
     logits = logits.to(dtype)

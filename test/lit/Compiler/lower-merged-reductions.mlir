@@ -61,6 +61,49 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, mean: !fuse
 
 // -----
 
+// A loss's weighted sum about the max in one pass (fuse.max_deviation): a
+// one-lane running max, sum of weights and sum of w * (x - max). A chunk's
+// max joins the max (-inf shifts by 0); the sum so far moves to a grown
+// max by (new - old) * the weights so far, nothing where the max stayed;
+// the chunk's w * (x - max) and w join the sums as trees. No exp.
+// GPU-LABEL: gpu.func @weighted_deviation
+// GPU: scf.for %{{.+}} = %c0 to %c2 step %c1 iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<1xf32>, vector<1xf32>, vector<1xf32>)
+// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU: %[[CHUNK_MAX:.+]] = vector.reduction <maximumf>
+// GPU-NEXT: %[[MAX:.+]] = arith.maximumf %{{.+}}, %[[CHUNK_MAX]] : f32
+// GPU-NEXT: %[[EMPTY:.+]] = arith.cmpf oeq, %[[MAX]], %{{.+}} : f32
+// GPU-NEXT: %[[CENTER:.+]] = arith.select %[[EMPTY]], %{{.+}}, %[[MAX]] : f32
+// GPU: %[[XS:.+]] = arith.subf %{{.+}}, %{{.+}} : vector<8xf32>
+// GPU-NEXT: %[[TERMS:.+]] = arith.mulf %{{.+}}, %[[XS]] : vector<8xf32>
+// GPU: %[[SAME:.+]] = arith.cmpf oeq, %{{.+}}, %[[MAX]] : f32
+// GPU-NEXT: %[[SHIFT:.+]] = arith.select %[[SAME]], %{{.+}}, %{{.+}} : f32
+// GPU: %[[MOVED:.+]] = arith.subf %{{.+}}, %[[SHIFT]] : f32
+// GPU-NEXT: vector.reduction <add>, %[[TERMS]], %[[MOVED]] fastmath<reassoc> : vector<8xf32> into f32
+// GPU-NEXT: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
+// GPU-NOT: math.exp
+// GPU: scf.yield %{{.+}}, %{{.+}}, %{{.+}} : vector<1xf32>, vector<1xf32>, vector<1xf32>
+// GPU: gpu.shuffle  xor
+// GPU-NOT: llvm.load {{.+}} vector<8xbf16>
+// GPU: math.absf
+// CPU-LABEL: func.func @weighted_deviation
+// CPU: scf.for %{{.+}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<1xf32>, vector<1xf32>, vector<1xf32>)
+// CPU: vector.reduction <maximumf>
+// CPU: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
+// CPU-NEXT: vector.reduction <add>, %{{.+}}, %{{.+}} fastmath<reassoc> : vector<8xf32> into f32
+// CPU: math.absf
+// CPU: return
+fuse.kernel @weighted_deviation(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (dev: !fuse.row<f32>) {
+  %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
+  %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
+  %shifted = fuse.sub %x, %max_f : !fuse.full<f32>
+  %wd = fuse.mul %w, %shifted : !fuse.full<f32>
+  %dev = fuse.reduce sum %wd : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %dev : !fuse.row<f32>
+}
+
+// -----
+
 // LayerNorm over a streamed row in two passes (moments, then the output)
 // instead of three. The moments pass merges each chunk into a one-lane
 // state by Chan's formula: the chunk's x - x[row, 0], their mean (each

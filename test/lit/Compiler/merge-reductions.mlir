@@ -123,38 +123,23 @@ fuse.kernel @sum_of_squares(%x: !fuse.full<f64>) -> (m2: !fuse.row<f64>) {
 // -----
 
 // A weighted sum about the max (a loss against probability targets:
-// sum(w * (x - max))) moves to the max's pass, centered on the row's first
-// element (an infinite or NaN one centers on 0): sum(w * (x - h)) -
-// (max - h) * sum(w), reusing the sum of w the kernel has. The max then
-// merges with its sum of exp: one pass.
+// sum(w * (x - max))) becomes fuse.max_deviation, computed in the max's
+// pass; the max, free of it, merges with its sum of exp: one pass. The sum
+// of w the loss also uses stays.
 // CHECK-LABEL: fuse.kernel @weighted_deviation
 // CHECK-NEXT: %[[MAX:.+]], %[[SUM:.+]] = fuse.max_sum_exp %x
 // CHECK-NEXT: %[[LOG:.+]] = fuse.log %[[SUM]]
 // CHECK-NEXT: %[[MASS:.+]] = fuse.reduce sum %w
-// CHECK-NEXT: %[[ZERO_INDEX:.+]] = fuse.constant scalar 0 : i32
-// CHECK-NEXT: %[[COLUMN:.+]] = fuse.broadcast %[[ZERO_INDEX]] : !fuse.scalar<i32> to !fuse.row<i32>
-// CHECK-NEXT: %[[HEAD:.+]] = fuse.gather %x[%[[COLUMN]]] : !fuse.full<f32>, !fuse.row<i32> -> !fuse.row<f32>
-// CHECK-NEXT: %[[ZERO_SCALAR:.+]] = fuse.constant scalar 0.0
-// CHECK-NEXT: %[[ZERO:.+]] = fuse.broadcast %[[ZERO_SCALAR]] : !fuse.scalar<f32> to !fuse.row<f32>
-// CHECK-NEXT: %[[SELF:.+]] = fuse.sub %[[HEAD]], %[[HEAD]] : !fuse.row<f32>
-// CHECK-NEXT: %[[FINITE:.+]] = fuse.cmp eq, %[[SELF]], %[[ZERO]] : !fuse.row<f32>
-// CHECK-NEXT: %[[SHIFT:.+]] = fuse.select %[[FINITE]], %[[HEAD]], %[[ZERO]] : !fuse.row<f32>
-// CHECK-NEXT: %[[SHIFT_F:.+]] = fuse.broadcast %[[SHIFT]] : !fuse.row<f32> to !fuse.full<f32>
-// CHECK-NEXT: %[[XS:.+]] = fuse.sub %x, %[[SHIFT_F]] : !fuse.full<f32>
-// CHECK-NEXT: %[[TERMS:.+]] = fuse.mul %w, %[[XS]] : !fuse.full<f32>
-// CHECK-NEXT: %[[PARTIAL:.+]] = fuse.reduce sum %[[TERMS]] : !fuse.full<f32> to !fuse.row<f32>
-// CHECK-NEXT: %[[GAP:.+]] = fuse.sub %[[MAX]], %[[SHIFT]] : !fuse.row<f32>
-// CHECK-NEXT: %[[CORRECTION:.+]] = fuse.mul %[[GAP]], %[[MASS]] : !fuse.row<f32>
-// CHECK-NEXT: %[[DEV:.+]] = fuse.sub %[[PARTIAL]], %[[CORRECTION]] : !fuse.row<f32>
+// CHECK-NEXT: %{{.+}}, %[[DEV:.+]] = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
 // CHECK-NEXT: %[[ML:.+]] = fuse.mul %[[MASS]], %[[LOG]]
 // CHECK-NEXT: %[[LOSS:.+]] = fuse.sub %[[ML]], %[[DEV]]
 // CHECK-NEXT: fuse.yield %[[LOSS]], %[[MASS]]
 // STREAMED-LABEL: fuse.kernel @weighted_deviation
 // STREAMED: fuse.max_sum_exp
-// STREAMED: fuse.gather
+// STREAMED: fuse.max_deviation
 // STREAMED-NOT: fuse.reduce max
 // ONCHIP-LABEL: fuse.kernel @weighted_deviation
-// ONCHIP-NOT: fuse.gather
+// ONCHIP-NOT: fuse.max_deviation
 // ONCHIP: fuse.reduce max
 fuse.kernel @weighted_deviation(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (loss: !fuse.row<f32>, mass: !fuse.row<f32>) {
   %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
@@ -173,76 +158,65 @@ fuse.kernel @weighted_deviation(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (lo
 
 // -----
 
-// The centred value computed from an input (soft-capped logits, read as
-// bf16): the input is gathered at column 0 and its ops are redone on the
-// per-row value. A mean keeps its kind, and with no mean of the weight in
-// the kernel one is added.
-// CHECK-LABEL: fuse.kernel @capped_mean
-// CHECK: %[[X:.+]] = fuse.mul %[[CAP_F:.+]], %[[T:.+]] : !fuse.full<f32>
+// The centered value computed (soft-capped logits scaled per column), the
+// weight on either side of the product: merged all the same. The max keeps
+// its other use.
+// CHECK-LABEL: fuse.kernel @capped
+// CHECK: %[[T:.+]] = fuse.tanh
+// CHECK-NEXT: %[[X:.+]] = fuse.mul %{{.+}}, %[[T]] : !fuse.full<f32>
 // CHECK-NEXT: %[[MAX:.+]] = fuse.reduce max %[[X]]
-// CHECK-NEXT: %[[CAP_R:.+]] = fuse.broadcast %cap : !fuse.scalar<f32> to !fuse.row<f32>
-// CHECK-NEXT: fuse.constant scalar 0 : i32
-// CHECK-NEXT: %[[COLUMN:.+]] = fuse.broadcast
-// CHECK-NEXT: %[[IN0:.+]] = fuse.gather %in[%[[COLUMN]]] : !fuse.full<bf16>, !fuse.row<i32> -> !fuse.row<bf16>
-// CHECK-NEXT: %[[X0:.+]] = fuse.cast %[[IN0]] : !fuse.row<bf16> to !fuse.row<f32>
-// CHECK-NEXT: %[[T0:.+]] = fuse.tanh %[[X0]] : !fuse.row<f32>
-// CHECK-NEXT: %[[HEAD:.+]] = fuse.mul %[[CAP_R]], %[[T0]] : !fuse.row<f32>
-// CHECK: %[[SHIFT:.+]] = fuse.select %{{.+}}, %[[HEAD]], %{{.+}} : !fuse.row<f32>
-// CHECK: %[[TERMS:.+]] = fuse.mul %w, %{{.+}} : !fuse.full<f32>
-// CHECK-NEXT: %[[PARTIAL:.+]] = fuse.reduce mean %[[TERMS]]
-// CHECK-NEXT: %[[WEIGHTS:.+]] = fuse.reduce mean %w
-// CHECK-NEXT: %[[GAP:.+]] = fuse.sub %[[MAX]], %[[SHIFT]]
-// CHECK-NEXT: %[[CORRECTION:.+]] = fuse.mul %[[GAP]], %[[WEIGHTS]]
-// CHECK-NEXT: %[[DEV:.+]] = fuse.sub %[[PARTIAL]], %[[CORRECTION]]
-// CHECK-NEXT: fuse.yield %[[DEV]]
-// STREAMED-LABEL: fuse.kernel @capped_mean
-// STREAMED: fuse.gather %in
-fuse.kernel @capped_mean(%in: !fuse.full<bf16>, %w: !fuse.full<f32>, %cap: !fuse.scalar<f32>) -> (dev: !fuse.row<f32>) {
+// CHECK-NEXT: %{{.+}}, %[[DEV:.+]] = fuse.max_deviation %[[X]], %w
+// CHECK-NEXT: fuse.yield %[[DEV]], %[[MAX]]
+// STREAMED-LABEL: fuse.kernel @capped
+// STREAMED: fuse.max_deviation
+fuse.kernel @capped(%in: !fuse.full<bf16>, %w: !fuse.full<f32>, %scale: !fuse.col<f32>, %cap: !fuse.scalar<f32>) -> (dev: !fuse.row<f32>, max: !fuse.row<f32>) {
   %x0 = fuse.cast %in : !fuse.full<bf16> to !fuse.full<f32>
+  %scale_f = fuse.broadcast %scale : !fuse.col<f32> to !fuse.full<f32>
+  %x1 = fuse.mul %x0, %scale_f : !fuse.full<f32>
   %cap_f = fuse.broadcast %cap : !fuse.scalar<f32> to !fuse.full<f32>
-  %t = fuse.tanh %x0 : !fuse.full<f32>
+  %t = fuse.tanh %x1 : !fuse.full<f32>
   %x = fuse.mul %cap_f, %t : !fuse.full<f32>
   %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
   %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
   %shifted = fuse.sub %x, %max_f : !fuse.full<f32>
   %wd = fuse.mul %shifted, %w : !fuse.full<f32>
-  %dev = fuse.reduce mean %wd : !fuse.full<f32> to !fuse.row<f32>
-  fuse.yield %dev : !fuse.row<f32>
+  %dev = fuse.reduce sum %wd : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %dev, %max : !fuse.row<f32>, !fuse.row<f32>
 }
 
 // -----
 
 // Left alone: centered on another value's max, a mean (not a sum) of exp,
-// a product with a weight of the centre's own pass (x - max times exp(x -
-// max)), a centred value that reads a per-column input (no value at column
-// 0 without it: nothing it began is left behind), a sum (not a mean) as
-// the centre of a square.
+// a weight of the max's own pass (exp(x - max) times x - max), a mean
+// (not a sum) of w * (x - max), a weighted sum about another value's max,
+// a sum (not a mean) as the centre of a square.
 // CHECK-LABEL: fuse.kernel @no_match
 // CHECK-NOT: fuse.max_sum_exp
 // CHECK-NOT: fuse.moments
-// CHECK-NOT: fuse.gather
-// CHECK-COUNT-8: fuse.reduce
+// CHECK-NOT: fuse.max_deviation
+// CHECK-COUNT-9: fuse.reduce
 // CHECK-NOT: fuse.reduce
-fuse.kernel @no_match(%x: !fuse.full<f32>, %z: !fuse.full<f32>, %col: !fuse.col<f32>) -> (a: !fuse.row<f32>, b: !fuse.row<f32>, c: !fuse.row<f32>, d: !fuse.row<f32>, e: !fuse.row<f32>) {
+fuse.kernel @no_match(%x: !fuse.full<f32>, %z: !fuse.full<f32>) -> (a: !fuse.row<f32>, b: !fuse.row<f32>, c: !fuse.row<f32>, d: !fuse.row<f32>, e: !fuse.row<f32>, f: !fuse.row<f32>) {
   %max = fuse.reduce max %z : !fuse.full<f32> to !fuse.row<f32>
   %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
   %shifted = fuse.sub %x, %max_f : !fuse.full<f32>
   %e = fuse.exp %shifted : !fuse.full<f32>
   %a = fuse.reduce sum %e : !fuse.full<f32> to !fuse.row<f32>
   %b = fuse.reduce mean %e : !fuse.full<f32> to !fuse.row<f32>
-  %es = fuse.mul %e, %shifted : !fuse.full<f32>
+  %xmax = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
+  %xmax_f = fuse.broadcast %xmax : !fuse.row<f32> to !fuse.full<f32>
+  %xs = fuse.sub %x, %xmax_f : !fuse.full<f32>
+  %xe = fuse.exp %xs : !fuse.full<f32>
+  %es = fuse.mul %xe, %xs : !fuse.full<f32>
   %c = fuse.reduce sum %es : !fuse.full<f32> to !fuse.row<f32>
-  %col_f = fuse.broadcast %col : !fuse.col<f32> to !fuse.full<f32>
-  %scaled = fuse.mul %x, %col_f : !fuse.full<f32>
-  %smax = fuse.reduce max %scaled : !fuse.full<f32> to !fuse.row<f32>
-  %smax_f = fuse.broadcast %smax : !fuse.row<f32> to !fuse.full<f32>
-  %sc = fuse.sub %scaled, %smax_f : !fuse.full<f32>
-  %xsc = fuse.mul %x, %sc : !fuse.full<f32>
-  %d = fuse.reduce sum %xsc : !fuse.full<f32> to !fuse.row<f32>
+  %zs = fuse.mul %z, %xs : !fuse.full<f32>
+  %d = fuse.reduce mean %zs : !fuse.full<f32> to !fuse.row<f32>
+  %zx = fuse.mul %z, %shifted : !fuse.full<f32>
+  %f = fuse.reduce sum %zx : !fuse.full<f32> to !fuse.row<f32>
   %sum = fuse.reduce sum %x : !fuse.full<f32> to !fuse.row<f32>
   %sum_f = fuse.broadcast %sum : !fuse.row<f32> to !fuse.full<f32>
-  %xs = fuse.sub %x, %sum_f : !fuse.full<f32>
-  %sq = fuse.mul %xs, %xs : !fuse.full<f32>
+  %xsum = fuse.sub %x, %sum_f : !fuse.full<f32>
+  %sq = fuse.mul %xsum, %xsum : !fuse.full<f32>
   %m2 = fuse.reduce sum %sq : !fuse.full<f32> to !fuse.row<f32>
-  fuse.yield %a, %b, %c, %d, %m2 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+  fuse.yield %a, %b, %c, %d, %m2, %f : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
 }

@@ -108,23 +108,21 @@ def FuseMergeReductions : Pass<"fuse-merge-reductions", "::tilefuse::fuse::Kerne
     // becomes (moments merged a chunk at a time by Chan's formula)
     %mu, %v = fuse.moments mean|sum %x : !fuse.full<f32> to !fuse.row<f32>
 
-    %r = ... a per-row value of a later pass than %a's and %x's (max x)
-    %d = fuse.sub %x, (fuse.broadcast %r) ...
-    %s = fuse.reduce sum|mean (fuse.mul %a, %d) : ...
-    // becomes, with %h = x[row, 0] (%x's input gathered at column 0 and its
-    // ops redone per row; 0 where that is infinite or NaN)
-    %s = sum|mean(%a * (%x - %h)) - (%r - %h) * sum|mean(%a)
+    %m = fuse.reduce max %x : ...
+    %d = fuse.sub %x, (fuse.broadcast %m) ...
+    %s = fuse.reduce sum (fuse.mul %w, %d) : ...   // %w of %x's pass or earlier
+    // becomes (each thread sums w * (x - m) about its running max m and
+    // moves the sum when m grows: minus the growth times its sum of w)
+    %m2, %s = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
     ```
-    The last (a loss against probability targets: sum(w * (x - max)))
-    moves the reduction to the pass of %a and %x, where the max it was
-    waiting for then merges with its sum of exp. Its terms are the size of
-    the row's spread, as before, rather than of its offset (sum(a * x) -
-    r * sum(a) would lose the digits of logits near 1e4). It applies where
-    %x reads full inputs and scalars only (no value at column 0 without
-    the column's), reuses a sum of %a the kernel already has, and is left
-    out on rows kept on chip (there the two passes over registers cost
-    fewer instructions than the centered sum and the online softmax it
-    lets merge).
+    The last is a loss against probability targets (sum(w * (x - max)));
+    the max it no longer waits for then merges with its sum of exp, and
+    stays for its other uses. Its terms stay relative to a maximum, as in
+    two passes: sum(w * x) - max * sum(w) loses the digits of logits near
+    1e4, and centering on the row's first element those of a row whose
+    first logit is masked (-1e9 or the dtype's lowest). It is left out on
+    rows kept on chip, where the two passes over registers cost fewer
+    instructions than the merged updates.
     Values the two reductions' inputs feed elsewhere (softmax's `exp(x -
     max)` in its output) stay and are computed in a later pass. Kernels
     tiled with the row on chip are left alone (there a second pass reads

@@ -147,10 +147,11 @@
 //      second pass stays (cross_entropy_fwd_grad, layer_norm_fwd) it only
 //      added instructions. So the probability-target forwards' weighted
 //      sum about the max merges only where the row streams
-//      (fuse-merge-reductions centers it there; at n >= 32000 they stream
-//      in one pass, 25-53% -> 78-100%). Centered and merged at bf16 n =
-//      8192, a wide row on chip, the soft-capped one fell 85% -> 76% (80
-//      -> 62 registers, 3 -> 4 blocks per SM, bound by its instructions).
+//      (fuse.max_deviation; at n >= 32000 they stream in one pass, 25-53%
+//      -> 72-100%). Merged at bf16 n = 8192, a wide row on chip, the
+//      soft-capped one fell 85% -> 76% (centered on the row's first
+//      element then: 80 -> 62 registers, 3 -> 4 blocks per SM, bound by
+//      its instructions).
 //    - the lowering holds the 16-bit loads packed (two elements a register)
 //      between passes and computes the per-element values again in each,
 //      where every value a pass before the last computes is cheap (casts,
@@ -366,6 +367,11 @@ mlir::FailureOr<KernelShape> getKernelShape(fuse::KernelOp kernel);
 /// inputs at level 0, a row reduction's result one level above its input,
 /// anything else at the highest level of its operands.
 llvm::DenseMap<mlir::Value, int> rowLevels(fuse::KernelOp kernel);
+
+/// The level of the pass that computes `rowReduction` (the highest of its
+/// operands' levels: fuse.max_deviation reads two values).
+int reducedLevel(mlir::Operation *rowReduction,
+                 const llvm::DenseMap<mlir::Value, int> &levels);
 
 /// The level of the pass that stores the full outputs and accumulates the
 /// column reductions (the highest of their inputs' levels).

@@ -761,7 +761,7 @@ LogicalResult ArgReduceOp::verify() {
 bool tilefuse::fuse::isRowReduction(Operation *op) {
   if (auto reduce = dyn_cast<ReduceOp>(op))
     return reduce.isRowReduction();
-  return isa<ArgReduceOp, MaxSumExpOp, MomentsOp>(op);
+  return isa<ArgReduceOp, MaxSumExpOp, MaxDeviationOp, MomentsOp>(op);
 }
 
 /// A merged row reduction takes a full float value to per-row values of the
@@ -778,6 +778,10 @@ static LogicalResult verifyMergedReduction(Operation *op) {
 }
 
 LogicalResult MaxSumExpOp::verify() {
+  return verifyMergedReduction(getOperation());
+}
+
+LogicalResult MaxDeviationOp::verify() {
   return verifyMergedReduction(getOperation());
 }
 

@@ -356,6 +356,22 @@ fuse.kernel @moments_kind(%x: !fuse.full<f32>) -> (y: !fuse.row<f32>) {
 
 // -----
 
+fuse.kernel @max_deviation_input(%x: !fuse.row<f32>, %w: !fuse.row<f32>) -> (y: !fuse.row<f32>) {
+  // expected-error @+1 {{'fuse.max_deviation' op input must be a full float value, got '!fuse.row<f32>'}}
+  %m, %d = fuse.max_deviation %x, %w : !fuse.row<f32> to !fuse.row<f32>
+  fuse.yield %d : !fuse.row<f32>
+}
+
+// -----
+
+fuse.kernel @max_deviation_result(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (y: !fuse.row<f16>) {
+  // expected-error @+1 {{'fuse.max_deviation' op results must be '!fuse.row<f32>', got '!fuse.row<f16>'}}
+  %m, %d = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f16>
+  fuse.yield %d : !fuse.row<f16>
+}
+
+// -----
+
 fuse.kernel @max_sum_exp_input(%x: !fuse.full<i32>) -> (y: !fuse.row<i32>) {
   // expected-error @+1 {{'fuse.max_sum_exp' op input must be a full float value, got '!fuse.full<i32>'}}
   %m, %s = fuse.max_sum_exp %x : !fuse.full<i32> to !fuse.row<i32>

@@ -39,7 +39,8 @@ bool canBroadcast(ValueKind from, ValueKind to);
 ValueKind joinKinds(ValueKind a, ValueKind b);
 
 /// Whether `op` reduces each row: a fuse.reduce to a per-row value, a
-/// fuse.arg_reduce or a merged reduction (fuse.max_sum_exp, fuse.moments).
+/// fuse.arg_reduce or a merged reduction (fuse.max_sum_exp,
+/// fuse.max_deviation, fuse.moments).
 bool isRowReduction(mlir::Operation *op);
 
 /// Whether every value of element type `from` is exactly representable in

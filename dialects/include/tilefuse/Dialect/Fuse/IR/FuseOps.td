@@ -324,6 +324,29 @@ def Fuse_MaxSumExpOp : Fuse_MergedReductionOp<"max_sum_exp", "max", "sum_exp"> {
   let assemblyFormat = "$input attr-dict `:` type($input) `to` type($max)";
 }
 
+def Fuse_MaxDeviationOp : Fuse_Op<"max_deviation",
+    [Pure, AllTypesMatch<["max", "deviation"]>, AllTypesMatch<["input", "weight"]>]> {
+  let summary = "each row's maximum and weighted sum of x - maximum, in one pass";
+  let description = [{
+    ```mlir
+    %max, %dev = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
+    ```
+    The same values as `fuse.reduce max %x` and `fuse.reduce sum` of
+    `w * (x - max)` (a loss against probability targets). Each thread sums
+    `w * (x - m)` about its running maximum `m` and, when `m` grows by `d`,
+    subtracts `d` times its sum of `w` so far: every term stays relative
+    to a maximum, as in two passes (summing `w * x` and subtracting `max *
+    sum(w)` loses the digits of logits far from zero, and centering on
+    any other element fails where that element is an outlier, a masked
+    logit). A row whose maximum is +inf, -inf or NaN has a NaN
+    `deviation`, as two passes give.
+  }];
+  let arguments = (ins Fuse_Value:$input, Fuse_Value:$weight);
+  let results = (outs Fuse_Value:$max, Fuse_Value:$deviation);
+  let assemblyFormat = "$input `,` $weight attr-dict `:` type($input) `to` type($max)";
+  let hasVerifier = 1;
+}
+
 def Fuse_MomentsOp : Fuse_MergedReductionOp<"moments", "mean", "deviations"> {
   let summary = "each row's mean and sum or mean of squared deviations, in one pass";
   let description = [{
