@@ -181,6 +181,7 @@ Targets cross_entropy::prepareTargets(const char *op, const Tensor &target,
                                       bool check) {
   Targets targets;
   targets.probs = at::isFloatingType(target.scalar_type());
+  targets.gpu = runsGPUCode(op, logits.device());
   targets.weighted = targets.probs || weight.has_value();
   auto rowOptions =
       logits.dtype(logits.dtype() == at::kDouble ? at::kDouble : at::kFloat);
@@ -193,7 +194,7 @@ Targets cross_entropy::prepareTargets(const char *op, const Tensor &target,
     targets.count = targets.weightTotal;
     return targets;
   }
-  if (target.is_cpu()) {
+  if (!targets.gpu) {
     targets.targetWeight = at::empty(target.sizes(), rowOptions);
     prepareHostTargets(op, targets, target, weight.has_value(), classes,
                        ignoreIndex);
@@ -268,7 +269,7 @@ std::pair<Tensor, Tensor> cross_entropy::reduceLoss(const Tensor &loss,
   bool withZ = options.lseSquareScale != 0.0;
   if (options.reduction == None)
     return {withZ ? loss.add(zLoss) : loss, zLoss};
-  if (!loss.is_cpu()) {
+  if (targets.gpu) {
     Tensor total = loss.sum(), zTotal = zLoss.sum();
     if (options.reduction == Mean) {
       total = total.div(targets.weightTotal);

@@ -44,6 +44,8 @@ void checkOptions(const char *op, const Options &options, bool probs);
 struct Targets {
   bool probs;
   bool weighted;           // class weights (probabilities always take them)
+  bool gpu;                // prepared for GPU code (a GPU or the emulator):
+                           // by tensor ops, without reading them here
   at::Tensor classWeight;  // [n] in the logits' dtype, when weighted (ones
                            // for probabilities without weights)
   at::Tensor targetWeight; // class indices: each row's class weight, 0 where

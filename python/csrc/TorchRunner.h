@@ -27,6 +27,11 @@ namespace torch_ops {
 /// The torch dtype of a fuse element type name (f32, bf16, i64, ...).
 at::ScalarType scalarType(const std::string &dtype);
 
+/// Whether a call on `device` takes the GPU path: a CUDA device, or CPU
+/// tensors under TILEFUSE_TARGET=emulate (the PTX emulator). Errors (an
+/// unknown TILEFUSE_TARGET) name `op`.
+bool runsGPUCode(std::string_view op, const at::Device &device);
+
 /// Runs `fusion` over a [..., n] iteration space of shape `shape` (rows =
 /// the product of the leading dimensions). `tensors` are its full, per-row
 /// and per-column inputs and `scalars` its scalar inputs, each in

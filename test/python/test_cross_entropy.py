@@ -377,6 +377,18 @@ def test_gradcheck_float64():
     assert gradcheck(lambda x: TF.cross_entropy(x, torch.tensor([[0, 4, 2], [1, 1, 3]])), (kdim,))
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_target_out_of_range_names_it(weighted):
+    # On the CPU target the host checks targets while it gathers their
+    # weights; for GPU code (a GPU, or the emulator) tensor ops check them,
+    # one wait for the device. ignore_index is not out of range.
+    weight = torch.rand(5) + 0.5 if weighted else None
+    for target, first_bad in ((torch.tensor([1, -100, -3]), -3), (torch.tensor([5, 0, 9]), 5)):
+        with pytest.raises(IndexError, match=rf"tilefuse.cross_entropy: target {first_bad} "
+                                             r"is out of bounds for 5 classes"):
+            TF.cross_entropy(torch.randn(3, 5), target, weight=weight)
+
+
 def test_errors_name_the_argument():
     x, target = torch.randn(4, 9), torch.randint(0, 9, (4,))
     with pytest.raises(ValueError, match=r"tilefuse.cross_entropy: 'weight' \(the class weights\) "
