@@ -97,11 +97,12 @@ bool mergeMoments(ReduceOp deviations) {
   return true;
 }
 
-/// sum(w * (x - max x)), w of x's pass or earlier -> max_deviation x, w
-/// (created at `sum`, which w and x reach; the max stays for its other
-/// uses, merged with its sum of exp or not).
+/// sum(w * (x - max x)), w of x's pass or earlier, x float -> max_deviation
+/// x, w (created at `sum`, which w and x reach; the max stays for its other
+/// uses, merged with its sum of exp or not). An integer sum stays exact
+/// where it is.
 bool mergeMaxDeviation(ReduceOp sum) {
-  if (sum.getKind() != ReduceKind::Sum)
+  if (sum.getKind() != ReduceKind::Sum || !sum.getResult().getType().isFloat())
     return false;
   auto product = sum.getInput().getDefiningOp<MulOp>();
   if (!product)

@@ -1,5 +1,7 @@
 """DSL fusions against the same math in PyTorch."""
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -311,3 +313,26 @@ def test_bool_masks_in_and_out(n):
     assert torch.equal(positive, keep & (x > 0))
     expected = torch.softmax(x.double().masked_fill(~keep, float("-inf")), -1).float()
     torch.testing.assert_close(probs, expected, atol=1e-9, rtol=1e-5)
+
+
+@tilefuse.fusion
+def weighted_deviation(x, w):
+    return tilefuse.sum(w * (x - tilefuse.max(x)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int64], ids=str)
+def test_weighted_sum_about_the_max_of_a_long_row(dtype):
+    # A streamed row merges the float sum into the max's pass
+    # (fuse.max_deviation); an integer one stays as written (exact).
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randint(-1000, 1000, (3, 32000), generator=generator).to(dtype)
+    w = torch.randint(0, 5, (3, 32000), generator=generator).to(dtype)
+    x[1, 0] = -10**9  # a masked first element of weight 0
+    w[1, 0] = 0
+    want = (w * (x - x.amax(-1, keepdim=True))).sum(-1)
+    if dtype == torch.int64 and os.environ.get("TILEFUSE_TARGET", "").startswith("emulate"):
+        # GPU code: a row of 512 threads, which integer reductions refuse.
+        with pytest.raises(RuntimeError, match="integer row reductions across warps"):
+            weighted_deviation(x, w)
+        return
+    torch.testing.assert_close(weighted_deviation(x, w), want, rtol=1e-12, atol=0)

@@ -220,3 +220,20 @@ fuse.kernel @no_match(%x: !fuse.full<f32>, %z: !fuse.full<f32>) -> (a: !fuse.row
   %m2 = fuse.reduce sum %sq : !fuse.full<f32> to !fuse.row<f32>
   fuse.yield %a, %b, %c, %d, %m2, %f : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
 }
+
+// -----
+
+// Integers: the weighted sum about the max stays (exact where it is; the
+// merged op is for floats).
+// CHECK-LABEL: fuse.kernel @integer_deviation
+// CHECK-NOT: fuse.max_deviation
+// CHECK: fuse.reduce max %x
+// CHECK: fuse.reduce sum
+fuse.kernel @integer_deviation(%x: !fuse.full<i64>, %w: !fuse.full<i64>) -> (dev: !fuse.row<i64>) {
+  %max = fuse.reduce max %x : !fuse.full<i64> to !fuse.row<i64>
+  %max_f = fuse.broadcast %max : !fuse.row<i64> to !fuse.full<i64>
+  %shifted = fuse.sub %x, %max_f : !fuse.full<i64>
+  %wd = fuse.mul %w, %shifted : !fuse.full<i64>
+  %dev = fuse.reduce sum %wd : !fuse.full<i64> to !fuse.row<i64>
+  fuse.yield %dev : !fuse.row<i64>
+}
