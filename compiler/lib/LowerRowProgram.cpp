@@ -315,22 +315,27 @@ ReductionState combineMaxSumExp(OpBuilder &b, Location loc,
                    arith::MulFOp::create(b, loc, smaller, scale))};
 }
 
-/// What a max-deviation state's sum, kept about `from` (its running max),
-/// loses when its max grows to `to`: (to - from) times its sum of weights,
-/// or nothing where the max did not grow (two -inf maxes, or the same).
-/// A max of -inf (nothing but -inf so far) keeps its sum about 0, as
-/// accumulateMaxDeviation does.
+/// What an online state keeps its terms about for running max `max`: the
+/// max, or 0 while the max is -inf (nothing but -inf so far), which keeps
+/// -inf - -inf out.
+Value runningCenter(OpBuilder &b, Location loc, Value max) {
+  Value empty = arith::CmpFOp::create(
+      b, loc, arith::CmpFPredicate::OEQ, max,
+      floatConstant(b, loc, max, -std::numeric_limits<double>::infinity()));
+  return arith::SelectOp::create(b, loc, empty, floatConstant(b, loc, max, 0.0),
+                                 max);
+}
+
+/// What a max-deviation state's sum, kept about `from`'s runningCenter,
+/// loses when its max grows to `to`: (to - center) times its sum of
+/// weights, or nothing where the max did not grow (two -inf maxes, or the
+/// same).
 Value deviationShift(OpBuilder &b, Location loc, Value from, Value to,
                      Value weights) {
-  Value negInf =
-      floatConstant(b, loc, from, -std::numeric_limits<double>::infinity());
   Value zero = floatConstant(b, loc, from, 0.0);
-  Value center = arith::SelectOp::create(
-      b, loc,
-      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, from, negInf),
-      zero, from);
   Value shift = arith::MulFOp::create(
-      b, loc, arith::SubFOp::create(b, loc, to, center), weights);
+      b, loc, arith::SubFOp::create(b, loc, to, runningCenter(b, loc, from)),
+      weights);
   Value same =
       arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, from, to);
   return arith::SelectOp::create(b, loc, same, zero, shift);
@@ -1526,11 +1531,7 @@ RowProgramEmitter::accumulateMaxSumExp(Chunk &chunk,
       b, loc, vector::CombiningKind::MAXIMUMF, x);
   Value oldMax = vector::ExtractOp::create(b, loc, accumulator[0], 0);
   Value max = arith::MaximumFOp::create(b, loc, oldMax, chunkMax);
-  Value empty = arith::CmpFOp::create(
-      b, loc, arith::CmpFPredicate::OEQ, max,
-      floatConstant(b, loc, max, -std::numeric_limits<double>::infinity()));
-  Value shift = arith::SelectOp::create(
-      b, loc, empty, floatConstant(b, loc, max, 0.0), max);
+  Value shift = runningCenter(b, loc, max);
   Value scale = mathLowering.exp(
       b, loc, arith::SubFOp::create(b, loc, oldMax, shift));
   Value terms = mathLowering.exp(
@@ -1563,11 +1564,7 @@ ReductionState RowProgramEmitter::accumulateMaxDeviation(
   Value max = arith::MaximumFOp::create(
       b, loc, oldMax,
       vector::ReductionOp::create(b, loc, vector::CombiningKind::MAXIMUMF, x));
-  Value empty = arith::CmpFOp::create(
-      b, loc, arith::CmpFPredicate::OEQ, max,
-      floatConstant(b, loc, max, -std::numeric_limits<double>::infinity()));
-  Value center = arith::SelectOp::create(b, loc, empty,
-                                         floatConstant(b, loc, max, 0.0), max);
+  Value center = runningCenter(b, loc, max);
   Value terms = arith::MulFOp::create(
       b, loc, w,
       arith::SubFOp::create(

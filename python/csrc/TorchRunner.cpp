@@ -279,7 +279,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   // Under TILEFUSE_TARGET=emulate, CPU tensors take the GPU path: PTX,
   // CudaDriver, the PTX emulator (host pointers are its device pointers).
   bool emulate = target(op).kind == TargetSelection::Kind::Emulate;
-  if (!runsGPUCode(op, device)) {
+  if (device.is_cpu() && !emulate) {
     auto kernel = fusion.cpuKernel(spec, n, aligned, abi);
     TORCH_CHECK(static_cast<bool>(kernel), "tilefuse.", op, ": ",
                 llvm::toString(kernel.takeError()));
@@ -424,9 +424,9 @@ struct Placement {
 };
 
 Placement placementFor(std::string_view op, const at::Device &device) {
-  if (!torch_ops::runsGPUCode(op, device))
-    return {};
   bool emulate = target(op).kind == TargetSelection::Kind::Emulate;
+  if (device.is_cpu() && !emulate)
+    return {};
   TORCH_CHECK(emulate ? device.is_cpu() : device.is_cuda(), "tilefuse.", op,
               emulate ? ": TILEFUSE_TARGET=emulate runs CPU tensors in the "
                         "PTX emulator, got "
