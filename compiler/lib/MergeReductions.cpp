@@ -142,18 +142,6 @@ void mergeRowReductions(KernelOp kernel, bool weighted) {
       mergeMoments(reduce);
 }
 
-/// Whether merging leaves `kernel` one pass over its row (tried on a copy),
-/// a weighted sum about the max left out: that sum is what keeps a second
-/// pass over a row on chip (the probability-target forwards), where the
-/// merged updates cost more than the registers merging frees (merged by
-/// centering on the row's first element, the soft-capped one at bf16 n =
-/// 8192 fell 85% -> 76% of HBM in the traffic model).
-bool mergesIntoOnePass(KernelOp kernel) {
-  OwningOpRef<KernelOp> merged = kernel.clone();
-  mergeRowReductions(*merged, /*weighted=*/false);
-  return passLevels(*merged).size() == 1;
-}
-
 struct FuseMergeReductionsPass
     : tilefuse::impl::FuseMergeReductionsBase<FuseMergeReductionsPass> {
   void runOnOperation() override {
@@ -164,7 +152,14 @@ struct FuseMergeReductionsPass
       if (failed(config) || failed(shape))
         return signalPassFailure();
       if (config->rowOnChip &&
-          (!keepsWideRowOnChip(*shape, *config) || !mergesIntoOnePass(kernel)))
+          (!keepsWideRowOnChip(*shape, *config) ||
+           // A weighted sum about the max is what keeps a second pass over
+           // a row on chip (the probability-target forwards), where the
+           // merged updates cost more than the registers merging frees
+           // (merged by centering on the row's first element, the
+           // soft-capped one at bf16 n = 8192 fell 85% -> 76% of HBM in
+           // the traffic model).
+           !mergesIntoOnePass(kernel, /*weighted=*/false)))
         return;
     }
     mergeRowReductions(kernel, /*weighted=*/true);
@@ -172,3 +167,9 @@ struct FuseMergeReductionsPass
 };
 
 } // namespace
+
+bool tilefuse::mergesIntoOnePass(KernelOp kernel, bool weighted) {
+  OwningOpRef<KernelOp> merged = kernel.clone();
+  mergeRowReductions(*merged, weighted);
+  return passLevels(*merged).size() == 1;
+}

@@ -24,6 +24,9 @@ namespace {
 constexpr int64_t kMaxThreadsPerBlock = 1024;
 constexpr int64_t kMaxThreadsPerRow = 512;
 constexpr int64_t kPreferredThreadsPerRow = 256;
+constexpr int64_t kWarpSize = 32;
+/// The longest row a loss gives one warp (TileConfig.h, "one warp a row").
+constexpr int64_t kMaxWarpRowLength = 16384;
 /// The most elements of the full inputs a thread keeps in a row of fewer
 /// threads than the rule gave (fewer idle vectors, at most 256 threads):
 /// the most that any tile those rules chose in the traffic model kept.
@@ -79,6 +82,12 @@ static bool fitsInRegisters(const KernelShape &shape, const TileConfig &config) 
   int64_t kept = keptElements(shape, config);
   return shape.hasColumnReduction ? 8 * kept <= 3 * budget
                                   : 2 * kept <= budget;
+}
+
+/// Whether a row of `config` stays on chip (TileConfig.h, row_on_chip).
+static bool rowFitsOnChip(const KernelShape &shape, const TileConfig &config) {
+  return shape.hasRowReduction && config.chunks <= kMaxOnChipChunks &&
+         (!config.isGPU() || fitsInRegisters(shape, config));
 }
 
 /// `config` with `threads` a row, as the heuristic sizes the rest, and
@@ -231,8 +240,7 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
     int64_t lanes = kCpuVectorBytes / 4;
     config.vectorWidth = n % lanes == 0 ? lanes : 1;
     config.chunks = llvm::divideCeil(n, config.vectorWidth);
-    config.rowOnChip =
-        shape.hasRowReduction && config.chunks <= kMaxOnChipChunks;
+    config.rowOnChip = rowFitsOnChip(shape, config);
     config.rowsPerTask = std::max<int64_t>(1, kCpuElementsPerTask / n);
     return config;
   }
@@ -245,8 +253,9 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
   // full row.
   int64_t keptPerVector = config.vectorWidth * shape.fullInputs;
   int64_t vectorsPerThread = kVectorsPerThread;
-  if (shape.hasRowReduction && !shape.writesFullRow && keptPerVector > 0 &&
-      config.vectorWidth > 1)
+  bool reducesRowsOnly = shape.hasRowReduction && !shape.writesFullRow &&
+                         keptPerVector > 0 && config.vectorWidth > 1;
+  if (reducesRowsOnly)
     vectorsPerThread =
         std::clamp<int64_t>(kKeptElementsPerThread / keptPerVector,
                             kVectorsPerThread, kMaxOnChipChunks);
@@ -265,12 +274,17 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
     config.threadsPerRow = fewestIdleThreadsPerRow(shape, config, vectors);
     config.threadsPerRow = preferredThreadsPerRow(shape, config, vectors);
   }
+  // One warp a row (TileConfig.h): a loss's rows meet in shuffles alone;
+  // one narrowed to it (a thread would keep more than 32 elements) streams.
+  bool narrowedToWarp = reducesRowsOnly && shape.streamsInOnePass &&
+                        n <= kMaxWarpRowLength &&
+                        config.threadsPerRow > kWarpSize;
+  if (narrowedToWarp)
+    config.threadsPerRow = kWarpSize;
   config.rowsPerBlock =
       std::max<int64_t>(1, kMinThreadsPerBlock / config.threadsPerRow);
   config.chunks = llvm::divideCeil(vectors, config.threadsPerRow);
-  config.rowOnChip = shape.hasRowReduction &&
-                     config.chunks <= kMaxOnChipChunks &&
-                     fitsInRegisters(shape, config);
+  config.rowOnChip = !narrowedToWarp && rowFitsOnChip(shape, config);
   config.blocksPerSM = columnReductionBlocksPerSM(shape, config);
   return config;
 }
@@ -548,6 +562,8 @@ FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
   shape.ops = kernel.getEntryBlock().getOperations().size();
   for (auto [value, level] : rowLevels(kernel))
     shape.passes = std::max<int64_t>(shape.passes, level + 1);
+  shape.streamsInOnePass = shape.hasRowReduction && !shape.writesFullRow &&
+                           mergesIntoOnePass(kernel, /*weighted=*/true);
   return shape;
 }
 
@@ -635,11 +651,11 @@ struct FuseSelectTilesPass
         llvm::divideCeil(shape.n, config.vectorWidth), config.threadsPerRow);
     if (rowOnChip == "true" || rowOnChip == "false")
       config.rowOnChip = rowOnChip == "true";
-    else if (rowOnChip == "auto")
-      config.rowOnChip = shape.hasRowReduction &&
-                         config.chunks <= kMaxOnChipChunks &&
-                         (!config.isGPU() || fitsInRegisters(shape, config));
-    else
+    else if (rowOnChip == "auto") {
+      // A tile the heuristic chose keeps its choice.
+      if (vectorWidth || threadsPerRow || rowsPerBlock)
+        config.rowOnChip = rowFitsOnChip(shape, config);
+    } else
       return fail("row-on-chip must be true, false or auto, got '" +
                   rowOnChip + "'");
     if (config.rowOnChip && config.chunks > kMaxUnrolledChunks)

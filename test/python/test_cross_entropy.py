@@ -82,6 +82,44 @@ def test_rows_of_fewer_threads(dtype, classes):
               lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
 
 
+@pytest.mark.parametrize("softcap", [None, 30.0], ids=["plain", "capped"])
+@pytest.mark.parametrize("targets", ["indices", "weighted", "probs"])
+@pytest.mark.parametrize("dtype,offset", [(torch.float32, 1e4), (torch.bfloat16, 100.0)],
+                         ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("classes", [2048, 4096, 16384])
+def test_rows_of_one_warp(classes, dtype, offset, targets, softcap):
+    # On a GPU a loss over at most 16384 classes takes one warp a row
+    # (TileConfig.h, "one warp a row"): its lanes meet in shuffles alone, the
+    # row on chip at bf16 2048 and streamed in one merged pass past it. Rows
+    # far from zero, a first logit of -inf, one that is the row's max, masked
+    # first logits (the dtype's lowest, -1e9; target 0 where the targets are
+    # probabilities) and an ignored row, against float64; then the loss and
+    # its gradients at logits near zero. With class weights the lowest is
+    # halved: weighted by more than 1 it overflows float32, in torch too.
+    generator = torch.Generator().manual_seed(0)
+    logits = 4 * torch.randn(6, classes, generator=generator)
+    logits[1, 0] = -INF
+    logits[2, 0] = logits[2].max() + 1
+    logits[3, 0] = torch.finfo(dtype).min / (2 if targets == "weighted" else 1)
+    logits[4, 0] = -1e9
+    if targets == "probs":
+        target = torch.softmax(torch.randn(6, classes, generator=generator), dim=-1)
+        target[3:5, 0] = 0
+        target = (target / target.sum(-1, keepdim=True)).to(dtype)
+    else:
+        target = torch.randint(1, classes, (6,), generator=generator)
+        target[5] = -100
+    weight = torch.rand(classes, generator=generator) + 0.5 if targets == "weighted" else None
+    options = dict(weight=weight, reduction="none", label_smoothing=0.1, lse_square_scale=1e-4,
+                   softcap=softcap)
+    far = (logits + offset).to(dtype)
+    loss = TF.cross_entropy(far, target, **options)
+    assert_close(loss, reference(far, target, **options)[0], dtype, equal_nan=True)
+    near = (3 * torch.randn(6, classes, generator=generator)).to(dtype)
+    check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
+          lambda x, t: reference(x, t, **options)[0].to(dtype), near, target)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16],
                          ids=str)
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])

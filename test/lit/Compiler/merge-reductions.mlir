@@ -2,7 +2,8 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-merge-reductions))' | tilefuse-opt -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-merge-reductions))' | FileCheck %s
 // In the compile pipeline it runs after tile selection, on streamed rows and wide rows on chip.
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=262144}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=STREAMED
-// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=ONCHIP
+// Rows on chip (64 threads a row of 1024: a loss of two inputs would take one warp and stream).
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=1024}, fuse-select-tiles{target=sm_90 threads-per-row=64}, fuse-merge-reductions))' | FileCheck %s --check-prefix=ONCHIP
 // And on rows on chip that keep more than 32 elements a thread (bf16 n = 32000: 64) where
 // merging leaves one pass over the row.
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions))' | FileCheck %s --check-prefix=WIDE

@@ -59,6 +59,33 @@
 //    254 -> 259. Where 256 threads do not keep the row (the backward
 //    norms at bf16 12288-16384, two full inputs; the probability targets
 //    at 16384) it stays at 512.
+//    One warp a row: a fusion that reduces its rows without writing a full
+//    row, loads 16-byte vectors and makes one pass over a streamed row once
+//    its reductions merge (the cross-entropy losses; shape.streamsInOnePass)
+//    gives a row of at most 16384 elements (kMaxWarpRowLength) at most 32
+//    threads: its lanes meet in butterfly shuffles alone, with no barrier
+//    and no shared memory, and eight rows share a block. A row the rules
+//    above gave more threads would keep more than 32 elements a thread in
+//    one: it streams, in its one merged pass (kept on chip at bf16 n = 1000
+//    with two inputs, the probability-target loss spilled 8 bytes on sm_80
+//    and sm_86). The traffic model, against the rules above, for the six
+//    losses at bf16 and f32 n = 1000-16384 (nine lengths, 108 cells): 55
+//    rose, 9 fell, cells at >= 85% 47 -> 67. cross_entropy_fwd bf16
+//    2048-6144 74-98% -> 100%; the weighted one bf16 2048-16384 53-90% ->
+//    96-100% (f32 84-98% -> 100% where lower); the probability-target one
+//    bf16 78-99% -> 100%, its soft-capped form bf16 46-85% -> 75-87% (f32
+//    16384 79% -> 100%); the weighted soft-capped one bf16 45-51% ->
+//    52-56%. Soft-capped forms bound by their instructions lost 1-4 points
+//    (class indices at 2048-8192, the weighted f32 at 2048-4096, the
+//    probability-target f32 1000 100% -> 98%): the merged online updates
+//    cost more than two passes over registers. Past 16384 one warp a row
+//    would still gain in the model (8192 rows; the weighted loss bf16 32000
+//    84% -> 100%) but needs some 4000 rows to give every SM 30 warps, and
+//    long-vocabulary losses are often computed a few hundred rows at a time
+//    (chunked linear cross-entropy), where 512 threads a row fill the chip
+//    and one warp a row would leave most of it idle. A loss whose second
+//    pass stays (no merged form) keeps the rules above: its row stays in
+//    registers rather than being staged 8 rows a block.
 //  - rows_per_block = max(1, 256 / threads_per_row): blocks of at least 256
 //    threads, so short rows (n < 1024) pack several rows per block.
 //  - chunks = ceil(n / (V * threads_per_row)): the vectors each thread owns.
@@ -67,8 +94,9 @@
 //    (65536 / threads per block, at most 255), 3/8 with column reductions
 //    (keeping 56-64 elements of 128 registers, the backward norms spilled
 //    8-156 bytes in 11 of 18 shapes at n = 13312-16384, none at 48; they
-//    stream and stage there): the row stays in registers
-//    across the fusion's passes; longer rows (a
+//    stream and stage there), unless the row was narrowed to one warp
+//    (above): the row stays in registers across the fusion's passes;
+//    longer rows (a
 //    128k-256k vocabulary) stream in chunks and recompute instead of
 //    failing. A fusion without row reductions makes one pass, so it streams:
 //    unrolling would only lengthen live ranges.
@@ -277,6 +305,9 @@ struct KernelShape {
   /// Operations in the kernel body, and the passes over a row it makes.
   int64_t ops = 0;
   int64_t passes = 1;
+  /// A fusion that reduces its rows without writing a full row: whether
+  /// it makes one pass over a streamed row once its reductions merge.
+  bool streamsInOnePass = false;
   /// A multi-tensor kernel (n is not fixed).
   bool multiTensor = false;
 };
@@ -390,6 +421,11 @@ llvm::SmallVector<int> passLevels(fuse::KernelOp kernel);
 /// from earlier passes).
 llvm::SmallVector<llvm::SmallVector<mlir::Value>>
 passChunkValues(fuse::KernelOp kernel);
+
+/// Whether fuse-merge-reductions leaves `kernel` one pass over its row
+/// (tried on a copy; MergeReductions.cpp); `weighted`: merging the weighted
+/// sums about the max too.
+bool mergesIntoOnePass(fuse::KernelOp kernel, bool weighted);
 
 /// The full inputs (as entry-block arguments) that a streamed row program
 /// reads in more than one of its passes: what staging keeps on chip.
