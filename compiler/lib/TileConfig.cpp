@@ -10,6 +10,7 @@
 #include "llvm/Support/MathExtras.h"
 
 #include <set>
+#include <tuple>
 
 namespace tilefuse {
 #define GEN_PASS_DEF_FUSESELECTTILES
@@ -276,8 +277,8 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
   }
   // One warp a row (TileConfig.h): a loss's rows meet in shuffles alone;
   // one narrowed to it (a thread would keep more than 32 elements) streams.
-  bool narrowedToWarp = reducesRowsOnly && shape.streamsInOnePass &&
-                        n <= kMaxWarpRowLength &&
+  bool narrowedToWarp = reducesRowsOnly && shape.mergesToOnePass &&
+                        !shape.hasColumnReduction && n <= kMaxWarpRowLength &&
                         config.threadsPerRow > kWarpSize;
   if (narrowedToWarp)
     config.threadsPerRow = kWarpSize;
@@ -562,8 +563,6 @@ FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
   shape.ops = kernel.getEntryBlock().getOperations().size();
   for (auto [value, level] : rowLevels(kernel))
     shape.passes = std::max<int64_t>(shape.passes, level + 1);
-  shape.streamsInOnePass = shape.hasRowReduction && !shape.writesFullRow &&
-                           mergesIntoOnePass(kernel, /*weighted=*/true);
   return shape;
 }
 
@@ -582,6 +581,8 @@ struct FuseSelectTilesPass
     FailureOr<KernelShape> shape = getKernelShape(kernel);
     if (failed(shape))
       return signalPassFailure();
+    shape->mergesToOnePass = passLevels(kernel).size() > 1 &&
+                             mergesIntoOnePass(kernel, /*weighted=*/true);
     TileConfig config = chooseTileConfig(*shape, target);
     if (shape->multiTensor && (threadsPerRow || rowsPerBlock || vectorWidth ||
                                rowOnChip != "auto")) {
@@ -614,6 +615,7 @@ struct FuseSelectTilesPass
 
   LogicalResult applyOverrides(KernelOp kernel, const KernelShape &shape,
                                TileConfig &config) {
+    const TileConfig chosen = config;
     auto fail = [&](const Twine &message) {
       return kernel.emitError("fuse-select-tiles: ") << message;
     };
@@ -652,8 +654,12 @@ struct FuseSelectTilesPass
     if (rowOnChip == "true" || rowOnChip == "false")
       config.rowOnChip = rowOnChip == "true";
     else if (rowOnChip == "auto") {
-      // A tile the heuristic chose keeps its choice.
-      if (vectorWidth || threadsPerRow || rowsPerBlock)
+      // Rows shaped as the heuristic shaped them keep its choice (a row
+      // narrowed to one warp streams).
+      if (std::tie(config.vectorWidth, config.threadsPerRow,
+                   config.rowsPerBlock) != std::tie(chosen.vectorWidth,
+                                                    chosen.threadsPerRow,
+                                                    chosen.rowsPerBlock))
         config.rowOnChip = rowFitsOnChip(shape, config);
     } else
       return fail("row-on-chip must be true, false or auto, got '" +

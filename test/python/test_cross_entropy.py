@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import tilefuse
 import tilefuse.functional as TF
 from conftest import assert_close
 
@@ -69,16 +70,17 @@ def probabilities(shape, dim=-1):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("classes", [3072, 5120, 12288])
 def test_rows_of_fewer_threads(dtype, classes):
-    # On a GPU, rows of fewer threads where the rule's leave vector slots
-    # idle (TileConfig.h, "fewer idle vectors": bf16 5120 classes in 128
-    # threads of 5 chunks instead of 256 of 3), and 256 threads where 512
-    # would be taken ("at most 256 threads": bf16 12288 in 256 of 6). Fused
-    # loss and gradient, against float64.
+    # On a GPU, the forward with the gradient in place (a full row written:
+    # the losses alone take one warp a row) in rows of fewer threads where
+    # the rule's leave vector slots idle (TileConfig.h, "fewer idle
+    # vectors": bf16 5120 classes in 128 threads of 5 chunks instead of 256
+    # of 3), and 256 threads where 512 would be taken ("at most 256
+    # threads": bf16 12288 in 256 of 6). Loss and gradient, against float64.
     logits = (3 * torch.randn(9, classes)).to(dtype)
     target = torch.randint(0, classes, (9,))
     target[4] = -100
     for options in (dict(label_smoothing=0.1), dict(reduction="none")):
-        check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
+        check(dtype, lambda x, t: TF.cross_entropy(x * 1, t, inplace_backward=True, **options),
               lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
 
 
@@ -89,33 +91,40 @@ def test_rows_of_fewer_threads(dtype, classes):
 @pytest.mark.parametrize("classes", [2048, 4096, 16384])
 def test_rows_of_one_warp(classes, dtype, offset, targets, softcap):
     # On a GPU a loss over at most 16384 classes takes one warp a row
-    # (TileConfig.h, "one warp a row"): its lanes meet in shuffles alone, the
-    # row on chip at bf16 2048 and streamed in one merged pass past it. Rows
-    # far from zero, a first logit of -inf, one that is the row's max, masked
-    # first logits (the dtype's lowest, -1e9; target 0 where the targets are
-    # probabilities) and an ignored row, against float64; then the loss and
-    # its gradients at logits near zero. With class weights the lowest is
-    # halved: weighted by more than 1 it overflows float32, in torch too.
+    # (TileConfig.h, "one warp a row"): its lanes meet in shuffles alone
+    # (emulated: blocks of 8 rows, no barrier), the row streamed in one
+    # merged pass. 13 rows (two blocks): far from zero, a first logit of
+    # -inf, one that is the row's max, masked first logits (the dtype's
+    # lowest, -1e9; target 0 where the targets are probabilities) and an
+    # ignored row, against float64; then the loss and its gradients at
+    # logits near zero. With class weights the lowest is halved: weighted
+    # by more than 1 it overflows float32, in torch too.
+    rows = 13
     generator = torch.Generator().manual_seed(0)
-    logits = 4 * torch.randn(6, classes, generator=generator)
+    logits = 4 * torch.randn(rows, classes, generator=generator)
     logits[1, 0] = -INF
     logits[2, 0] = logits[2].max() + 1
     logits[3, 0] = torch.finfo(dtype).min / (2 if targets == "weighted" else 1)
     logits[4, 0] = -1e9
     if targets == "probs":
-        target = torch.softmax(torch.randn(6, classes, generator=generator), dim=-1)
+        target = torch.softmax(torch.randn(rows, classes, generator=generator), dim=-1)
         target[3:5, 0] = 0
         target = (target / target.sum(-1, keepdim=True)).to(dtype)
     else:
-        target = torch.randint(1, classes, (6,), generator=generator)
+        target = torch.randint(1, classes, (rows,), generator=generator)
         target[5] = -100
     weight = torch.rand(classes, generator=generator) + 0.5 if targets == "weighted" else None
     options = dict(weight=weight, reduction="none", label_smoothing=0.1, lse_square_scale=1e-4,
                    softcap=softcap)
     far = (logits + offset).to(dtype)
+    tilefuse.emulator.last_launches()
     loss = TF.cross_entropy(far, target, **options)
+    if tilefuse.emulator.active():
+        (launch,) = tilefuse.emulator.last_launches()
+        assert launch["kernel"].endswith("_fwd") and launch["grid"] == (2, 1, 1), launch
+        assert launch["block"] == (256, 1, 1) and launch["barriers"] == 0, launch
     assert_close(loss, reference(far, target, **options)[0], dtype, equal_nan=True)
-    near = (3 * torch.randn(6, classes, generator=generator)).to(dtype)
+    near = (3 * torch.randn(rows, classes, generator=generator)).to(dtype)
     check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
           lambda x, t: reference(x, t, **options)[0].to(dtype), near, target)
 

@@ -3,7 +3,7 @@
 // of a fusion that computes in f32 widens its column-reduction results
 // (fpext, not truncf).
 //
-// RUN: tilefuse-compile %S/Inputs/sum_sq_f64.mlir --dtype=f64 --n=4096 --threads-per-row=256 --target=sm_90 -o %t.sum_sq.ptx
+// RUN: tilefuse-compile %S/Inputs/sum_sq_f64.mlir --dtype=f64 --n=4096 --target=sm_90 -o %t.sum_sq.ptx
 // RUN: %ptxas-check sm_90 %t.sum_sq.ptx
 // RUN: FileCheck %s --check-prefix=SHARED < %t.sum_sq.ptx
 // RUN: tilefuse-compile %S/../fusions/rms_norm_bwd.mlir --dtype=f64 --n=4096 --target=sm_90 -o %t.bwd.ptx

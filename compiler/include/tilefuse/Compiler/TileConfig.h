@@ -60,15 +60,18 @@
 //    norms at bf16 12288-16384, two full inputs; the probability targets
 //    at 16384) it stays at 512.
 //    One warp a row: a fusion that reduces its rows without writing a full
-//    row, loads 16-byte vectors and makes one pass over a streamed row once
-//    its reductions merge (the cross-entropy losses; shape.streamsInOnePass)
-//    gives a row of at most 16384 elements (kMaxWarpRowLength) at most 32
-//    threads: its lanes meet in butterfly shuffles alone, with no barrier
-//    and no shared memory, and eight rows share a block. A row the rules
-//    above gave more threads would keep more than 32 elements a thread in
-//    one: it streams, in its one merged pass (kept on chip at bf16 n = 1000
-//    with two inputs, the probability-target loss spilled 8 bytes on sm_80
-//    and sm_86). The traffic model, against the rules above, for the six
+//    row or reducing columns, loads 16-byte vectors and makes one pass over
+//    a row where it made more once its reductions merge (the cross-entropy
+//    losses; shape.mergesToOnePass) gives a row of at most 16384 elements
+//    (kMaxWarpRowLength) at most 32 threads: its lanes meet in butterfly
+//    shuffles alone, with no barrier and no shared memory, and eight rows
+//    share a block. A row the rules above gave more threads would keep more
+//    than 32 elements a thread in one: it streams, in its one merged pass
+//    (kept on chip at f32 n = 1000 with two inputs, the probability-target
+//    loss spilled 8 bytes on sm_80 and sm_86, ptxas 13.0). A reduction that
+//    was one pass already keeps the rules above: in one warp a row a plain
+//    bf16 row sum of 16384 took 235 registers on sm_80 (LLVM unrolled its
+//    short loop whole), 40 in the rules' rows of 256 threads. The traffic model, against the rules above, for the six
 //    losses at bf16 and f32 n = 1000-16384 (nine lengths, 108 cells): 55
 //    rose, 9 fell, cells at >= 85% 47 -> 67. cross_entropy_fwd bf16
 //    2048-6144 74-98% -> 100%; the weighted one bf16 2048-16384 53-90% ->
@@ -305,9 +308,9 @@ struct KernelShape {
   /// Operations in the kernel body, and the passes over a row it makes.
   int64_t ops = 0;
   int64_t passes = 1;
-  /// A fusion that reduces its rows without writing a full row: whether
-  /// it makes one pass over a streamed row once its reductions merge.
-  bool streamsInOnePass = false;
+  /// Whether the kernel makes more than one pass over a row and one once
+  /// fuse-merge-reductions merges its reductions (set by fuse-select-tiles).
+  bool mergesToOnePass = false;
   /// A multi-tensor kernel (n is not fixed).
   bool multiTensor = false;
 };
