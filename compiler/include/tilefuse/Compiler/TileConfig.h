@@ -71,9 +71,10 @@
 //    loss spilled 8 bytes on sm_80 and sm_86, ptxas 13.0). A reduction that
 //    was one pass already keeps the rules above: in one warp a row a plain
 //    bf16 row sum of 16384 took 235 registers on sm_80 (LLVM unrolled its
-//    short loop whole), 40 in the rules' rows of 256 threads. The traffic model, against the rules above, for the six
-//    losses at bf16 and f32 n = 1000-16384 (nine lengths, 108 cells): 55
-//    rose, 9 fell, cells at >= 85% 47 -> 67. cross_entropy_fwd bf16
+//    short loop whole), 40 in the rules' rows of 256 threads. The traffic
+//    model, against the rules above, for the six losses at bf16 and f32 n =
+//    1000-16384 (nine lengths, 108 cells): 55 rose, 9 fell, cells at >= 85%
+//    47 -> 67. cross_entropy_fwd bf16
 //    2048-6144 74-98% -> 100%; the weighted one bf16 2048-16384 53-90% ->
 //    96-100% (f32 84-98% -> 100% where lower); the probability-target one
 //    bf16 78-99% -> 100%, its soft-capped form bf16 46-85% -> 75-87% (f32
@@ -84,9 +85,10 @@
 //    cost more than two passes over registers. Past 16384 one warp a row
 //    would still gain in the model (8192 rows; the weighted loss bf16 32000
 //    84% -> 100%) but needs some 4000 rows to give every SM 30 warps, and
-//    long-vocabulary losses are often computed a few hundred rows at a time
-//    (chunked linear cross-entropy), where 512 threads a row fill the chip
-//    and one warp a row would leave most of it idle. A loss whose second
+//    long-vocabulary losses are often computed a chunk of rows at a time: a
+//    chunk of linear cross-entropy over 128256 classes is about 1000 rows
+//    (256 MiB of bf16 logits), where 512 threads a row fill the chip and one
+//    warp a row would leave most of it idle. A loss whose second
 //    pass stays (no merged form) keeps the rules above: its row stays in
 //    registers rather than being staged 8 rows a block.
 //  - rows_per_block = max(1, 256 / threads_per_row): blocks of at least 256
