@@ -67,6 +67,25 @@ def probabilities(shape, dim=-1):
     return torch.softmax(torch.randn(shape), dim=dim)
 
 
+def rows_at_the_edges(rows, classes, dtype, generator, lowest=None):
+    """4 * randn logits whose first logits in rows 1-4 are -inf, one above
+    the row's max, `lowest` (the dtype's lowest by default) and -1e9."""
+    logits = 4 * torch.randn(rows, classes, generator=generator)
+    logits[1, 0] = -INF
+    logits[2, 0] = logits[2].max() + 1
+    logits[3, 0] = torch.finfo(dtype).min if lowest is None else lowest
+    logits[4, 0] = -1e9
+    return logits
+
+
+def probability_targets_off_the_masked(rows, classes, dtype, generator):
+    """Probability targets, 0 at the masked first logits of rows 3 and 4
+    (rows_at_the_edges)."""
+    target = torch.softmax(torch.randn(rows, classes, generator=generator), dim=-1)
+    target[3:5, 0] = 0
+    return (target / target.sum(-1, keepdim=True)).to(dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("classes", [3072, 5120, 12288])
 def test_rows_of_fewer_threads(dtype, classes):
@@ -101,15 +120,10 @@ def test_rows_of_one_warp(classes, dtype, offset, targets, softcap):
     # by more than 1 it overflows float32, in torch too.
     rows = 13
     generator = torch.Generator().manual_seed(0)
-    logits = 4 * torch.randn(rows, classes, generator=generator)
-    logits[1, 0] = -INF
-    logits[2, 0] = logits[2].max() + 1
-    logits[3, 0] = torch.finfo(dtype).min / (2 if targets == "weighted" else 1)
-    logits[4, 0] = -1e9
+    lowest = torch.finfo(dtype).min / (2 if targets == "weighted" else 1)
+    logits = rows_at_the_edges(rows, classes, dtype, generator, lowest)
     if targets == "probs":
-        target = torch.softmax(torch.randn(rows, classes, generator=generator), dim=-1)
-        target[3:5, 0] = 0
-        target = (target / target.sum(-1, keepdim=True)).to(dtype)
+        target = probability_targets_off_the_masked(rows, classes, dtype, generator)
     else:
         target = torch.randint(1, classes, (rows,), generator=generator)
         target[5] = -100
@@ -271,14 +285,8 @@ def test_probability_targets_of_long_rows(classes, dtype, offset, softcap):
     # first logits (the dtype's lowest, -1e9) of target 0 (centered on the
     # first logit, the loss of such rows was off by up to 2e31).
     generator = torch.Generator().manual_seed(0)
-    logits = 4 * torch.randn(5, classes, generator=generator)
-    logits[1, 0] = -INF
-    logits[2, 0] = logits[2].max() + 1
-    logits[3, 0] = torch.finfo(dtype).min
-    logits[4, 0] = -1e9
-    target = torch.softmax(torch.randn(5, classes, generator=generator), dim=-1)
-    target[3:, 0] = 0
-    target = (target / target.sum(-1, keepdim=True)).to(dtype)
+    logits = rows_at_the_edges(5, classes, dtype, generator)
+    target = probability_targets_off_the_masked(5, classes, dtype, generator)
     for label_smoothing in (0.0, 0.1):
         options = dict(reduction="none", label_smoothing=label_smoothing, softcap=softcap)
         far = (logits + offset).to(dtype)
