@@ -100,6 +100,23 @@ struct RowReduction {
 };
 using ReductionState = SmallVector<Value, 2>;
 
+/// Points each max-deviation state's max at the max of a sum of exp about
+/// the max of the same input (label smoothing's sum of log-probabilities
+/// beside the log-sum-exp). Both start at -inf and grow alike, so they are
+/// the same value; once they are one SSA value, CSE leaves one chunk max,
+/// one running max and one x - max for both, and LLVM one register.
+void shareRunningMaxes(ArrayRef<RowReduction> reductions,
+                       MutableArrayRef<ReductionState> states) {
+  for (auto [deviation, state] : llvm::zip(reductions, states)) {
+    if (deviation.form != RowReduction::Form::MaxDeviation)
+      continue;
+    for (auto [other, otherState] : llvm::zip(reductions, states))
+      if (other.form == RowReduction::Form::MaxSumExp &&
+          other.input == deviation.input)
+        state[0] = otherState[0];
+  }
+}
+
 /// The row reductions of `kernel` whose input is available after pass
 /// `level` (all of them for level -1), in program order.
 SmallVector<RowReduction> rowReductions(KernelOp kernel,
@@ -1595,6 +1612,7 @@ ReductionState RowProgramEmitter::accumulateMaxDeviation(
 void RowProgramEmitter::emitChunkWork(Chunk &chunk, bool isFinal,
                                       ArrayRef<RowReduction> reductions,
                                       SmallVectorImpl<ReductionState> &accumulators) {
+  shareRunningMaxes(reductions, accumulators);
   for (auto [reduction, accumulator] : llvm::zip(reductions, accumulators))
     accumulator = accumulateChunk(chunk, reduction, accumulator);
   if (!isFinal)
@@ -1807,8 +1825,11 @@ void RowProgramEmitter::streamChunks(
       flat.append(state.begin(), state.end());
     return flat;
   };
-  auto combine = [&](ArrayRef<ReductionState> lhs,
-                     ArrayRef<ReductionState> rhs) {
+  auto combine = [&](ArrayRef<ReductionState> lhsStates,
+                     ArrayRef<ReductionState> rhsStates) {
+    SmallVector<ReductionState> lhs(lhsStates), rhs(rhsStates);
+    shareRunningMaxes(reductions, lhs);
+    shareRunningMaxes(reductions, rhs);
     SmallVector<ReductionState> combined;
     for (auto [reduction, left, right] : llvm::zip(reductions, lhs, rhs))
       combined.push_back(

@@ -1,7 +1,8 @@
 //===- MergeReductions.cpp - one pass over a streamed row -----------------===//
 //
 // Substitutes the one-pass forms of two dependent row reductions (see
-// Passes.td): max then sum(exp(x - max)), max then sum(w * (x - max)), and
+// Passes.td): max then sum(exp(x - max)), max then sum(w * (x - max)) or
+// sum(x - max), and
 // mean then the sum or mean of (x - mean)^2. The lowering computes each
 // merged op's state in the pass over its inputs' level.
 //
@@ -97,24 +98,29 @@ bool mergeMoments(ReduceOp deviations) {
   return true;
 }
 
-/// sum(w * (x - max x)), w of x's pass or earlier, x float -> max_deviation
-/// x, w (created at `sum`, which w and x reach; the max stays for its other
-/// uses, merged with its sum of exp or not). An integer sum stays exact
-/// where it is.
+/// sum(w * (x - max x)), w of x's pass or earlier, or sum(x - max x) (w = 1),
+/// x float -> max_deviation x, w (created at `sum`, which w and x reach; the
+/// max stays for its other uses, merged with its sum of exp or not). An
+/// integer sum stays exact where it is.
 bool mergeMaxDeviation(ReduceOp sum) {
   if (sum.getKind() != ReduceKind::Sum || !sum.getResult().getType().isFloat())
     return false;
-  auto product = sum.getInput().getDefiningOp<MulOp>();
-  if (!product)
-    return false;
+  SmallVector<std::pair<Value, Value>, 2> centeredAndWeight;
+  if (auto product = sum.getInput().getDefiningOp<MulOp>())
+    centeredAndWeight = {{product.getLhs(), product.getRhs()},
+                         {product.getRhs(), product.getLhs()}};
+  else
+    centeredAndWeight = {{sum.getInput(), Value()}};
   DenseMap<Value, int> levels = rowLevels(sum->getParentOfType<KernelOp>());
-  for (auto [centered, weight] :
-       {std::pair(product.getLhs(), product.getRhs()),
-        std::pair(product.getRhs(), product.getLhs())}) {
+  for (auto [centered, weight] : centeredAndWeight) {
     ReduceOp max = centeringReduction(centered, ReduceKind::Max);
-    if (!max || levels.lookup(weight) > levels.lookup(max.getInput()))
+    if (!max ||
+        (weight && levels.lookup(weight) > levels.lookup(max.getInput())))
       continue;
     OpBuilder b(sum);
+    if (!weight)
+      weight = ConstantOp::create(b, sum.getLoc(),
+                                  cast<ValueType>(centered.getType()), 1.0);
     auto merged = MaxDeviationOp::create(b, sum.getLoc(), max.getType(),
                                          max.getType(), max.getInput(), weight);
     sum.getResult().replaceAllUsesWith(merged.getDeviation());
@@ -124,19 +130,17 @@ bool mergeMaxDeviation(ReduceOp sum) {
   return false;
 }
 
-/// Merges `kernel`'s dependent row reductions; `weighted`: a weighted sum
-/// about the max too (mergeMaxDeviation).
-void mergeRowReductions(KernelOp kernel, bool weighted) {
+/// Merges `kernel`'s dependent row reductions.
+void mergeRowReductions(KernelOp kernel) {
   SmallVector<ReduceOp> candidates;
   kernel.walk([&](ReduceOp reduce) {
     if (reduce.isRowReduction() && (reduce.getKind() == ReduceKind::Sum ||
                                     reduce.getKind() == ReduceKind::Mean))
       candidates.push_back(reduce);
   });
-  // The weighted sums first: the max they no longer wait for is then free
-  // to merge with its sum of exp.
-  if (weighted)
-    llvm::erase_if(candidates, mergeMaxDeviation);
+  // The sums about the max first: the max they no longer wait for is then
+  // free to merge with its sum of exp.
+  llvm::erase_if(candidates, mergeMaxDeviation);
   for (ReduceOp reduce : candidates)
     if (!mergeMaxSumExp(reduce))
       mergeMoments(reduce);
@@ -151,25 +155,27 @@ struct FuseMergeReductionsPass
       FailureOr<KernelShape> shape = getKernelShape(kernel);
       if (failed(config) || failed(shape))
         return signalPassFailure();
+      // A wide row on chip merges where that leaves one pass, its sums
+      // about the max included: the class-index losses' label smoothing
+      // needs one (bf16 n = 32000 kept 62 elements a thread in 128
+      // registers unmerged, 44% of HBM in the traffic model for the
+      // weighted loss; merged, 53 registers and 70%). Where a row in 256
+      // threads keeps logits and targets (the probability-target forwards
+      // at bf16 n = 8192, forced: the rule gives them one warp a row), two
+      // passes over registers took fewer instructions (soft-capped 85%
+      // unmerged, 71% merged).
       if (config->rowOnChip &&
-          (!keepsWideRowOnChip(*shape, *config) ||
-           // A weighted sum about the max is what keeps a second pass over
-           // a row on chip (the probability-target forwards), where the
-           // merged updates cost more than the registers merging frees
-           // (merged by centering on the row's first element, the
-           // soft-capped one at bf16 n = 8192 fell 85% -> 76% of HBM in
-           // the traffic model).
-           !mergesIntoOnePass(kernel, /*weighted=*/false)))
+          (!keepsWideRowOnChip(*shape, *config) || !mergesIntoOnePass(kernel)))
         return;
     }
-    mergeRowReductions(kernel, /*weighted=*/true);
+    mergeRowReductions(kernel);
   }
 };
 
 } // namespace
 
-bool tilefuse::mergesIntoOnePass(KernelOp kernel, bool weighted) {
+bool tilefuse::mergesIntoOnePass(KernelOp kernel) {
   OwningOpRef<KernelOp> merged = kernel.clone();
-  mergeRowReductions(*merged, weighted);
+  mergeRowReductions(*merged);
   return passLevels(*merged).size() == 1;
 }

@@ -581,8 +581,8 @@ struct FuseSelectTilesPass
     FailureOr<KernelShape> shape = getKernelShape(kernel);
     if (failed(shape))
       return signalPassFailure();
-    shape->mergesToOnePass = passLevels(kernel).size() > 1 &&
-                             mergesIntoOnePass(kernel, /*weighted=*/true);
+    shape->mergesToOnePass =
+        passLevels(kernel).size() > 1 && mergesIntoOnePass(kernel);
     TileConfig config = chooseTileConfig(*shape, target);
     if (shape->multiTensor && (threadsPerRow || rowsPerBlock || vectorWidth ||
                                rowOnChip != "auto")) {

@@ -104,6 +104,32 @@ fuse.kernel @weighted_deviation(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (de
 
 // -----
 
+// A sum of exp and a sum about the max of the same input (label smoothing
+// beside the log-sum-exp) share one running max: one chunk max and one
+// x - max per chunk, and the running maxes carried as one value.
+// GPU-LABEL: gpu.func @smoothed_logsumexp
+// GPU: scf.for %{{.+}} step %c4 iter_args
+// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU: vector.reduction <maximumf>
+// GPU-NOT: vector.reduction <maximumf>
+// GPU: arith.subf %{{.+}}, %{{.+}} : vector<8xf32>
+// GPU-NOT: arith.subf %{{.+}}, %{{.+}} : vector<8xf32>
+// GPU: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// GPU: scf.yield %[[MAX:[^,]+]], %{{[^,]+}}, %[[MAX]], %{{[^,]+}}, %{{[^,]+}} : vector<1xf32>, vector<1xf32>, vector<1xf32>, vector<1xf32>, vector<1xf32>
+fuse.kernel @smoothed_logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>, dev: !fuse.row<f32>) {
+  %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
+  %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
+  %shifted = fuse.sub %x, %max_f : !fuse.full<f32>
+  %e = fuse.exp %shifted : !fuse.full<f32>
+  %sum = fuse.reduce sum %e : !fuse.full<f32> to !fuse.row<f32>
+  %log = fuse.log %sum : !fuse.row<f32>
+  %lse = fuse.add %max, %log : !fuse.row<f32>
+  %dev = fuse.reduce sum %shifted : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %lse, %dev : !fuse.row<f32>, !fuse.row<f32>
+}
+
+// -----
+
 // LayerNorm over a streamed row in two passes (moments, then the output)
 // instead of three. The moments pass merges each chunk into a one-lane
 // state by Chan's formula: the chunk's x - x[row, 0], their mean (each

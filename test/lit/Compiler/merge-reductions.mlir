@@ -159,6 +159,34 @@ fuse.kernel @weighted_deviation(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (lo
 
 // -----
 
+// A sum of x - max itself (label smoothing's sum of log-probabilities)
+// takes a weight of 1: one pass, and no sum(x) that rows of huge logits
+// overflow.
+// CHECK-LABEL: fuse.kernel @unit_deviation
+// CHECK-NEXT: %[[MAX:.+]], %[[SUM:.+]] = fuse.max_sum_exp %x
+// CHECK-NEXT: %[[LOG:.+]] = fuse.log %[[SUM]]
+// CHECK-NEXT: %[[ONE:.+]] = fuse.constant full 1.000000e+00 : f32
+// CHECK-NEXT: %{{.+}}, %[[DEV:.+]] = fuse.max_deviation %x, %[[ONE]] : !fuse.full<f32> to !fuse.row<f32>
+// CHECK-NEXT: %[[LOSS:.+]] = fuse.sub %[[LOG]], %[[DEV]]
+// CHECK-NEXT: fuse.yield %[[LOSS]]
+// STREAMED-LABEL: fuse.kernel @unit_deviation
+// STREAMED: fuse.max_sum_exp
+// STREAMED: fuse.max_deviation
+// STREAMED-NOT: fuse.reduce
+fuse.kernel @unit_deviation(%x: !fuse.full<f32>) -> (loss: !fuse.row<f32>) {
+  %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
+  %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
+  %shifted = fuse.sub %x, %max_f : !fuse.full<f32>
+  %e = fuse.exp %shifted : !fuse.full<f32>
+  %sum = fuse.reduce sum %e : !fuse.full<f32> to !fuse.row<f32>
+  %log = fuse.log %sum : !fuse.row<f32>
+  %dev = fuse.reduce sum %shifted : !fuse.full<f32> to !fuse.row<f32>
+  %loss = fuse.sub %log, %dev : !fuse.row<f32>
+  fuse.yield %loss : !fuse.row<f32>
+}
+
+// -----
+
 // The centered value computed (soft-capped logits scaled per column), the
 // weight on either side of the product: merged all the same. The max keeps
 // its other use.

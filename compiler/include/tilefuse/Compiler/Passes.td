@@ -116,13 +116,16 @@ def FuseMergeReductions : Pass<"fuse-merge-reductions", "::tilefuse::fuse::Kerne
     %m2, %s = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
     ```
     The last is a loss against probability targets (sum(w * (x - max)));
+    a sum of `%d` itself takes a `%w` of 1 (label smoothing's sum of
+    log-probabilities, which sum(x) - n * max loses to overflow in rows of
+    huge logits);
     the max it no longer waits for then merges with its sum of exp, and
     stays for its other uses. Its terms stay relative to a maximum, as in
     two passes: sum(w * x) - max * sum(w) loses the digits of logits near
     1e4, and centering on the row's first element those of a row whose
-    first logit is masked (-1e9 or the dtype's lowest). It is left out on
-    rows kept on chip, where the two passes over registers cost fewer
-    instructions than the merged updates.
+    first logit is masked (-1e9 or the dtype's lowest). A sum of exp and
+    a sum about the max of the same input share one running max in the
+    lowering.
     Values the two reductions' inputs feed elsewhere (softmax's `exp(x -
     max)` in its output) stay and are computed in a later pass. Kernels
     tiled with the row on chip are left alone (there a second pass reads

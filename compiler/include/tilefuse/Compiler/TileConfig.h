@@ -178,12 +178,14 @@
 //      most kernels (the soft-capped, weighted and probability-target
 //      cross-entropy forwards, 2-22 points lower in the model), and where a
 //      second pass stays (cross_entropy_fwd_grad, layer_norm_fwd) it only
-//      added instructions. So the probability-target forwards' weighted
-//      sum about the max merges only where the row streams
-//      (fuse.max_deviation; at n >= 32000 they stream in one pass, 25-53%
-//      -> 72-100%). Merged at bf16 n = 8192, a wide row on chip, the
-//      soft-capped one fell 85% -> 76% (centered on the row's first
-//      element then: 80 -> 62 registers, 3 -> 4 blocks per SM, bound by
+//      added instructions. A wide row's sums about the max
+//      (fuse.max_deviation: the probability-target losses, and the
+//      class-index losses' label smoothing) merge with the rest: the
+//      weighted class-index loss at bf16 n = 32000 took 128 registers in
+//      two passes (44% of HBM) and 53 merged (70%). Forced to a wide row
+//      on chip (256 threads at bf16 n = 8192, where the rule gives one
+//      warp a row), the soft-capped probability-target loss fell 85% ->
+//      71% merged (80 -> 60 registers, 3 -> 4 blocks per SM, bound by
 //      its instructions).
 //    - the lowering holds the 16-bit loads packed (two elements a register)
 //      between passes and computes the per-element values again in each,
@@ -428,9 +430,8 @@ llvm::SmallVector<llvm::SmallVector<mlir::Value>>
 passChunkValues(fuse::KernelOp kernel);
 
 /// Whether fuse-merge-reductions leaves `kernel` one pass over its row
-/// (tried on a copy; MergeReductions.cpp); `weighted`: merging the weighted
-/// sums about the max too.
-bool mergesIntoOnePass(fuse::KernelOp kernel, bool weighted);
+/// (tried on a copy; MergeReductions.cpp).
+bool mergesIntoOnePass(fuse::KernelOp kernel);
 
 /// The full inputs (as entry-block arguments) that a streamed row program
 /// reads in more than one of its passes: what staging keeps on chip.
