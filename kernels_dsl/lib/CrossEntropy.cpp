@@ -79,16 +79,17 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
       if (kernel.capped)
         picked = softcap * tanh(picked * capScale);
       Value nll = logSum - (picked - max);
-      // -sum_c w_c log_softmax(z)_c / n, its sums in the max's pass (the
-      // weights need not stay on chip).
+      // -sum_c w_c log_softmax(z)_c / n, its sums about the max as torch's
+      // log_softmax takes them (sum(z) overflows in rows of huge logits);
+      // fuse-merge-reductions computes them in the max's pass.
       Value smooth;
       if (weighted) {
         Value weightSum = b.sum(b.broadcastTo(weight, Kind::Full));
-        smooth = (weightSum * lse - b.sum(weight * z)) / b.rowLength();
+        smooth = (weightSum * logSum - b.sum(weight * shifted)) / b.rowLength();
         nll = targetWeight * nll;
         mass = keep * targetWeight + uniform * weightSum;
       } else {
-        smooth = lse - b.mean(z);
+        smooth = logSum - b.sum(shifted) / b.rowLength();
       }
       Value smoothed = where(smoothing != zero, smoothing * smooth, zero);
       loss = where(valid, keep * nll + smoothed, zero);

@@ -182,6 +182,33 @@ def test_nonfinite_logits_like_torch(weighted, label_smoothing):
               lambda x, t: F.cross_entropy(x, t, **options), logits, target)
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("classes", [1000, 4096, 32000])
+def test_label_smoothing_of_huge_logits(classes, dtype, weighted):
+    # The smoothing term sums the log-probabilities about the row's max, as
+    # torch's log_softmax does. Regression: computed as lse - mean(z), rows
+    # of 0.9 x the dtype's max or of its lowest overflowed sum(z) in float32
+    # (a loss of -inf, NaN weighted; torch gives log(n)), and lse - mean(z)
+    # lost digits at 1e4. Against float64: the loss, then the loss fused
+    # with its gradient (every row kernel that computes the loss).
+    big = torch.finfo(dtype).max
+    logits = torch.randn(5, classes)
+    logits[0] = 0.9 * big
+    logits[1] = -big
+    logits[2] = -big / 2 + 4 * torch.randn(classes)
+    logits[3] = (1e4 if dtype == torch.float32 else 100.0) + torch.randn(classes)
+    logits = logits.to(dtype)
+    target = torch.randint(0, classes, (5,))
+    options = dict(weight=torch.rand(classes) + 0.5 if weighted else None,
+                   label_smoothing=0.1, reduction="none")
+    loss = TF.cross_entropy(logits, target, **options)
+    assert loss.isfinite().all(), loss
+    assert_close(loss, reference(logits, target, **options)[0].to(dtype), dtype)
+    check(dtype, lambda x, t: TF.cross_entropy(x * 1, t, inplace_backward=True, **options),
+          lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
+
+
 FORMS = {
     # name: (logits shape, class-index target shape)
     "[N, C]": ((6, 37), (6,)),

@@ -15,8 +15,11 @@
 // plus the z-loss. With m = max(z), logS = log(sum(exp(z - m))) and
 // lse = m + logS:
 //   nll    = logS - (z[target] - m)
-//   loss   = (1 - eps) * nll + (eps != 0 ? eps * (lse - mean(z)) : 0)
+//   loss   = (1 - eps) * nll + (eps != 0 ? eps * (logS - sum(z - m) / n) : 0)
 //   z_loss = lse_square_scale * lse^2
+// The smoothing sums are about m, as torch's log_softmax takes them (sum(z)
+// overflows in rows of huge logits); fuse-merge-reductions puts them in
+// m's pass.
 // both 0 where target == ignore_index. As in torch, the smoothing term is
 // left out when eps is 0 (a -inf logit makes it inf). lse is saved for the
 // backward pass. An ignored row gathers column 0, so no index ever leaves
@@ -36,81 +39,85 @@
 // host).
 module {
   fuse.kernel @cross_entropy_capped_fwd_grad(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %dloss: !fuse.row<f32>, %dz_loss: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>, %softcap: !fuse.scalar<f32>, %softcap_reciprocal: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, dlogits: !fuse.full<f32>) {
-    %0 = fuse.constant scalar 0.000000e+00 : f32
-    %1 = fuse.constant scalar 2.000000e+00 : f32
+    %0 = fuse.constant full 1.000000e+00 : f32
+    %1 = fuse.constant row 0.000000e+00 : f32
     %2 = fuse.constant row 0 : i64
-    %3 = fuse.constant row 0.000000e+00 : f32
-    %4 = fuse.constant full 1.000000e+00 : f32
+    %3 = fuse.constant scalar 2.000000e+00 : f32
+    %4 = fuse.constant scalar 0.000000e+00 : f32
     %5 = fuse.constant scalar 1.000000e+00 : f32
     %6 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.full<f32>
-    %7 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.row<f32>
-    %8 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.full<f32>
-    %9 = fuse.mul %logits, %6 : !fuse.full<f32>
-    %10 = fuse.tanh %9 : !fuse.full<f32>
-    %11 = fuse.mul %8, %10 : !fuse.full<f32>
-    %12 = fuse.sub %5, %label_smoothing : !fuse.scalar<f32>
-    %13 = fuse.row_length : !fuse.scalar<f32>
-    %14 = fuse.div %label_smoothing, %13 : !fuse.scalar<f32>
-    %15 = fuse.broadcast %ignore_index : !fuse.scalar<i64> to !fuse.row<i64>
-    %16 = fuse.cmp ne, %target, %15 : !fuse.row<i64>
-    %17 = fuse.reduce max %11 : !fuse.full<f32> to !fuse.row<f32>
-    %18 = fuse.broadcast %17 : !fuse.row<f32> to !fuse.full<f32>
-    %19 = fuse.sub %11, %18 : !fuse.full<f32>
-    %20 = fuse.exp %19 : !fuse.full<f32>
-    %21 = fuse.reduce sum %20 : !fuse.full<f32> to !fuse.row<f32>
-    %22 = fuse.log %21 : !fuse.row<f32>
-    %23 = fuse.add %17, %22 : !fuse.row<f32>
-    %24 = fuse.select %16, %target, %2 : !fuse.row<i64>
-    %25 = fuse.gather %logits[%24] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
-    %26 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.row<f32>
-    %27 = fuse.mul %25, %7 : !fuse.row<f32>
-    %28 = fuse.tanh %27 : !fuse.row<f32>
-    %29 = fuse.mul %26, %28 : !fuse.row<f32>
-    %30 = fuse.sub %29, %17 : !fuse.row<f32>
-    %31 = fuse.sub %22, %30 : !fuse.row<f32>
-    %32 = fuse.reduce mean %11 : !fuse.full<f32> to !fuse.row<f32>
-    %33 = fuse.sub %23, %32 : !fuse.row<f32>
-    %34 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
-    %35 = fuse.mul %34, %33 : !fuse.row<f32>
-    %36 = fuse.cmp ne, %label_smoothing, %0 : !fuse.scalar<f32>
-    %37 = fuse.broadcast %36 : !fuse.scalar<i1> to !fuse.row<i1>
-    %38 = fuse.select %37, %35, %3 : !fuse.row<f32>
-    %39 = fuse.broadcast %12 : !fuse.scalar<f32> to !fuse.row<f32>
-    %40 = fuse.mul %39, %31 : !fuse.row<f32>
-    %41 = fuse.add %40, %38 : !fuse.row<f32>
-    %42 = fuse.select %16, %41, %3 : !fuse.row<f32>
-    %43 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
-    %44 = fuse.mul %43, %23 : !fuse.row<f32>
-    %45 = fuse.mul %44, %23 : !fuse.row<f32>
-    %46 = fuse.select %16, %45, %3 : !fuse.row<f32>
-    %47 = fuse.broadcast %22 : !fuse.row<f32> to !fuse.full<f32>
-    %48 = fuse.sub %19, %47 : !fuse.full<f32>
-    %49 = fuse.exp %48 : !fuse.full<f32>
-    %50 = fuse.iota : !fuse.col<i64>
-    %51 = fuse.broadcast %50 : !fuse.col<i64> to !fuse.full<i64>
-    %52 = fuse.broadcast %target : !fuse.row<i64> to !fuse.full<i64>
-    %53 = fuse.cmp eq, %51, %52 : !fuse.full<i64>
-    %54 = fuse.cast %53 : !fuse.full<i1> to !fuse.full<f32>
-    %55 = fuse.broadcast %12 : !fuse.scalar<f32> to !fuse.full<f32>
-    %56 = fuse.mul %55, %54 : !fuse.full<f32>
-    %57 = fuse.broadcast %14 : !fuse.scalar<f32> to !fuse.full<f32>
-    %58 = fuse.add %56, %57 : !fuse.full<f32>
-    %59 = fuse.select %16, %dloss, %3 : !fuse.row<f32>
-    %60 = fuse.select %16, %dz_loss, %3 : !fuse.row<f32>
-    %61 = fuse.mul %lse_square_scale, %1 : !fuse.scalar<f32>
-    %62 = fuse.broadcast %61 : !fuse.scalar<f32> to !fuse.row<f32>
-    %63 = fuse.mul %62, %60 : !fuse.row<f32>
-    %64 = fuse.mul %63, %23 : !fuse.row<f32>
-    %65 = fuse.add %59, %64 : !fuse.row<f32>
-    %66 = fuse.broadcast %59 : !fuse.row<f32> to !fuse.full<f32>
-    %67 = fuse.mul %66, %58 : !fuse.full<f32>
-    %68 = fuse.broadcast %65 : !fuse.row<f32> to !fuse.full<f32>
-    %69 = fuse.mul %49, %68 : !fuse.full<f32>
-    %70 = fuse.sub %69, %67 : !fuse.full<f32>
-    %71 = fuse.mul %11, %6 : !fuse.full<f32>
-    %72 = fuse.mul %71, %71 : !fuse.full<f32>
-    %73 = fuse.sub %4, %72 : !fuse.full<f32>
-    %74 = fuse.mul %70, %73 : !fuse.full<f32>
-    fuse.yield %42, %46, %74 : !fuse.row<f32>, !fuse.row<f32>, !fuse.full<f32>
+    %7 = fuse.mul %logits, %6 : !fuse.full<f32>
+    %8 = fuse.tanh %7 : !fuse.full<f32>
+    %9 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.full<f32>
+    %10 = fuse.mul %9, %8 : !fuse.full<f32>
+    %11 = fuse.sub %5, %label_smoothing : !fuse.scalar<f32>
+    %12 = fuse.row_length : !fuse.scalar<f32>
+    %13 = fuse.div %label_smoothing, %12 : !fuse.scalar<f32>
+    %14 = fuse.broadcast %ignore_index : !fuse.scalar<i64> to !fuse.row<i64>
+    %15 = fuse.cmp ne, %target, %14 : !fuse.row<i64>
+    %16 = fuse.reduce max %10 : !fuse.full<f32> to !fuse.row<f32>
+    %17 = fuse.broadcast %16 : !fuse.row<f32> to !fuse.full<f32>
+    %18 = fuse.sub %10, %17 : !fuse.full<f32>
+    %19 = fuse.exp %18 : !fuse.full<f32>
+    %20 = fuse.reduce sum %19 : !fuse.full<f32> to !fuse.row<f32>
+    %21 = fuse.log %20 : !fuse.row<f32>
+    %22 = fuse.add %16, %21 : !fuse.row<f32>
+    %23 = fuse.select %15, %target, %2 : !fuse.row<i64>
+    %24 = fuse.gather %logits[%23] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
+    %25 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.row<f32>
+    %26 = fuse.mul %24, %25 : !fuse.row<f32>
+    %27 = fuse.tanh %26 : !fuse.row<f32>
+    %28 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.row<f32>
+    %29 = fuse.mul %28, %27 : !fuse.row<f32>
+    %30 = fuse.sub %29, %16 : !fuse.row<f32>
+    %31 = fuse.sub %21, %30 : !fuse.row<f32>
+    %32 = fuse.row_length : !fuse.scalar<f32>
+    %33 = fuse.reduce sum %18 : !fuse.full<f32> to !fuse.row<f32>
+    %34 = fuse.broadcast %32 : !fuse.scalar<f32> to !fuse.row<f32>
+    %35 = fuse.div %33, %34 : !fuse.row<f32>
+    %36 = fuse.sub %21, %35 : !fuse.row<f32>
+    %37 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
+    %38 = fuse.mul %37, %36 : !fuse.row<f32>
+    %39 = fuse.cmp ne, %label_smoothing, %4 : !fuse.scalar<f32>
+    %40 = fuse.broadcast %39 : !fuse.scalar<i1> to !fuse.row<i1>
+    %41 = fuse.select %40, %38, %1 : !fuse.row<f32>
+    %42 = fuse.broadcast %11 : !fuse.scalar<f32> to !fuse.row<f32>
+    %43 = fuse.mul %42, %31 : !fuse.row<f32>
+    %44 = fuse.add %43, %41 : !fuse.row<f32>
+    %45 = fuse.select %15, %44, %1 : !fuse.row<f32>
+    %46 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
+    %47 = fuse.mul %46, %22 : !fuse.row<f32>
+    %48 = fuse.mul %47, %22 : !fuse.row<f32>
+    %49 = fuse.select %15, %48, %1 : !fuse.row<f32>
+    %50 = fuse.broadcast %21 : !fuse.row<f32> to !fuse.full<f32>
+    %51 = fuse.sub %18, %50 : !fuse.full<f32>
+    %52 = fuse.exp %51 : !fuse.full<f32>
+    %53 = fuse.iota : !fuse.col<i64>
+    %54 = fuse.broadcast %53 : !fuse.col<i64> to !fuse.full<i64>
+    %55 = fuse.broadcast %target : !fuse.row<i64> to !fuse.full<i64>
+    %56 = fuse.cmp eq, %54, %55 : !fuse.full<i64>
+    %57 = fuse.cast %56 : !fuse.full<i1> to !fuse.full<f32>
+    %58 = fuse.broadcast %11 : !fuse.scalar<f32> to !fuse.full<f32>
+    %59 = fuse.mul %58, %57 : !fuse.full<f32>
+    %60 = fuse.broadcast %13 : !fuse.scalar<f32> to !fuse.full<f32>
+    %61 = fuse.add %59, %60 : !fuse.full<f32>
+    %62 = fuse.select %15, %dloss, %1 : !fuse.row<f32>
+    %63 = fuse.select %15, %dz_loss, %1 : !fuse.row<f32>
+    %64 = fuse.mul %lse_square_scale, %3 : !fuse.scalar<f32>
+    %65 = fuse.broadcast %64 : !fuse.scalar<f32> to !fuse.row<f32>
+    %66 = fuse.mul %65, %63 : !fuse.row<f32>
+    %67 = fuse.mul %66, %22 : !fuse.row<f32>
+    %68 = fuse.add %62, %67 : !fuse.row<f32>
+    %69 = fuse.broadcast %62 : !fuse.row<f32> to !fuse.full<f32>
+    %70 = fuse.mul %69, %61 : !fuse.full<f32>
+    %71 = fuse.broadcast %68 : !fuse.row<f32> to !fuse.full<f32>
+    %72 = fuse.mul %52, %71 : !fuse.full<f32>
+    %73 = fuse.sub %72, %70 : !fuse.full<f32>
+    %74 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.full<f32>
+    %75 = fuse.mul %10, %74 : !fuse.full<f32>
+    %76 = fuse.mul %75, %75 : !fuse.full<f32>
+    %77 = fuse.sub %0, %76 : !fuse.full<f32>
+    %78 = fuse.mul %73, %77 : !fuse.full<f32>
+    fuse.yield %45, %49, %78 : !fuse.row<f32>, !fuse.row<f32>, !fuse.full<f32>
   }
 }

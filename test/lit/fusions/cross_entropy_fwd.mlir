@@ -9,8 +9,11 @@
 // plus the z-loss. With m = max(z), logS = log(sum(exp(z - m))) and
 // lse = m + logS:
 //   nll    = logS - (z[target] - m)
-//   loss   = (1 - eps) * nll + (eps != 0 ? eps * (lse - mean(z)) : 0)
+//   loss   = (1 - eps) * nll + (eps != 0 ? eps * (logS - sum(z - m) / n) : 0)
 //   z_loss = lse_square_scale * lse^2
+// The smoothing sums are about m, as torch's log_softmax takes them (sum(z)
+// overflows in rows of huge logits); fuse-merge-reductions puts them in
+// m's pass.
 // both 0 where target == ignore_index. As in torch, the smoothing term is
 // left out when eps is 0 (a -inf logit makes it inf). lse is saved for the
 // backward pass. An ignored row gathers column 0, so no index ever leaves
@@ -37,21 +40,24 @@ module {
     %15 = fuse.gather %logits[%14] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
     %16 = fuse.sub %15, %7 : !fuse.row<f32>
     %17 = fuse.sub %12, %16 : !fuse.row<f32>
-    %18 = fuse.reduce mean %logits : !fuse.full<f32> to !fuse.row<f32>
-    %19 = fuse.sub %13, %18 : !fuse.row<f32>
-    %20 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
-    %21 = fuse.mul %20, %19 : !fuse.row<f32>
-    %22 = fuse.cmp ne, %label_smoothing, %2 : !fuse.scalar<f32>
-    %23 = fuse.broadcast %22 : !fuse.scalar<i1> to !fuse.row<i1>
-    %24 = fuse.select %23, %21, %0 : !fuse.row<f32>
-    %25 = fuse.broadcast %4 : !fuse.scalar<f32> to !fuse.row<f32>
-    %26 = fuse.mul %25, %17 : !fuse.row<f32>
-    %27 = fuse.add %26, %24 : !fuse.row<f32>
-    %28 = fuse.select %6, %27, %0 : !fuse.row<f32>
-    %29 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
-    %30 = fuse.mul %29, %13 : !fuse.row<f32>
-    %31 = fuse.mul %30, %13 : !fuse.row<f32>
-    %32 = fuse.select %6, %31, %0 : !fuse.row<f32>
-    fuse.yield %28, %32, %13 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+    %18 = fuse.row_length : !fuse.scalar<f32>
+    %19 = fuse.reduce sum %9 : !fuse.full<f32> to !fuse.row<f32>
+    %20 = fuse.broadcast %18 : !fuse.scalar<f32> to !fuse.row<f32>
+    %21 = fuse.div %19, %20 : !fuse.row<f32>
+    %22 = fuse.sub %12, %21 : !fuse.row<f32>
+    %23 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
+    %24 = fuse.mul %23, %22 : !fuse.row<f32>
+    %25 = fuse.cmp ne, %label_smoothing, %2 : !fuse.scalar<f32>
+    %26 = fuse.broadcast %25 : !fuse.scalar<i1> to !fuse.row<i1>
+    %27 = fuse.select %26, %24, %0 : !fuse.row<f32>
+    %28 = fuse.broadcast %4 : !fuse.scalar<f32> to !fuse.row<f32>
+    %29 = fuse.mul %28, %17 : !fuse.row<f32>
+    %30 = fuse.add %29, %27 : !fuse.row<f32>
+    %31 = fuse.select %6, %30, %0 : !fuse.row<f32>
+    %32 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
+    %33 = fuse.mul %32, %13 : !fuse.row<f32>
+    %34 = fuse.mul %33, %13 : !fuse.row<f32>
+    %35 = fuse.select %6, %34, %0 : !fuse.row<f32>
+    fuse.yield %31, %35, %13 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
   }
 }

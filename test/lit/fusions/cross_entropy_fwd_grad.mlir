@@ -15,8 +15,11 @@
 // plus the z-loss. With m = max(z), logS = log(sum(exp(z - m))) and
 // lse = m + logS:
 //   nll    = logS - (z[target] - m)
-//   loss   = (1 - eps) * nll + (eps != 0 ? eps * (lse - mean(z)) : 0)
+//   loss   = (1 - eps) * nll + (eps != 0 ? eps * (logS - sum(z - m) / n) : 0)
 //   z_loss = lse_square_scale * lse^2
+// The smoothing sums are about m, as torch's log_softmax takes them (sum(z)
+// overflows in rows of huge logits); fuse-merge-reductions puts them in
+// m's pass.
 // both 0 where target == ignore_index. As in torch, the smoothing term is
 // left out when eps is 0 (a -inf logit makes it inf). lse is saved for the
 // backward pass. An ignored row gathers column 0, so no index ever leaves
@@ -54,45 +57,48 @@ module {
     %18 = fuse.gather %logits[%17] : !fuse.full<f32>, !fuse.row<i64> -> !fuse.row<f32>
     %19 = fuse.sub %18, %10 : !fuse.row<f32>
     %20 = fuse.sub %15, %19 : !fuse.row<f32>
-    %21 = fuse.reduce mean %logits : !fuse.full<f32> to !fuse.row<f32>
-    %22 = fuse.sub %16, %21 : !fuse.row<f32>
-    %23 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
-    %24 = fuse.mul %23, %22 : !fuse.row<f32>
-    %25 = fuse.cmp ne, %label_smoothing, %3 : !fuse.scalar<f32>
-    %26 = fuse.broadcast %25 : !fuse.scalar<i1> to !fuse.row<i1>
-    %27 = fuse.select %26, %24, %0 : !fuse.row<f32>
-    %28 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.row<f32>
-    %29 = fuse.mul %28, %20 : !fuse.row<f32>
-    %30 = fuse.add %29, %27 : !fuse.row<f32>
-    %31 = fuse.select %9, %30, %0 : !fuse.row<f32>
-    %32 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
-    %33 = fuse.mul %32, %16 : !fuse.row<f32>
-    %34 = fuse.mul %33, %16 : !fuse.row<f32>
-    %35 = fuse.select %9, %34, %0 : !fuse.row<f32>
-    %36 = fuse.broadcast %15 : !fuse.row<f32> to !fuse.full<f32>
-    %37 = fuse.sub %12, %36 : !fuse.full<f32>
-    %38 = fuse.exp %37 : !fuse.full<f32>
-    %39 = fuse.iota : !fuse.col<i64>
-    %40 = fuse.broadcast %39 : !fuse.col<i64> to !fuse.full<i64>
-    %41 = fuse.broadcast %target : !fuse.row<i64> to !fuse.full<i64>
-    %42 = fuse.cmp eq, %40, %41 : !fuse.full<i64>
-    %43 = fuse.cast %42 : !fuse.full<i1> to !fuse.full<f32>
-    %44 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.full<f32>
-    %45 = fuse.mul %44, %43 : !fuse.full<f32>
-    %46 = fuse.broadcast %7 : !fuse.scalar<f32> to !fuse.full<f32>
-    %47 = fuse.add %45, %46 : !fuse.full<f32>
-    %48 = fuse.select %9, %dloss, %0 : !fuse.row<f32>
-    %49 = fuse.select %9, %dz_loss, %0 : !fuse.row<f32>
-    %50 = fuse.mul %lse_square_scale, %2 : !fuse.scalar<f32>
-    %51 = fuse.broadcast %50 : !fuse.scalar<f32> to !fuse.row<f32>
-    %52 = fuse.mul %51, %49 : !fuse.row<f32>
-    %53 = fuse.mul %52, %16 : !fuse.row<f32>
-    %54 = fuse.add %48, %53 : !fuse.row<f32>
-    %55 = fuse.broadcast %48 : !fuse.row<f32> to !fuse.full<f32>
-    %56 = fuse.mul %55, %47 : !fuse.full<f32>
-    %57 = fuse.broadcast %54 : !fuse.row<f32> to !fuse.full<f32>
-    %58 = fuse.mul %38, %57 : !fuse.full<f32>
-    %59 = fuse.sub %58, %56 : !fuse.full<f32>
-    fuse.yield %31, %35, %59 : !fuse.row<f32>, !fuse.row<f32>, !fuse.full<f32>
+    %21 = fuse.row_length : !fuse.scalar<f32>
+    %22 = fuse.reduce sum %12 : !fuse.full<f32> to !fuse.row<f32>
+    %23 = fuse.broadcast %21 : !fuse.scalar<f32> to !fuse.row<f32>
+    %24 = fuse.div %22, %23 : !fuse.row<f32>
+    %25 = fuse.sub %15, %24 : !fuse.row<f32>
+    %26 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
+    %27 = fuse.mul %26, %25 : !fuse.row<f32>
+    %28 = fuse.cmp ne, %label_smoothing, %3 : !fuse.scalar<f32>
+    %29 = fuse.broadcast %28 : !fuse.scalar<i1> to !fuse.row<i1>
+    %30 = fuse.select %29, %27, %0 : !fuse.row<f32>
+    %31 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.row<f32>
+    %32 = fuse.mul %31, %20 : !fuse.row<f32>
+    %33 = fuse.add %32, %30 : !fuse.row<f32>
+    %34 = fuse.select %9, %33, %0 : !fuse.row<f32>
+    %35 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
+    %36 = fuse.mul %35, %16 : !fuse.row<f32>
+    %37 = fuse.mul %36, %16 : !fuse.row<f32>
+    %38 = fuse.select %9, %37, %0 : !fuse.row<f32>
+    %39 = fuse.broadcast %15 : !fuse.row<f32> to !fuse.full<f32>
+    %40 = fuse.sub %12, %39 : !fuse.full<f32>
+    %41 = fuse.exp %40 : !fuse.full<f32>
+    %42 = fuse.iota : !fuse.col<i64>
+    %43 = fuse.broadcast %42 : !fuse.col<i64> to !fuse.full<i64>
+    %44 = fuse.broadcast %target : !fuse.row<i64> to !fuse.full<i64>
+    %45 = fuse.cmp eq, %43, %44 : !fuse.full<i64>
+    %46 = fuse.cast %45 : !fuse.full<i1> to !fuse.full<f32>
+    %47 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.full<f32>
+    %48 = fuse.mul %47, %46 : !fuse.full<f32>
+    %49 = fuse.broadcast %7 : !fuse.scalar<f32> to !fuse.full<f32>
+    %50 = fuse.add %48, %49 : !fuse.full<f32>
+    %51 = fuse.select %9, %dloss, %0 : !fuse.row<f32>
+    %52 = fuse.select %9, %dz_loss, %0 : !fuse.row<f32>
+    %53 = fuse.mul %lse_square_scale, %2 : !fuse.scalar<f32>
+    %54 = fuse.broadcast %53 : !fuse.scalar<f32> to !fuse.row<f32>
+    %55 = fuse.mul %54, %52 : !fuse.row<f32>
+    %56 = fuse.mul %55, %16 : !fuse.row<f32>
+    %57 = fuse.add %51, %56 : !fuse.row<f32>
+    %58 = fuse.broadcast %51 : !fuse.row<f32> to !fuse.full<f32>
+    %59 = fuse.mul %58, %50 : !fuse.full<f32>
+    %60 = fuse.broadcast %57 : !fuse.row<f32> to !fuse.full<f32>
+    %61 = fuse.mul %41, %60 : !fuse.full<f32>
+    %62 = fuse.sub %61, %59 : !fuse.full<f32>
+    fuse.yield %34, %38, %62 : !fuse.row<f32>, !fuse.row<f32>, !fuse.full<f32>
   }
 }

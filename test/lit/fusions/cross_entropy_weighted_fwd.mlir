@@ -9,9 +9,12 @@
 // label smoothing eps over n classes), plus the z-loss. With m = max(z),
 // logS = log(sum(exp(z - m))) and lse = m + logS:
 //   nll    = w[target] * (logS - (z[target] - m))
-//   smooth = (sum(w) * lse - sum(w * z)) / n     (-sum_c w_c log_softmax(z)_c / n)
+//   smooth = (sum(w) * logS - sum(w * (z - m))) / n (-sum_c w_c log_softmax(z)_c / n)
 //   loss   = (1 - eps) * nll + (eps != 0 ? eps * smooth : 0)
 //   z_loss = lse_square_scale * lse^2
+// The smoothing sums are about m, as torch's log_softmax takes them (sum(z)
+// overflows in rows of huge logits); fuse-merge-reductions puts them in
+// m's pass.
 // both 0 where target == ignore_index. As in torch, the smoothing term is
 // left out when eps is 0 (a -inf logit makes it inf). w[target]
 // (target_weight, 0 where ignored) comes from the host; lse and
@@ -43,30 +46,33 @@ module {
     %19 = fuse.sub %14, %18 : !fuse.row<f32>
     %20 = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
     %21 = fuse.reduce sum %20 : !fuse.full<f32> to !fuse.row<f32>
-    %22 = fuse.mul %20, %logits : !fuse.full<f32>
-    %23 = fuse.reduce sum %22 : !fuse.full<f32> to !fuse.row<f32>
-    %24 = fuse.mul %21, %15 : !fuse.row<f32>
-    %25 = fuse.sub %24, %23 : !fuse.row<f32>
-    %26 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.row<f32>
-    %27 = fuse.div %25, %26 : !fuse.row<f32>
-    %28 = fuse.mul %target_weight, %19 : !fuse.row<f32>
-    %29 = fuse.broadcast %6 : !fuse.scalar<f32> to !fuse.row<f32>
-    %30 = fuse.mul %29, %21 : !fuse.row<f32>
-    %31 = fuse.broadcast %4 : !fuse.scalar<f32> to !fuse.row<f32>
-    %32 = fuse.mul %31, %target_weight : !fuse.row<f32>
-    %33 = fuse.add %32, %30 : !fuse.row<f32>
-    %34 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
-    %35 = fuse.mul %34, %27 : !fuse.row<f32>
-    %36 = fuse.cmp ne, %label_smoothing, %2 : !fuse.scalar<f32>
-    %37 = fuse.broadcast %36 : !fuse.scalar<i1> to !fuse.row<i1>
-    %38 = fuse.select %37, %35, %0 : !fuse.row<f32>
-    %39 = fuse.mul %31, %28 : !fuse.row<f32>
-    %40 = fuse.add %39, %38 : !fuse.row<f32>
-    %41 = fuse.select %8, %40, %0 : !fuse.row<f32>
-    %42 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
-    %43 = fuse.mul %42, %15 : !fuse.row<f32>
-    %44 = fuse.mul %43, %15 : !fuse.row<f32>
-    %45 = fuse.select %8, %44, %0 : !fuse.row<f32>
-    fuse.yield %41, %45, %15, %33 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+    %22 = fuse.row_length : !fuse.scalar<f32>
+    %23 = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
+    %24 = fuse.mul %23, %11 : !fuse.full<f32>
+    %25 = fuse.reduce sum %24 : !fuse.full<f32> to !fuse.row<f32>
+    %26 = fuse.mul %21, %14 : !fuse.row<f32>
+    %27 = fuse.sub %26, %25 : !fuse.row<f32>
+    %28 = fuse.broadcast %22 : !fuse.scalar<f32> to !fuse.row<f32>
+    %29 = fuse.div %27, %28 : !fuse.row<f32>
+    %30 = fuse.mul %target_weight, %19 : !fuse.row<f32>
+    %31 = fuse.broadcast %6 : !fuse.scalar<f32> to !fuse.row<f32>
+    %32 = fuse.mul %31, %21 : !fuse.row<f32>
+    %33 = fuse.broadcast %4 : !fuse.scalar<f32> to !fuse.row<f32>
+    %34 = fuse.mul %33, %target_weight : !fuse.row<f32>
+    %35 = fuse.add %34, %32 : !fuse.row<f32>
+    %36 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
+    %37 = fuse.mul %36, %29 : !fuse.row<f32>
+    %38 = fuse.cmp ne, %label_smoothing, %2 : !fuse.scalar<f32>
+    %39 = fuse.broadcast %38 : !fuse.scalar<i1> to !fuse.row<i1>
+    %40 = fuse.select %39, %37, %0 : !fuse.row<f32>
+    %41 = fuse.broadcast %4 : !fuse.scalar<f32> to !fuse.row<f32>
+    %42 = fuse.mul %41, %30 : !fuse.row<f32>
+    %43 = fuse.add %42, %40 : !fuse.row<f32>
+    %44 = fuse.select %8, %43, %0 : !fuse.row<f32>
+    %45 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
+    %46 = fuse.mul %45, %15 : !fuse.row<f32>
+    %47 = fuse.mul %46, %15 : !fuse.row<f32>
+    %48 = fuse.select %8, %47, %0 : !fuse.row<f32>
+    fuse.yield %44, %48, %15, %35 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
   }
 }

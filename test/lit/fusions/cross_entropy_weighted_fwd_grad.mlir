@@ -15,9 +15,12 @@
 // label smoothing eps over n classes), plus the z-loss. With m = max(z),
 // logS = log(sum(exp(z - m))) and lse = m + logS:
 //   nll    = w[target] * (logS - (z[target] - m))
-//   smooth = (sum(w) * lse - sum(w * z)) / n     (-sum_c w_c log_softmax(z)_c / n)
+//   smooth = (sum(w) * logS - sum(w * (z - m))) / n (-sum_c w_c log_softmax(z)_c / n)
 //   loss   = (1 - eps) * nll + (eps != 0 ? eps * smooth : 0)
 //   z_loss = lse_square_scale * lse^2
+// The smoothing sums are about m, as torch's log_softmax takes them (sum(z)
+// overflows in rows of huge logits); fuse-merge-reductions puts them in
+// m's pass.
 // both 0 where target == ignore_index. As in torch, the smoothing term is
 // left out when eps is 0 (a -inf logit makes it inf). w[target]
 // (target_weight, 0 where ignored) comes from the host; lse and
@@ -59,57 +62,62 @@ module {
     %20 = fuse.sub %15, %19 : !fuse.row<f32>
     %21 = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
     %22 = fuse.reduce sum %21 : !fuse.full<f32> to !fuse.row<f32>
-    %23 = fuse.mul %21, %logits : !fuse.full<f32>
-    %24 = fuse.reduce sum %23 : !fuse.full<f32> to !fuse.row<f32>
-    %25 = fuse.mul %22, %16 : !fuse.row<f32>
-    %26 = fuse.sub %25, %24 : !fuse.row<f32>
-    %27 = fuse.broadcast %6 : !fuse.scalar<f32> to !fuse.row<f32>
-    %28 = fuse.div %26, %27 : !fuse.row<f32>
-    %29 = fuse.mul %target_weight, %20 : !fuse.row<f32>
-    %30 = fuse.broadcast %7 : !fuse.scalar<f32> to !fuse.row<f32>
-    %31 = fuse.mul %30, %22 : !fuse.row<f32>
-    %32 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.row<f32>
-    %33 = fuse.mul %32, %target_weight : !fuse.row<f32>
-    %34 = fuse.add %33, %31 : !fuse.row<f32>
-    %35 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
-    %36 = fuse.mul %35, %28 : !fuse.row<f32>
-    %37 = fuse.cmp ne, %label_smoothing, %3 : !fuse.scalar<f32>
-    %38 = fuse.broadcast %37 : !fuse.scalar<i1> to !fuse.row<i1>
-    %39 = fuse.select %38, %36, %0 : !fuse.row<f32>
-    %40 = fuse.mul %32, %29 : !fuse.row<f32>
-    %41 = fuse.add %40, %39 : !fuse.row<f32>
-    %42 = fuse.select %9, %41, %0 : !fuse.row<f32>
-    %43 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
-    %44 = fuse.mul %43, %16 : !fuse.row<f32>
-    %45 = fuse.mul %44, %16 : !fuse.row<f32>
-    %46 = fuse.select %9, %45, %0 : !fuse.row<f32>
-    %47 = fuse.broadcast %15 : !fuse.row<f32> to !fuse.full<f32>
-    %48 = fuse.sub %12, %47 : !fuse.full<f32>
-    %49 = fuse.exp %48 : !fuse.full<f32>
-    %50 = fuse.iota : !fuse.col<i64>
-    %51 = fuse.broadcast %50 : !fuse.col<i64> to !fuse.full<i64>
-    %52 = fuse.broadcast %target : !fuse.row<i64> to !fuse.full<i64>
-    %53 = fuse.cmp eq, %51, %52 : !fuse.full<i64>
-    %54 = fuse.cast %53 : !fuse.full<i1> to !fuse.full<f32>
-    %55 = fuse.broadcast %7 : !fuse.scalar<f32> to !fuse.col<f32>
-    %56 = fuse.mul %55, %weight : !fuse.col<f32>
-    %57 = fuse.broadcast %33 : !fuse.row<f32> to !fuse.full<f32>
-    %58 = fuse.mul %57, %54 : !fuse.full<f32>
-    %59 = fuse.broadcast %56 : !fuse.col<f32> to !fuse.full<f32>
-    %60 = fuse.add %58, %59 : !fuse.full<f32>
-    %61 = fuse.select %9, %dloss, %0 : !fuse.row<f32>
-    %62 = fuse.select %9, %dz_loss, %0 : !fuse.row<f32>
-    %63 = fuse.mul %lse_square_scale, %2 : !fuse.scalar<f32>
-    %64 = fuse.broadcast %63 : !fuse.scalar<f32> to !fuse.row<f32>
-    %65 = fuse.mul %64, %62 : !fuse.row<f32>
-    %66 = fuse.mul %65, %16 : !fuse.row<f32>
-    %67 = fuse.mul %61, %34 : !fuse.row<f32>
-    %68 = fuse.add %67, %66 : !fuse.row<f32>
-    %69 = fuse.broadcast %61 : !fuse.row<f32> to !fuse.full<f32>
-    %70 = fuse.mul %69, %60 : !fuse.full<f32>
-    %71 = fuse.broadcast %68 : !fuse.row<f32> to !fuse.full<f32>
-    %72 = fuse.mul %49, %71 : !fuse.full<f32>
-    %73 = fuse.sub %72, %70 : !fuse.full<f32>
-    fuse.yield %42, %46, %73 : !fuse.row<f32>, !fuse.row<f32>, !fuse.full<f32>
+    %23 = fuse.row_length : !fuse.scalar<f32>
+    %24 = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
+    %25 = fuse.mul %24, %12 : !fuse.full<f32>
+    %26 = fuse.reduce sum %25 : !fuse.full<f32> to !fuse.row<f32>
+    %27 = fuse.mul %22, %15 : !fuse.row<f32>
+    %28 = fuse.sub %27, %26 : !fuse.row<f32>
+    %29 = fuse.broadcast %23 : !fuse.scalar<f32> to !fuse.row<f32>
+    %30 = fuse.div %28, %29 : !fuse.row<f32>
+    %31 = fuse.mul %target_weight, %20 : !fuse.row<f32>
+    %32 = fuse.broadcast %7 : !fuse.scalar<f32> to !fuse.row<f32>
+    %33 = fuse.mul %32, %22 : !fuse.row<f32>
+    %34 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.row<f32>
+    %35 = fuse.mul %34, %target_weight : !fuse.row<f32>
+    %36 = fuse.add %35, %33 : !fuse.row<f32>
+    %37 = fuse.broadcast %label_smoothing : !fuse.scalar<f32> to !fuse.row<f32>
+    %38 = fuse.mul %37, %30 : !fuse.row<f32>
+    %39 = fuse.cmp ne, %label_smoothing, %3 : !fuse.scalar<f32>
+    %40 = fuse.broadcast %39 : !fuse.scalar<i1> to !fuse.row<i1>
+    %41 = fuse.select %40, %38, %0 : !fuse.row<f32>
+    %42 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.row<f32>
+    %43 = fuse.mul %42, %31 : !fuse.row<f32>
+    %44 = fuse.add %43, %41 : !fuse.row<f32>
+    %45 = fuse.select %9, %44, %0 : !fuse.row<f32>
+    %46 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
+    %47 = fuse.mul %46, %16 : !fuse.row<f32>
+    %48 = fuse.mul %47, %16 : !fuse.row<f32>
+    %49 = fuse.select %9, %48, %0 : !fuse.row<f32>
+    %50 = fuse.broadcast %15 : !fuse.row<f32> to !fuse.full<f32>
+    %51 = fuse.sub %12, %50 : !fuse.full<f32>
+    %52 = fuse.exp %51 : !fuse.full<f32>
+    %53 = fuse.iota : !fuse.col<i64>
+    %54 = fuse.broadcast %53 : !fuse.col<i64> to !fuse.full<i64>
+    %55 = fuse.broadcast %target : !fuse.row<i64> to !fuse.full<i64>
+    %56 = fuse.cmp eq, %54, %55 : !fuse.full<i64>
+    %57 = fuse.cast %56 : !fuse.full<i1> to !fuse.full<f32>
+    %58 = fuse.broadcast %7 : !fuse.scalar<f32> to !fuse.col<f32>
+    %59 = fuse.mul %58, %weight : !fuse.col<f32>
+    %60 = fuse.broadcast %5 : !fuse.scalar<f32> to !fuse.row<f32>
+    %61 = fuse.mul %60, %target_weight : !fuse.row<f32>
+    %62 = fuse.broadcast %61 : !fuse.row<f32> to !fuse.full<f32>
+    %63 = fuse.mul %62, %57 : !fuse.full<f32>
+    %64 = fuse.broadcast %59 : !fuse.col<f32> to !fuse.full<f32>
+    %65 = fuse.add %63, %64 : !fuse.full<f32>
+    %66 = fuse.select %9, %dloss, %0 : !fuse.row<f32>
+    %67 = fuse.select %9, %dz_loss, %0 : !fuse.row<f32>
+    %68 = fuse.mul %lse_square_scale, %2 : !fuse.scalar<f32>
+    %69 = fuse.broadcast %68 : !fuse.scalar<f32> to !fuse.row<f32>
+    %70 = fuse.mul %69, %67 : !fuse.row<f32>
+    %71 = fuse.mul %70, %16 : !fuse.row<f32>
+    %72 = fuse.mul %66, %36 : !fuse.row<f32>
+    %73 = fuse.add %72, %71 : !fuse.row<f32>
+    %74 = fuse.broadcast %66 : !fuse.row<f32> to !fuse.full<f32>
+    %75 = fuse.mul %74, %65 : !fuse.full<f32>
+    %76 = fuse.broadcast %73 : !fuse.row<f32> to !fuse.full<f32>
+    %77 = fuse.mul %52, %76 : !fuse.full<f32>
+    %78 = fuse.sub %77, %75 : !fuse.full<f32>
+    fuse.yield %45, %49, %78 : !fuse.row<f32>, !fuse.row<f32>, !fuse.full<f32>
   }
 }
