@@ -123,7 +123,7 @@
 //    where a block runs alone on its SM, the pass that stages a row of at
 //    most 32 chunks a thread loads 8 vectors an iteration, as do later
 //    passes over a row staged whole with one full input (kStagedLoads, 64
-//    KiB; why, in LowerRowProgram.cpp).
+//    KiB; why, in RowProgramEmitter.cpp).
 //  - column partials on chip (fuse-stage-rows too): a fusion with a column
 //    reduction keeps the partial of every column a thread owns in dynamic
 //    shared memory across the rows of its persistent loop (read-modified-
@@ -261,7 +261,7 @@ constexpr int64_t kMaxEmittedOps = int64_t(1) << 17;
 /// How many times a loop over staged chunks is unrolled at least (above).
 constexpr int64_t kStagedUnroll = 4;
 /// Vectors of full inputs a loop over staged chunks loads an iteration at
-/// most (above; why, in LowerRowProgram.cpp).
+/// most (above; why, in RowProgramEmitter.cpp).
 constexpr int64_t kStagedLoads = 8;
 
 struct TileConfig {
@@ -376,7 +376,7 @@ int64_t blocksPerSMGoal(const TileConfig &config);
 /// row reduction is of f64 (f32 slots would round it); none without row
 /// reductions or where a row takes at most 32 threads (its shuffles
 /// combine it). fuse-stage-rows leaves it room beside the staged chunks;
-/// defined beside the lowering (LowerRowProgram.cpp), which allocates it.
+/// defined beside the lowering (LowerToGPU.cpp), which allocates it.
 struct ReductionWorkgroup {
   mlir::Type slotType;
   /// The state values of the busiest pass (at least 1), and the slots.
