@@ -11,6 +11,8 @@
 #include "tilefuse/Compiler/Passes.h"
 #include "tilefuse/Compiler/TileConfig.h"
 
+#include "mlir/Analysis/TopologicalSortUtils.h"
+
 namespace tilefuse {
 #define GEN_PASS_DEF_FUSEMERGEREDUCTIONS
 #include "tilefuse/Compiler/Passes.h.inc"
@@ -121,13 +123,39 @@ bool mergeMaxDeviation(ReduceOp sum) {
     if (!weight)
       weight = ConstantOp::create(b, sum.getLoc(),
                                   cast<ValueType>(centered.getType()), 1.0);
-    auto merged = MaxDeviationOp::create(b, sum.getLoc(), max.getType(),
-                                         max.getType(), max.getInput(), weight);
+    auto merged =
+        MaxDeviationOp::create(b, sum.getLoc(), max.getType(), max.getType(),
+                               max.getType(), max.getInput(), weight);
     sum.getResult().replaceAllUsesWith(merged.getDeviation());
     eraseDead({sum.getOperation()});
     return true;
   }
   return false;
+}
+
+/// A row sum of a max_deviation's weights in its pass (a loss's sum of
+/// class weights or of weighted targets) is the deviation's sum of weights,
+/// which its updates keep anyway. The block is then sorted again: the
+/// deviation stands where its sum about the max stood, after some uses of
+/// the sum of weights.
+void shareDeviationWeights(KernelOp kernel) {
+  DenseMap<Value, int> levels = rowLevels(kernel);
+  bool replaced = false;
+  kernel.walk([&](MaxDeviationOp deviation) {
+    Value weight = deviation.getWeight();
+    if (levels.lookup(weight) != levels.lookup(deviation.getInput()))
+      return;
+    for (Operation *user : llvm::make_early_inc_range(weight.getUsers())) {
+      auto sum = dyn_cast<ReduceOp>(user);
+      if (!sum || !sum.isRowReduction() || sum.getKind() != ReduceKind::Sum)
+        continue;
+      sum.getResult().replaceAllUsesWith(deviation.getWeights());
+      sum.erase();
+      replaced = true;
+    }
+  });
+  if (replaced)
+    sortTopologically(&kernel.getEntryBlock());
 }
 
 /// Merges `kernel`'s dependent row reductions.
@@ -144,6 +172,7 @@ void mergeRowReductions(KernelOp kernel) {
   for (ReduceOp reduce : candidates)
     if (!mergeMaxSumExp(reduce))
       mergeMoments(reduce);
+  shareDeviationWeights(kernel);
 }
 
 struct FuseMergeReductionsPass

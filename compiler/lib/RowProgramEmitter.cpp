@@ -1076,6 +1076,8 @@ LogicalResult RowProgramEmitter::emitPass(int level, bool isFinal,
           b, loc, infinite,
           floatConstant(b, loc, max, std::numeric_limits<double>::quiet_NaN()),
           state.back());
+      if (reduction.form == RowReduction::Form::MaxDeviation)
+        rowValues[op->getResult(2)] = state[1];
       break;
     }
     case RowReduction::Form::Moments: {

@@ -126,12 +126,13 @@ fuse.kernel @sum_of_squares(%x: !fuse.full<f64>) -> (m2: !fuse.row<f64>) {
 // A weighted sum about the max (a loss against probability targets:
 // sum(w * (x - max))) becomes fuse.max_deviation, computed in the max's
 // pass; the max, free of it, merges with its sum of exp: one pass. The sum
-// of w the loss also uses stays.
+// of w the loss also uses is the deviation's sum of weights, and the ops
+// are sorted again (the deviation stands where its sum stood, after the
+// sum of w's use).
 // CHECK-LABEL: fuse.kernel @weighted_deviation
 // CHECK-NEXT: %[[MAX:.+]], %[[SUM:.+]] = fuse.max_sum_exp %x
 // CHECK-NEXT: %[[LOG:.+]] = fuse.log %[[SUM]]
-// CHECK-NEXT: %[[MASS:.+]] = fuse.reduce sum %w
-// CHECK-NEXT: %{{.+}}, %[[DEV:.+]] = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
+// CHECK-NEXT: %{{[^,]+}}, %[[DEV:[^,]+]], %[[MASS:[^,]+]] = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
 // CHECK-NEXT: %[[ML:.+]] = fuse.mul %[[MASS]], %[[LOG]]
 // CHECK-NEXT: %[[LOSS:.+]] = fuse.sub %[[ML]], %[[DEV]]
 // CHECK-NEXT: fuse.yield %[[LOSS]], %[[MASS]]
@@ -166,7 +167,7 @@ fuse.kernel @weighted_deviation(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (lo
 // CHECK-NEXT: %[[MAX:.+]], %[[SUM:.+]] = fuse.max_sum_exp %x
 // CHECK-NEXT: %[[LOG:.+]] = fuse.log %[[SUM]]
 // CHECK-NEXT: %[[ONE:.+]] = fuse.constant full 1.000000e+00 : f32
-// CHECK-NEXT: %{{.+}}, %[[DEV:.+]] = fuse.max_deviation %x, %[[ONE]] : !fuse.full<f32> to !fuse.row<f32>
+// CHECK-NEXT: %{{[^,]+}}, %[[DEV:[^,]+]], %{{[^,]+}} = fuse.max_deviation %x, %[[ONE]] : !fuse.full<f32> to !fuse.row<f32>
 // CHECK-NEXT: %[[LOSS:.+]] = fuse.sub %[[LOG]], %[[DEV]]
 // CHECK-NEXT: fuse.yield %[[LOSS]]
 // STREAMED-LABEL: fuse.kernel @unit_deviation
@@ -194,7 +195,7 @@ fuse.kernel @unit_deviation(%x: !fuse.full<f32>) -> (loss: !fuse.row<f32>) {
 // CHECK: %[[T:.+]] = fuse.tanh
 // CHECK-NEXT: %[[X:.+]] = fuse.mul %{{.+}}, %[[T]] : !fuse.full<f32>
 // CHECK-NEXT: %[[MAX:.+]] = fuse.reduce max %[[X]]
-// CHECK-NEXT: %{{.+}}, %[[DEV:.+]] = fuse.max_deviation %[[X]], %w
+// CHECK-NEXT: %{{[^,]+}}, %[[DEV:[^,]+]], %{{[^,]+}} = fuse.max_deviation %[[X]], %w
 // CHECK-NEXT: fuse.yield %[[DEV]], %[[MAX]]
 // STREAMED-LABEL: fuse.kernel @capped
 // STREAMED: fuse.max_deviation

@@ -113,7 +113,7 @@ def FuseMergeReductions : Pass<"fuse-merge-reductions", "::tilefuse::fuse::Kerne
     %s = fuse.reduce sum (fuse.mul %w, %d) : ...   // %w of %x's pass or earlier
     // becomes (each thread sums w * (x - m) about its running max m and
     // moves the sum when m grows: minus the growth times its sum of w)
-    %m2, %s = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
+    %m2, %s, %sw = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
     ```
     The last is a loss against probability targets (sum(w * (x - max)));
     a sum of `%d` itself takes a `%w` of 1 (label smoothing's sum of
@@ -123,8 +123,10 @@ def FuseMergeReductions : Pass<"fuse-merge-reductions", "::tilefuse::fuse::Kerne
     stays for its other uses. Its terms stay relative to a maximum, as in
     two passes: sum(w * x) - max * sum(w) loses the digits of logits near
     1e4, and centering on the row's first element those of a row whose
-    first logit is masked (-1e9 or the dtype's lowest). A sum of exp and
-    a sum about the max of the same input share one running max in the
+    first logit is masked (-1e9 or the dtype's lowest). Its updates keep
+    sum(w), which a row sum of `%w` in the same pass then takes (a loss's
+    sum of class weights, or of weighted targets). A sum of exp and a sum
+    about the max of the same input share one running max in the
     lowering.
     Values the two reductions' inputs feed elsewhere (softmax's `exp(x -
     max)` in its output) stay and are computed in a later pass. Kernels

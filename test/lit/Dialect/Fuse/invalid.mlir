@@ -358,7 +358,7 @@ fuse.kernel @moments_kind(%x: !fuse.full<f32>) -> (y: !fuse.row<f32>) {
 
 fuse.kernel @max_deviation_input(%x: !fuse.row<f32>, %w: !fuse.row<f32>) -> (y: !fuse.row<f32>) {
   // expected-error @+1 {{'fuse.max_deviation' op input must be a full float value, got '!fuse.row<f32>'}}
-  %m, %d = fuse.max_deviation %x, %w : !fuse.row<f32> to !fuse.row<f32>
+  %m, %d, %s = fuse.max_deviation %x, %w : !fuse.row<f32> to !fuse.row<f32>
   fuse.yield %d : !fuse.row<f32>
 }
 
@@ -366,7 +366,7 @@ fuse.kernel @max_deviation_input(%x: !fuse.row<f32>, %w: !fuse.row<f32>) -> (y: 
 
 fuse.kernel @max_deviation_result(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (y: !fuse.row<f16>) {
   // expected-error @+1 {{'fuse.max_deviation' op results must be '!fuse.row<f32>', got '!fuse.row<f16>'}}
-  %m, %d = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f16>
+  %m, %d, %s = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f16>
   fuse.yield %d : !fuse.row<f16>
 }
 

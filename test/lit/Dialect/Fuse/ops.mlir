@@ -126,10 +126,10 @@ fuse.kernel @fma_and_rounding(%x: !fuse.full<f32>, %w: !fuse.col<f32>) -> (y: !f
 // CHECK-LABEL: fuse.kernel @merged
 // CHECK: %max, %sum_exp = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f32>
 // CHECK: %mean, %deviations = fuse.moments sum %x : !fuse.full<f32> to !fuse.row<f32>
-// CHECK: %max_0, %deviation = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
+// CHECK: %max_0, %deviation, %weights = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
 fuse.kernel @merged(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (s: !fuse.row<f32>, v: !fuse.row<f32>, d: !fuse.row<f32>) {
   %max, %sum_exp = fuse.max_sum_exp %x : !fuse.full<f32> to !fuse.row<f32>
   %mean, %deviations = fuse.moments sum %x : !fuse.full<f32> to !fuse.row<f32>
-  %max2, %deviation = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
+  %max2, %deviation, %weights = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
   fuse.yield %sum_exp, %deviations, %deviation : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
 }

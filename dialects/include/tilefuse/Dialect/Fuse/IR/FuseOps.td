@@ -325,14 +325,15 @@ def Fuse_MaxSumExpOp : Fuse_MergedReductionOp<"max_sum_exp", "max", "sum_exp"> {
 }
 
 def Fuse_MaxDeviationOp : Fuse_Op<"max_deviation",
-    [Pure, AllTypesMatch<["max", "deviation"]>, AllTypesMatch<["input", "weight"]>]> {
-  let summary = "each row's maximum and weighted sum of x - maximum, in one pass";
+    [Pure, AllTypesMatch<["max", "deviation", "weights"]>, AllTypesMatch<["input", "weight"]>]> {
+  let summary = "each row's maximum, weighted sum of x - maximum and sum of weights, in one pass";
   let description = [{
     ```mlir
-    %max, %dev = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
+    %max, %dev, %weights = fuse.max_deviation %x, %w : !fuse.full<f32> to !fuse.row<f32>
     ```
-    The same values as `fuse.reduce max %x` and `fuse.reduce sum` of
-    `w * (x - max)` (a loss against probability targets). Each thread sums
+    The same values as `fuse.reduce max %x`, `fuse.reduce sum` of
+    `w * (x - max)` (a loss against probability targets) and `fuse.reduce
+    sum %w`, which the merged sum keeps anyway. Each thread sums
     `w * (x - m)` about its running maximum `m` and, when `m` grows by `d`,
     subtracts `d` times its sum of `w` so far: every term stays relative
     to a maximum, as in two passes (summing `w * x` and subtracting `max *
@@ -342,7 +343,7 @@ def Fuse_MaxDeviationOp : Fuse_Op<"max_deviation",
     `deviation`, as two passes give.
   }];
   let arguments = (ins Fuse_Value:$input, Fuse_Value:$weight);
-  let results = (outs Fuse_Value:$max, Fuse_Value:$deviation);
+  let results = (outs Fuse_Value:$max, Fuse_Value:$deviation, Fuse_Value:$weights);
   let assemblyFormat = "$input `,` $weight attr-dict `:` type($input) `to` type($max)";
   let hasVerifier = 1;
 }
