@@ -2,9 +2,8 @@
 //
 // Substitutes the one-pass forms of two dependent row reductions (see
 // Passes.td): max then sum(exp(x - max)), max then sum(w * (x - max)) or
-// sum(x - max), and
-// mean then the sum or mean of (x - mean)^2. The lowering computes each
-// merged op's state in the pass over its inputs' level.
+// sum(x - max), and mean then the sum or mean of (x - mean)^2. The lowering
+// computes each merged op's state in the pass over its inputs' level.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +11,7 @@
 #include "tilefuse/Compiler/TileConfig.h"
 
 #include "mlir/Analysis/TopologicalSortUtils.h"
+#include "llvm/ADT/MapVector.h"
 
 namespace tilefuse {
 #define GEN_PASS_DEF_FUSEMERGEREDUCTIONS
@@ -135,27 +135,31 @@ bool mergeMaxDeviation(ReduceOp sum) {
 
 /// A row sum of a max_deviation's weights in its pass (a loss's sum of
 /// class weights or of weighted targets) is the deviation's sum of weights,
-/// which its updates keep anyway. The block is then sorted again: the
-/// deviation stands where its sum about the max stood, after some uses of
-/// the sum of weights.
+/// which its updates keep anyway. The sums are collected first (erasing
+/// one during the walk freed the op the walk stood on), and the block is
+/// then sorted again: the deviation stands where its sum about the max
+/// stood, after some uses of the sum of weights.
 void shareDeviationWeights(KernelOp kernel) {
   DenseMap<Value, int> levels = rowLevels(kernel);
-  bool replaced = false;
+  llvm::MapVector<ReduceOp, Value> weightSums;
   kernel.walk([&](MaxDeviationOp deviation) {
     Value weight = deviation.getWeight();
     if (levels.lookup(weight) != levels.lookup(deviation.getInput()))
       return;
-    for (Operation *user : llvm::make_early_inc_range(weight.getUsers())) {
-      auto sum = dyn_cast<ReduceOp>(user);
-      if (!sum || !sum.isRowReduction() || sum.getKind() != ReduceKind::Sum)
-        continue;
-      sum.getResult().replaceAllUsesWith(deviation.getWeights());
-      sum.erase();
-      replaced = true;
-    }
+    for (Operation *user : weight.getUsers())
+      if (auto sum = dyn_cast<ReduceOp>(user);
+          sum && sum.isRowReduction() && sum.getKind() == ReduceKind::Sum)
+        weightSums.try_emplace(sum, deviation.getWeights());
   });
-  if (replaced)
-    sortTopologically(&kernel.getEntryBlock());
+  if (weightSums.empty())
+    return;
+  for (auto [sum, weights] : weightSums) {
+    sum.getResult().replaceAllUsesWith(weights);
+    sum.erase();
+  }
+  bool sorted = sortTopologically(&kernel.getEntryBlock());
+  assert(sorted && "a kernel's ops form no cycle");
+  (void)sorted;
 }
 
 /// Merges `kernel`'s dependent row reductions.

@@ -46,6 +46,13 @@ def pick(logits, target):
     return tilefuse.gather(logits, target), tilefuse.sum(onehot * logits)
 
 
+@tilefuse.fusion
+def deviation_and_mass(x, w):
+    # A weighted sum about the max, then the sum of the weights: merged,
+    # one pass whose sum of weights serves both (fuse-merge-reductions).
+    return tilefuse.sum(w * (x - tilefuse.max(x))), tilefuse.sum(w)
+
+
 SHAPES = [(5, 7), (1, 33), (0, 16), (2, 3, 17), (64,)]
 
 
@@ -53,6 +60,19 @@ SHAPES = [(5, 7), (1, 33), (0, 16), (2, 3, 17), (64,)]
 def test_softmax(shape, dtype):
     x = torch.randn(shape).to(dtype)
     assert_close(softmax(x), torch.softmax(x.float(), -1).to(dtype), dtype)
+
+
+@pytest.mark.parametrize("n", [7, 4096, 32000])
+def test_weighted_sum_about_the_max_then_the_weights(n):
+    # Regression: merging erased the sum of the weights that directly
+    # followed the weighted sum, during a walk standing on it (a segfault,
+    # every target).
+    x, w = 4 * torch.randn(3, n) + 1e3, torch.rand(3, n)
+    deviation, mass = deviation_and_mass(x, w)
+    x64, w64 = x.double(), w.double()
+    expected = (w64 * (x64 - x64.amax(-1, keepdim=True))).sum(-1)
+    assert_close(deviation, expected.float(), torch.float32)
+    assert_close(mass, w64.sum(-1).float(), torch.float32)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

@@ -160,6 +160,27 @@ fuse.kernel @weighted_deviation(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (lo
 
 // -----
 
+// The sum of w right after the weighted sum about the max: the deviation
+// takes the place of its sum about the max, just before the sum of w it
+// replaces (the walk that erased the sum there freed the op it stood on).
+// CHECK-LABEL: fuse.kernel @weights_after_deviation
+// CHECK-NEXT: %[[MAX:.+]] = fuse.reduce max %x
+// CHECK-NEXT: %{{[^,]+}}, %[[DEV:[^,]+]], %[[MASS:[^,]+]] = fuse.max_deviation %x, %w
+// CHECK-NEXT: fuse.yield %[[DEV]], %[[MASS]], %[[MAX]]
+// STREAMED-LABEL: fuse.kernel @weights_after_deviation
+// STREAMED: fuse.max_deviation
+fuse.kernel @weights_after_deviation(%x: !fuse.full<f32>, %w: !fuse.full<f32>) -> (dev: !fuse.row<f32>, mass: !fuse.row<f32>, max: !fuse.row<f32>) {
+  %max = fuse.reduce max %x : !fuse.full<f32> to !fuse.row<f32>
+  %max_f = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
+  %shifted = fuse.sub %x, %max_f : !fuse.full<f32>
+  %p = fuse.mul %w, %shifted : !fuse.full<f32>
+  %dev = fuse.reduce sum %p : !fuse.full<f32> to !fuse.row<f32>
+  %mass = fuse.reduce sum %w : !fuse.full<f32> to !fuse.row<f32>
+  fuse.yield %dev, %mass, %max : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+}
+
+// -----
+
 // A sum of x - max itself (label smoothing's sum of log-probabilities)
 // takes a weight of 1: one pass, and no sum(x) that rows of huge logits
 // overflow.
