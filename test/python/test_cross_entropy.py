@@ -189,9 +189,11 @@ def test_label_smoothing_of_huge_logits(classes, dtype, weighted):
     # The smoothing term sums the log-probabilities about the row's max, as
     # torch's log_softmax does. Regression: computed as lse - mean(z), rows
     # of 0.9 x the dtype's max or of its lowest overflowed sum(z) in float32
-    # (a loss of -inf, NaN weighted; torch gives log(n)), and lse - mean(z)
-    # lost digits at 1e4. Against float64: the loss, then the loss fused
-    # with its gradient (every row kernel that computes the loss).
+    # (a loss of -inf or +inf, NaN weighted; torch gives log(n)), and
+    # lse - mean(z) lost digits at 1e4. Against float64: the loss, then the
+    # loss fused with its gradient (every row kernel that computes the
+    # loss). The separate backward's gradient of such rows is wrong: its
+    # saved float32 lse rounds to the max (README, "Not done yet").
     big = torch.finfo(dtype).max
     logits = torch.randn(5, classes)
     logits[0] = 0.9 * big
