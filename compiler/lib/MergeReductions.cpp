@@ -192,7 +192,7 @@ struct FuseMergeReductionsPass
       // about the max included: the class-index losses' label smoothing
       // needs one (bf16 n = 32000 kept 62 elements a thread in 128
       // registers unmerged, 44% of HBM in the traffic model for the
-      // weighted loss; merged, 53 registers and 70%). Where a row in 256
+      // weighted loss; merged, 40 registers and 75%). Where a row in 256
       // threads keeps logits and targets (the probability-target forwards
       // at bf16 n = 8192, forced: the rule gives them one warp a row), two
       // passes over registers took fewer instructions (soft-capped 85%

@@ -182,7 +182,7 @@
 //      (fuse.max_deviation: the probability-target losses, and the
 //      class-index losses' label smoothing) merge with the rest: the
 //      weighted class-index loss at bf16 n = 32000 took 128 registers in
-//      two passes (44% of HBM) and 53 merged (70%). Forced to a wide row
+//      two passes (44% of HBM) and 40 merged (75%). Forced to a wide row
 //      on chip (256 threads at bf16 n = 8192, where the rule gives one
 //      warp a row), the soft-capped probability-target loss fell 85% ->
 //      71% merged (80 -> 60 registers, 3 -> 4 blocks per SM, bound by
