@@ -344,19 +344,13 @@ LogicalResult lowerMultiTensorKernelToCPU(KernelOp kernel, ModuleOp module,
   MultiTensorLayout layout(kernel, abi, pointer);
   SmallVector<Type> parameters = {pointer};
   llvm::append_range(parameters, layout.parameters);
-  // t_begin, e_begin, t_last, e_end
-  parameters.append(4, b.getI64Type());
-  auto function = func::FuncOp::create(b, loc, kernel.getSymName(),
-                                       b.getFunctionType(parameters, {}));
-  Block *entry = function.addEntryBlock();
-  b.setInsertionPointToStart(entry);
-  auto index = [&](unsigned fromEnd) -> Value {
-    return arith::IndexCastOp::create(
-        b, loc, b.getIndexType(),
-        entry->getArgument(entry->getNumArguments() - fromEnd));
-  };
-  Value tensorBegin = index(4), elementBegin = index(3), tensorLast = index(2),
-        elementEnd = index(1);
+  // Then t_begin, e_begin, t_last, e_end.
+  auto function = createCPUEntry(b, loc, kernel, parameters);
+  Block *entry = &function.front();
+  Value tensorBegin = trailingIndex(b, loc, function, 4),
+        elementBegin = trailingIndex(b, loc, function, 3),
+        tensorLast = trailingIndex(b, loc, function, 2),
+        elementEnd = trailingIndex(b, loc, function, 1);
   CPURowMapping mapping(b, loc);
   // Tasks start anywhere in a tensor: no access may assume alignment.
   KernelShape unaligned = shape;

@@ -38,6 +38,22 @@ CPURowMapping::combineAcrossRow(OpBuilder &, Location, ArrayRef<RowReduction>,
   return SmallVector<ReductionState>(partials);
 }
 
+func::FuncOp createCPUEntry(OpBuilder &b, Location loc, KernelOp kernel,
+                            SmallVector<Type> parameters) {
+  parameters.append(4, b.getI64Type());
+  auto function = func::FuncOp::create(b, loc, kernel.getSymName(),
+                                       b.getFunctionType(parameters, {}));
+  b.setInsertionPointToStart(function.addEntryBlock());
+  return function;
+}
+
+Value trailingIndex(OpBuilder &b, Location loc, func::FuncOp function,
+                    unsigned fromEnd) {
+  return arith::IndexCastOp::create(
+      b, loc, b.getIndexType(),
+      function.getArgument(function.getNumArguments() - fromEnd));
+}
+
 static LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
   FailureOr<TileConfig> config = TileConfig::fromKernel(kernel);
   FailureOr<KernelShape> shape = getKernelShape(kernel);
@@ -56,19 +72,13 @@ static LogicalResult lowerKernelToCPU(KernelOp kernel, ModuleOp module) {
   FailureOr<KernelAbi> abi = getKernelAbi(kernel);
   if (failed(abi))
     return failure();
-  SmallVector<Type> parameters = loweredParameters(kernel, pointer, *abi);
-  // rows, row_begin, row_end, row_group
-  parameters.append(4, b.getI64Type());
-  auto function = func::FuncOp::create(b, loc, kernel.getSymName(),
-                                       b.getFunctionType(parameters, {}));
-  Block *entry = function.addEntryBlock();
-  b.setInsertionPointToStart(entry);
-  auto index = [&](unsigned fromEnd) -> Value {
-    return arith::IndexCastOp::create(
-        b, loc, b.getIndexType(),
-        entry->getArgument(entry->getNumArguments() - fromEnd));
-  };
-  Value rowBegin = index(3), rowEnd = index(2), rowGroup = index(1);
+  // Then rows, row_begin, row_end, row_group.
+  auto function =
+      createCPUEntry(b, loc, kernel, loweredParameters(kernel, pointer, *abi));
+  Block *entry = &function.front();
+  Value rowBegin = trailingIndex(b, loc, function, 3),
+        rowEnd = trailingIndex(b, loc, function, 2),
+        rowGroup = trailingIndex(b, loc, function, 1);
 
   CPURowMapping mapping(b, loc);
   RowProgramEmitter emitter(kernel, *config, *shape, mapping, b);

@@ -36,6 +36,9 @@
 
 namespace mlir {
 class ModuleOp;
+namespace func {
+class FuncOp;
+} // namespace func
 namespace gpu {
 class GPUModuleOp;
 } // namespace gpu
@@ -515,6 +518,17 @@ public:
 private:
   Value zero;
 };
+
+/// A CPU kernel's entry function, named after `kernel`: `parameters`, then
+/// the four i64 that give a thread its share of the work (KernelABI.h);
+/// `b` at the start of its body (LowerToCPU.cpp).
+func::FuncOp createCPUEntry(OpBuilder &b, Location loc, KernelOp kernel,
+                            SmallVector<Type> parameters);
+
+/// `function`'s argument `fromEnd` places from its end (1: the last), as an
+/// index.
+Value trailingIndex(OpBuilder &b, Location loc, func::FuncOp function,
+                    unsigned fromEnd);
 
 //===----------------------------------------------------------------------===//
 // Shared by both targets: the lowered signature (LoweredSignature.cpp) and
