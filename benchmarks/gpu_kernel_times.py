@@ -111,17 +111,18 @@ def ce_inputs(rows, n, dtype, device):
 def cross_entropy_fwd(rows, n, dtype, device):
     logits, target = ce_inputs(rows, n, dtype, device)
     call = lambda: torch.ops.tilefuse.cross_entropy_fwd(logits, target, None, *CE_OPTIONS)
-    loss, _, lse, _ = call()
-    return call, [logits, target, loss, lse]
+    loss, z_loss, row_max, log_sum, _ = call()
+    return call, [logits, target, loss, z_loss, row_max, log_sum]
 
 
 def cross_entropy_bwd(rows, n, dtype, device):
     logits, target = ce_inputs(rows, n, dtype, device)
-    _, _, lse, mass = torch.ops.tilefuse.cross_entropy_fwd(logits, target, None, *CE_OPTIONS)
+    _, _, row_max, log_sum, mass = torch.ops.tilefuse.cross_entropy_fwd(logits, target, None,
+                                                                        *CE_OPTIONS)
     dloss = torch.rand(rows, device=device)
-    call = lambda: torch.ops.tilefuse.cross_entropy_bwd(dloss, logits, target, None, lse,
-                                                        mass, *CE_OPTIONS)
-    return call, [dloss, logits, target, lse, call()]
+    call = lambda: torch.ops.tilefuse.cross_entropy_bwd(dloss, logits, target, None, row_max,
+                                                        log_sum, mass, *CE_OPTIONS)
+    return call, [dloss, logits, target, row_max, log_sum, call()]
 
 
 def cross_entropy_fwd_grad(rows, n, dtype, device):
@@ -129,8 +130,8 @@ def cross_entropy_fwd_grad(rows, n, dtype, device):
     # (the kernel reads what it wrote last time: the same bytes either way).
     logits, target = ce_inputs(rows, n, dtype, device)
     call = lambda: torch.ops.tilefuse.cross_entropy_fwd_grad_(logits, target, None, *CE_OPTIONS)
-    loss, lse = call()
-    return call, [logits, logits, target, loss, lse]
+    loss, z_loss = call()
+    return call, [logits, logits, target, loss, z_loss]
 
 
 def adamw_step(rows, n, dtype, device):

@@ -265,10 +265,11 @@ def case_cross_entropy(rows, n, dtype, device, aligned, torch, F):
     dloss = torch.rand(rows, device=device)
     smoothing = 0.1
     # reduction 0 (none): per-row losses; the backward takes per-row dloss.
-    loss, _, lse, mass = ops.cross_entropy_fwd(logits, target, None, -100, smoothing, 0.0,
-                                               None, 0)
-    dlogits = ops.cross_entropy_bwd(dloss, logits, target, None, lse, mass, -100, smoothing,
-                                    0.0, None, 0)
+    loss, _, row_max, log_sum, mass = ops.cross_entropy_fwd(logits, target, None, -100,
+                                                            smoothing, 0.0, None, 0)
+    dlogits = ops.cross_entropy_bwd(dloss, logits, target, None, row_max, log_sum, mass,
+                                    -100, smoothing, 0.0, None, 0)
+    lse = row_max + log_sum
 
     lt = logits.detach().clone().requires_grad_()
     losst = F.cross_entropy(lt, target, reduction="none", label_smoothing=smoothing)

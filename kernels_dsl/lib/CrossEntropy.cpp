@@ -12,7 +12,12 @@
 // lse_square_scale * lse^2 (0 on ignored rows). With mass = sum_c w_c q_c,
 //   dloss/dz_c = dloss * (mass * softmax(z)_c - w_c q_c)
 //              + dz_loss * 2 * lse_square_scale * lse * softmax(z)_c
-// and soft-capping multiplies it by 1 - tanh(x / softcap)^2.
+// and soft-capping multiplies it by 1 - tanh(x / softcap)^2. The forward
+// saves each row's max and log_sum = log(sum(exp(z - max))) for the
+// backward, which takes softmax(z) as exp(z - max) / exp(log_sum), as the
+// forward with gradient takes exp((z - max) - log_sum): lse = max + log_sum
+// rounds to the max in rows of huge logits (to 1e-3 near 1e4 in float32),
+// and exp(z - lse) with it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,9 +40,10 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
   // The class weight of each row's target (0 where ignored), from the host.
   Value targetWeight =
       hard && weighted ? b.input("target_weight", Kind::Row) : Value();
-  Value lse, mass, dloss, dzLoss;
+  Value max, logSum, mass, dloss, dzLoss;
   if (kernel.stage == Stage::Backward) {
-    lse = b.input("lse", Kind::Row);
+    max = b.input("max", Kind::Row);
+    logSum = b.input("log_sum", Kind::Row);
     if (weighted)
       mass = b.input("mass", Kind::Row);
   }
@@ -65,12 +71,13 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
   // w_c q_c; for class indices only the gradient needs it whole.
   Value weightedTarget = hard ? Value() : weight * (keep * target + uniform);
 
-  Value logSum, shifted;
-  if (kernel.stage != Stage::Backward) {
-    Value max = b.max(z);
-    shifted = z - max;
+  if (kernel.stage != Stage::Backward)
+    max = b.max(z);
+  Value shifted = z - max;
+  if (kernel.stage != Stage::Backward)
     logSum = log(b.sum(exp(shifted)));
-    lse = max + logSum;
+  Value lse = max + logSum;
+  if (kernel.stage != Stage::Backward) {
     Value loss;
     if (hard) {
       // An ignored row gathers column 0: no index leaves [0, n).
@@ -101,15 +108,22 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
     b.output("loss", loss);
     b.output("z_loss", hard ? where(valid, zLoss, zero) : zLoss);
     if (kernel.stage == Stage::Forward) {
-      b.output("lse", lse);
+      b.output("max", max);
+      b.output("log_sum", logSum);
       if (weighted)
         b.output("mass", mass);
       return;
     }
   }
 
+  // softmax(z), in the backward without its 1 / exp(log_sum), which the
+  // row's factor takes: one instruction less per element. The forward
+  // with gradient keeps the subtraction: there exp(z - max) is the sum's
+  // own, which a row kept on chip would hold in registers from the sum to
+  // the gradient (traffic model: float32 rows up to 15 points faster, bf16
+  // n = 1000 with class weights 89% -> 64%).
   Value p =
-      kernel.stage == Stage::Backward ? exp(z - lse) : exp(shifted - logSum);
+      kernel.stage == Stage::Backward ? exp(shifted) : exp(shifted - logSum);
   if (hard) {
     Value onehot = cast(b.iota() == target, b.computeType());
     weightedTarget = weighted ? keep * targetWeight * onehot + uniform * weight
@@ -119,6 +133,8 @@ void tilefuse::kernels::buildCrossEntropy(FusionBuilder &b,
   }
   Value zTerm = 2.0 * zScale * dzLoss * lse;
   Value rowScale = weighted ? dloss * mass + zTerm : dloss + zTerm;
+  if (kernel.stage == Stage::Backward)
+    rowScale = exp(-logSum) * rowScale;
   Value grad = p * rowScale - dloss * weightedTarget;
   if (kernel.capped) {
     // tanh'(x / softcap) from z itself: one value per element stays live.

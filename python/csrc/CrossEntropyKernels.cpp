@@ -226,7 +226,7 @@ cross_entropy::runForward(const char *op, const Tensor &logits,
                           const Options &options, at::TensorList rowOut) {
   std::vector<Tensor> out(rowOut.begin(), rowOut.end());
   if (!out.empty())
-    out.resize(targets.weighted ? 4 : 3);
+    out.resize(targets.weighted ? 5 : 4);
   auto result =
       runKernel(op, Forward, logits, target, targets, options, {}, out);
   if (!targets.weighted) // every row's mass is 1: not kept
@@ -236,14 +236,14 @@ cross_entropy::runForward(const char *op, const Tensor &logits,
 
 Tensor cross_entropy::runBackward(const char *op, const Tensor &logits,
                                   const Tensor &target, const Targets &targets,
-                                  const Options &options, const Tensor &lse,
-                                  const Tensor &mass, const Tensor &dloss,
-                                  const Tensor &dzLoss) {
+                                  const Options &options, const Tensor &rowMax,
+                                  const Tensor &logSum, const Tensor &mass,
+                                  const Tensor &dloss, const Tensor &dzLoss) {
   if (!targets.weighted)
     return runKernel(op, Backward, logits, target, targets, options,
-                     {lse, dloss, dzLoss})[0];
+                     {rowMax, logSum, dloss, dzLoss})[0];
   return runKernel(op, Backward, logits, target, targets, options,
-                   {lse, mass, dloss, dzLoss})[0];
+                   {rowMax, logSum, mass, dloss, dzLoss})[0];
 }
 
 std::vector<Tensor>

@@ -66,8 +66,10 @@ Targets prepareTargets(const char *op, const at::Tensor &target,
                        int64_t ignoreIndex, int64_t classes,
                        const at::TensorOptions &logits, bool check);
 
-/// The forward kernel: per-row (loss, z_loss, lse, mass), mass empty when
-/// not weighted (it is 1). `rowOut` may give the loss and z-loss rows.
+/// The forward kernel: per-row (loss, z_loss, max, log_sum, mass), with
+/// max and log_sum = log(sum(exp(z - max))) of the (soft-capped) logits z
+/// and mass empty when not weighted (it is 1). `rowOut` may give the loss and
+/// z-loss rows.
 std::vector<at::Tensor> runForward(const char *op, const at::Tensor &logits,
                                    const at::Tensor &target,
                                    const Targets &targets,
@@ -75,12 +77,13 @@ std::vector<at::Tensor> runForward(const char *op, const at::Tensor &logits,
                                    at::TensorList rowOut = {});
 
 /// The backward kernel: dlogits for per-row upstream gradients of the loss
-/// (`dloss`) and of the z-loss (`dzLoss`); `mass` as runForward gave it.
+/// (`dloss`) and of the z-loss (`dzLoss`); `rowMax`, `logSum` and `mass` as
+/// runForward gave them.
 at::Tensor runBackward(const char *op, const at::Tensor &logits,
                        const at::Tensor &target, const Targets &targets,
-                       const Options &options, const at::Tensor &lse,
-                       const at::Tensor &mass, const at::Tensor &dloss,
-                       const at::Tensor &dzLoss);
+                       const Options &options, const at::Tensor &rowMax,
+                       const at::Tensor &logSum, const at::Tensor &mass,
+                       const at::Tensor &dloss, const at::Tensor &dzLoss);
 
 /// Forward and backward in one kernel: per-row (loss, z_loss), and dlogits
 /// written over the contiguous `logits`.

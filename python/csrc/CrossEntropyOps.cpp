@@ -40,21 +40,23 @@ namespace {
 
 constexpr const char *kOp = "cross_entropy";
 
-using TensorQuad = std::tuple<Tensor, Tensor, Tensor, Tensor>;
+/// The forward's loss, z-loss, and each row's max, log-sum and mass.
+using ForwardRows = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
 
-using FwdOp = TensorQuad(const Tensor &, const Tensor &,
-                         const std::optional<Tensor> &, int64_t, double, double,
-                         std::optional<double>, int64_t);
+using FwdOp = ForwardRows(const Tensor &, const Tensor &,
+                          const std::optional<Tensor> &, int64_t, double,
+                          double, std::optional<double>, int64_t);
 using FwdGradOp = TensorPair(const Tensor &, const Tensor &,
                              const std::optional<Tensor> &, int64_t, double,
                              double, std::optional<double>, int64_t);
 using BwdOp = Tensor(const Tensor &, const Tensor &, const Tensor &,
                      const std::optional<Tensor> &, const Tensor &,
-                     const Tensor &, int64_t, double, double,
+                     const Tensor &, const Tensor &, int64_t, double, double,
                      std::optional<double>, int64_t);
 using TargetBwdOp = Tensor(const Tensor &, const Tensor &, const Tensor &,
                            const std::optional<Tensor> &, const Tensor &,
-                           double, std::optional<double>, int64_t);
+                           const Tensor &, double, std::optional<double>,
+                           int64_t);
 using ScaleGradOp = void(const Tensor &, const Tensor &);
 using PublicOp = Tensor(const Tensor &, const Tensor &,
                         const std::optional<Tensor> &, int64_t,
@@ -109,11 +111,11 @@ void checkKernelArguments(const Tensor &logits, const Tensor &target) {
 // Kernels (CPU and CUDA: TorchRunner picks the target) and their shapes
 //===----------------------------------------------------------------------===//
 
-TensorQuad crossEntropyFwd(const Tensor &logits, const Tensor &target,
-                           const std::optional<Tensor> &weight,
-                           int64_t ignoreIndex, double labelSmoothing,
-                           double lseSquareScale, std::optional<double> softcap,
-                           int64_t reduction) {
+ForwardRows crossEntropyFwd(const Tensor &logits, const Tensor &target,
+                            const std::optional<Tensor> &weight,
+                            int64_t ignoreIndex, double labelSmoothing,
+                            double lseSquareScale,
+                            std::optional<double> softcap, int64_t reduction) {
   checkKernelArguments(logits, target);
   Options options = optionsOf(ignoreIndex, labelSmoothing, lseSquareScale,
                               softcap, reduction);
@@ -122,24 +124,26 @@ TensorQuad crossEntropyFwd(const Tensor &logits, const Tensor &target,
                      logits.options(), /*check=*/true);
   auto rows = runForward(kOp, logits, target, targets, options);
   auto [loss, zLoss] = reduceLoss(rows[0], rows[1], targets, options);
-  return {loss, zLoss, rows[2], rows[3]};
+  return {loss, zLoss, rows[2], rows[3], rows[4]};
 }
 
-TensorQuad crossEntropyFwdMeta(const Tensor &logits, const Tensor &target,
-                               const std::optional<Tensor> &weight, int64_t,
-                               double, double, std::optional<double>,
-                               int64_t reduction) {
+ForwardRows crossEntropyFwdMeta(const Tensor &logits, const Tensor &target,
+                                const std::optional<Tensor> &weight, int64_t,
+                                double, double, std::optional<double>,
+                                int64_t reduction) {
   Reduction mode = checkReduction(kOp, reduction);
   // Without class weights every row's mass is 1: not kept.
   bool weighted = weight || at::isFloatingType(target.scalar_type());
   return {emptyLoss(logits, mode), emptyLoss(logits, mode), emptyRows(logits),
+          emptyRows(logits),
           weighted ? emptyRows(logits)
                    : logits.new_empty({0}, rowDtype(logits))};
 }
 
 Tensor crossEntropyBwd(const Tensor &gradLoss, const Tensor &logits,
                        const Tensor &target,
-                       const std::optional<Tensor> &weight, const Tensor &lse,
+                       const std::optional<Tensor> &weight,
+                       const Tensor &rowMax, const Tensor &logSum,
                        const Tensor &mass, int64_t ignoreIndex,
                        double labelSmoothing, double lseSquareScale,
                        std::optional<double> softcap, int64_t reduction) {
@@ -150,15 +154,15 @@ Tensor crossEntropyBwd(const Tensor &gradLoss, const Tensor &logits,
       prepareTargets(kOp, target, weight, ignoreIndex, logits.size(-1),
                      logits.options(), /*check=*/false);
   auto [dloss, dzLoss] = rowGradients(gradLoss, targets, options.reduction,
-                                      lse.sizes(), lse.scalar_type());
-  return runBackward(kOp, logits, target, targets, options, lse, mass, dloss,
-                     dzLoss);
+                                      rowMax.sizes(), rowMax.scalar_type());
+  return runBackward(kOp, logits, target, targets, options, rowMax, logSum,
+                     mass, dloss, dzLoss);
 }
 
 Tensor crossEntropyBwdMeta(const Tensor &, const Tensor &logits, const Tensor &,
                            const std::optional<Tensor> &, const Tensor &,
-                           const Tensor &, int64_t, double, double,
-                           std::optional<double>, int64_t) {
+                           const Tensor &, const Tensor &, int64_t, double,
+                           double, std::optional<double>, int64_t) {
   return emptyLike(logits);
 }
 
@@ -168,18 +172,21 @@ Tensor crossEntropyBwdMeta(const Tensor &, const Tensor &logits, const Tensor &,
 Tensor crossEntropyTargetBwd(const Tensor &gradLoss, const Tensor &logits,
                              const Tensor &target,
                              const std::optional<Tensor> &weight,
-                             const Tensor &lse, double labelSmoothing,
+                             const Tensor &rowMax, const Tensor &logSum,
+                             double labelSmoothing,
                              std::optional<double> softcap, int64_t reduction) {
   checkKernelArguments(logits, target);
   Options options = optionsOf(-100, labelSmoothing, 0.0, softcap, reduction);
   Targets targets = prepareTargets(kOp, target, weight, -100, logits.size(-1),
                                    logits.options(), /*check=*/false);
   auto [dloss, dzLoss] = rowGradients(gradLoss, targets, options.reduction,
-                                      lse.sizes(), lse.scalar_type());
-  Tensor z = logits.to(lse.scalar_type());
+                                      rowMax.sizes(), rowMax.scalar_type());
+  Tensor z = logits.to(rowMax.scalar_type());
   if (softcap)
-    z = at::tanh(z.mul(1.0 / *softcap)).mul(*softcap);  // as the kernels do
-  Tensor logProbs = z.sub(lse.unsqueeze(-1));
+    z = at::tanh(z.mul(1.0 / *softcap)).mul(*softcap); // as the kernels do
+  // (z - max) - log_sum, as the kernels take it: max + log_sum rounds to
+  // the max in rows of huge logits.
+  Tensor logProbs = z.sub(rowMax.unsqueeze(-1)).sub(logSum.unsqueeze(-1));
   return logProbs.mul(targets.classWeight)
       .mul(dloss.unsqueeze(-1))
       .mul(-(1.0 - labelSmoothing))
@@ -189,7 +196,8 @@ Tensor crossEntropyTargetBwd(const Tensor &gradLoss, const Tensor &logits,
 Tensor crossEntropyTargetBwdMeta(const Tensor &, const Tensor &,
                                  const Tensor &target,
                                  const std::optional<Tensor> &, const Tensor &,
-                                 double, std::optional<double>, int64_t) {
+                                 const Tensor &, double, std::optional<double>,
+                                 int64_t) {
   return emptyLike(target);
 }
 
@@ -267,15 +275,15 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
           double labelSmoothing, double lseSquareScale,
           std::optional<double> softcap, int64_t reduction) {
     at::AutoDispatchBelowADInplaceOrView below;
-    auto [loss, zLoss, lse, mass] =
+    auto [loss, zLoss, rowMax, logSum, mass] =
         fwdOp().call(logits, target, weight, ignoreIndex, labelSmoothing,
                      lseSquareScale, softcap, reduction);
     ctx->save_for_backward(
-        {logits, target, lse, mass, weight.value_or(Tensor())});
+        {logits, target, rowMax, logSum, mass, weight.value_or(Tensor())});
     saveOptions(ctx, ignoreIndex, labelSmoothing, lseSquareScale, softcap,
                 reduction);
-    ctx->mark_non_differentiable({zLoss, lse, mass});
-    return {loss, zLoss, lse, mass};
+    ctx->mark_non_differentiable({zLoss, rowMax, logSum, mass});
+    return {loss, zLoss, rowMax, logSum, mass};
   }
 
   static variable_list backward(AutogradContext *ctx, variable_list grads) {
@@ -286,22 +294,23 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     variable_list result(8);
     if (!grads[0].defined())
       return result;
-    const Tensor &logits = saved[0], &target = saved[1], &lse = saved[2];
+    const Tensor &logits = saved[0], &target = saved[1], &rowMax = saved[2],
+                 &logSum = saved[3];
     std::optional<Tensor> weight;
-    if (saved[4].defined())
-      weight = saved[4];
+    if (saved[5].defined())
+      weight = saved[5];
     auto &data = ctx->saved_data;
     double labelSmoothing = data["label_smoothing"].toDouble();
     auto softcap = data["softcap"].toOptional<double>();
     int64_t reduction = data["reduction"].toInt();
     if (ctx->needs_input_grad(0))
       result[0] =
-          bwdOp.call(grads[0], logits, target, weight, lse, saved[3],
+          bwdOp.call(grads[0], logits, target, weight, rowMax, logSum, saved[4],
                      data["ignore_index"].toInt(), labelSmoothing,
                      data["lse_square_scale"].toDouble(), softcap, reduction);
     if (ctx->needs_input_grad(1))
-      result[1] = targetBwdOp.call(grads[0], logits, target, weight, lse,
-                                   labelSmoothing, softcap, reduction);
+      result[1] = targetBwdOp.call(grads[0], logits, target, weight, rowMax,
+                                   logSum, labelSmoothing, softcap, reduction);
     return result;
   }
 };
@@ -443,7 +452,7 @@ TensorPair crossEntropyImpl(const Tensor &input, const Tensor &target,
         logits, targets, classWeight, ignoreIndex, labelSmoothing,
         lseSquareScale, softcap, options.reduction);
   } else {
-    std::tie(loss, zLoss, std::ignore, std::ignore) =
+    std::tie(loss, zLoss, std::ignore, std::ignore, std::ignore) =
         fwdOp().call(logits, targets, classWeight, ignoreIndex, labelSmoothing,
                      lseSquareScale, softcap, options.reduction);
   }
@@ -524,17 +533,17 @@ TORCH_LIBRARY_FRAGMENT(tilefuse, m) {
   m.def("cross_entropy_inplace_backward(Tensor(a!) input, Tensor "
         "target, " TILEFUSE_CROSS_ENTROPY_OPTIONS ") -> (Tensor, Tensor)");
   // reduction: 0 none, 1 mean, 2 sum (at::Reduction). Returns the loss, the
-  // z-loss, and each row's lse and mass (what the backward takes; mass is
-  // empty without class weights, where it is 1).
+  // z-loss, and what the backward takes: each row's max, log_sum (lse is
+  // max + log_sum) and mass (empty without class weights, where it is 1).
   m.def("cross_entropy_fwd(Tensor logits, Tensor target, Tensor? "
         "weight, " TILEFUSE_CROSS_ENTROPY_KERNEL_OPTIONS
-        ") -> (Tensor, Tensor, Tensor, Tensor)");
+        ") -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("cross_entropy_bwd(Tensor grad_loss, Tensor logits, Tensor target, "
-        "Tensor? weight, Tensor lse, Tensor "
+        "Tensor? weight, Tensor max, Tensor log_sum, Tensor "
         "mass, " TILEFUSE_CROSS_ENTROPY_KERNEL_OPTIONS ") -> Tensor");
   m.def("cross_entropy_target_bwd(Tensor grad_loss, Tensor logits, "
-        "Tensor target, Tensor? weight, Tensor lse, float label_smoothing, "
-        "float? softcap, int reduction) -> Tensor");
+        "Tensor target, Tensor? weight, Tensor max, Tensor log_sum, "
+        "float label_smoothing, float? softcap, int reduction) -> Tensor");
   m.def("cross_entropy_fwd_grad_(Tensor(a!) logits, Tensor target, "
         "Tensor? weight, " TILEFUSE_CROSS_ENTROPY_KERNEL_OPTIONS
         ") -> (Tensor, Tensor)");
@@ -582,7 +591,7 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
            variable_list out = CrossEntropyFunction::apply(
                logits, target, weight, ignoreIndex, labelSmoothing,
                lseSquareScale, softcap, reduction);
-           return TensorQuad(out[0], out[1], out[2], out[3]);
+           return ForwardRows(out[0], out[1], out[2], out[3], out[4]);
          });
   m.impl("cross_entropy_fwd_grad_",
          [](const Tensor &logits, const Tensor &target,

@@ -182,33 +182,60 @@ def test_nonfinite_logits_like_torch(weighted, label_smoothing):
               lambda x, t: F.cross_entropy(x, t, **options), logits, target)
 
 
-@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("classes", [1000, 4096, 32000])
-def test_label_smoothing_of_huge_logits(classes, dtype, weighted):
-    # The smoothing term sums the log-probabilities about the row's max, as
-    # torch's log_softmax does. Regression: computed as lse - mean(z), rows
-    # of 0.9 x the dtype's max or of its lowest overflowed sum(z) in float32
-    # (a loss of -inf or +inf, NaN weighted; torch gives log(n)), and
-    # lse - mean(z) lost digits at 1e4. Against float64: the loss, then the
-    # loss fused with its gradient (every row kernel that computes the
-    # loss). The separate backward's gradient of such rows is wrong: its
-    # saved float32 lse rounds to the max (README, "Not done yet").
+def huge_logit_rows(classes, dtype):
+    """Rows of 0.9 x the dtype's max, of its lowest, of -max/2 + noise and
+    of 1e4 + noise (bf16: 100), then one of randn."""
     big = torch.finfo(dtype).max
     logits = torch.randn(5, classes)
     logits[0] = 0.9 * big
     logits[1] = -big
     logits[2] = -big / 2 + 4 * torch.randn(classes)
     logits[3] = (1e4 if dtype == torch.float32 else 100.0) + torch.randn(classes)
-    logits = logits.to(dtype)
+    return logits.to(dtype)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("classes", [1000, 4096, 32000])
+def test_label_smoothing_of_huge_logits(classes, dtype, weighted):
+    # The smoothing term sums the log-probabilities about the row's max, as
+    # torch's log_softmax does, and the separate backward takes softmax as
+    # exp((z - max) - log_sum) from the forward's saved max and log-sum.
+    # Regressions: computed as lse - mean(z), rows of 0.9 x the dtype's max
+    # or of its lowest overflowed sum(z) in float32 (a loss of -inf or +inf,
+    # NaN weighted; torch gives log(n)), and lse - mean(z) lost digits at
+    # 1e4; the backward took exp(z - lse) from a saved float32 lse, which
+    # rounds to the max (a gradient of about 1 a class in rows of 0.9 x
+    # max, 1.6e-5 off at 1e4). Against float64: the loss and its gradient,
+    # separate and fused in place (every row kernel).
+    logits = huge_logit_rows(classes, dtype)
     target = torch.randint(0, classes, (5,))
     options = dict(weight=torch.rand(classes) + 0.5 if weighted else None,
                    label_smoothing=0.1, reduction="none")
     loss = TF.cross_entropy(logits, target, **options)
     assert loss.isfinite().all(), loss
-    assert_close(loss, reference(logits, target, **options)[0].to(dtype), dtype)
+    ref = lambda x, t: reference(x, t, **options)[0].to(dtype)
+    check(dtype, lambda x, t: TF.cross_entropy(x, t, **options), ref, logits, target)
     check(dtype, lambda x, t: TF.cross_entropy(x * 1, t, inplace_backward=True, **options),
+          ref, logits, target)
+
+
+@pytest.mark.parametrize("softcap", [None, 30.0], ids=["plain", "capped"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_probability_target_gradients_of_huge_logits(dtype, softcap):
+    # The gradients of the logits (the backward kernel) and of probability
+    # targets (ATen ops), both from the saved max and log-sum, against
+    # float64; and the z-loss's gradient, whose lse = max + log_sum.
+    logits = huge_logit_rows(4096, dtype)
+    target = probabilities((5, 4096)).to(dtype)
+    options = dict(weight=torch.rand(4096) + 0.5, label_smoothing=0.1, reduction="none",
+                   softcap=softcap)
+    check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
           lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
+    rows = logits[3:]  # the z-loss of rows of 0.9 x max is inf
+    options = dict(lse_square_scale=1e-4, reduction="sum", softcap=softcap)
+    check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
+          lambda x, t: reference(x, t, **options)[0].to(dtype), rows, target[3:])
 
 
 FORMS = {

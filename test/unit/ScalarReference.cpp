@@ -321,8 +321,8 @@ Reference crossEntropy(CrossEntropyForm form) {
     double eps = in.scalars.at("label_smoothing");
     double zScale = in.scalars.at("lse_square_scale");
     double cap = form.capped ? in.scalars.at("softcap") : 0;
-    std::vector<double> loss(rows), zLoss(rows), lses(rows), masses(rows),
-        dlogits(rows * n);
+    std::vector<double> loss(rows), zLoss(rows), maxes(rows), logSums(rows),
+        masses(rows), dlogits(rows * n);
     for (int64_t r = 0; r < rows; ++r) {
       std::vector<double> z(n), wq(n); // w_c q_c
       int64_t target = -1;
@@ -368,17 +368,23 @@ Reference crossEntropy(CrossEntropyForm form) {
         mass = (1 - eps) * targetWeight + eps / n * weightSum;
       }
       zLoss[r] = valid ? zScale * lse * lse : 0;
-      lses[r] = lse;
+      maxes[r] = max;
+      logSums[r] = std::log(sum);
       masses[r] = form.probs ? mass : (1 - eps) * targetWeight + eps / n * weightSum;
       if (!form.backward)
         continue;
-      lse = form.forward ? lses[r] : in.floats.at("lse")[r];
+      // The backward takes the forward's saved max and log-sum.
+      if (!form.forward) {
+        max = in.floats.at("max")[r];
+        logSums[r] = in.floats.at("log_sum")[r];
+      }
+      lse = max + logSums[r];
       mass = form.forward || !form.weighted ? masses[r]
                                             : in.floats.at("mass")[r];
       double dloss = valid ? in.floats.at("dloss")[r] : 0;
       double dz = valid ? in.floats.at("dz_loss")[r] : 0;
       for (int64_t c = 0; c < n; ++c) {
-        double p = std::exp(z[c] - lse);
+        double p = std::exp((z[c] - max) - logSums[r]);
         double grad = p * (dloss * mass + 2 * zScale * dz * lse) - dloss * wq[c];
         if (form.capped)
           grad *= 1 - (z[c] / cap) * (z[c] / cap);
@@ -390,7 +396,8 @@ Reference crossEntropy(CrossEntropyForm form) {
       out.floats["z_loss"] = zLoss;
     }
     if (form.forward && !form.backward) {
-      out.floats["lse"] = lses;
+      out.floats["max"] = maxes;
+      out.floats["log_sum"] = logSums;
       if (form.weighted)
         out.floats["mass"] = masses;
     }
@@ -496,7 +503,7 @@ void saveCrossEntropyStats(const std::string &name, Values &in, int64_t rows,
   form.backward = false;
   Values stats;
   crossEntropy(form)(in, rows, n, stats);
-  for (const char *stat : {"lse", "mass"}) {
+  for (const char *stat : {"max", "log_sum", "mass"}) {
     if (!stats.floats.count(stat))
       continue;
     in.floats[stat] = stats.floats[stat];
@@ -523,7 +530,7 @@ void maskHalfOfEachRow(const KernelInfo &info, Values &in, int64_t rows,
   if (in.ints.count("target"))
     for (int64_t &target : in.ints.at("target"))
       target = target == kIgnoreIndex ? target : target % (n / 2);
-  if (in.floats.count("lse"))
+  if (in.floats.count("log_sum"))
     saveCrossEntropyStats(info.name, in, rows, n);
   CrossEntropyForm form = crossEntropyForm(info.name);
   if (form.forward && !form.probs && !form.capped) {
@@ -717,7 +724,7 @@ Values makeInputs(const KernelInfo &info, int64_t rows, uint32_t seed) {
   if (info.name.rfind("adamw", 0) == 0)
     in.scalars["eps"] = 1e-8;
   in.intScalars = {{"ignore_index", kIgnoreIndex}};
-  if (in.floats.count("lse"))
+  if (in.floats.count("log_sum"))
     saveCrossEntropyStats(info.name, in, rows, n);
   if (in.floats.count("mean")) {
     Values forward, stats;

@@ -36,14 +36,15 @@
 // SWIGLU: fuse.sigmoid %a
 // SWIGLU-NOT: fuse.reduce
 
-// The forward also saves its row max, the max's argmax and the sum of
-// exponentials; the backward then reduces nothing: sum(exp(x - max)) is
-// the saved sum, so the max's gradient (which cancels) is per-row work.
-// CE: fuse.kernel @cross_entropy_fwd({{.+}}) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>, rowmax: !fuse.row<f32>, argmax: !fuse.row<i32>, rowsum: !fuse.row<f32>)
+// The forward also saves the max's argmax and the sum of exponentials (its
+// row max is an output already); the backward then reduces nothing:
+// sum(exp(x - max)) is the saved sum, so the max's gradient (which
+// cancels) is per-row work.
+// CE: fuse.kernel @cross_entropy_fwd({{.+}}) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, max: !fuse.row<f32>, log_sum: !fuse.row<f32>, argmax: !fuse.row<i32>, rowsum: !fuse.row<f32>)
 // CE: %[[MAX:.+]] = fuse.reduce max %logits
 // CE-NEXT: %[[ARGMAX:.+]] = fuse.arg_reduce max %logits : !fuse.full<f32> to !fuse.row<i32>
-// CE: fuse.yield %{{.+}}, %{{.+}}, %{{.+}}, %[[MAX]], %[[ARGMAX]], %{{.+}} :
-// CE: fuse.kernel @cross_entropy_bwd(%dloss: !fuse.row<f32>, %logits: !fuse.full<f32>, %target: !fuse.row<i64>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %rowmax: !fuse.row<f32>, %argmax: !fuse.row<i32>, %rowsum: !fuse.row<f32>) -> (dlogits: !fuse.full<f32>)
+// CE: fuse.yield %{{.+}}, %{{.+}}, %[[MAX]], %{{.+}}, %[[ARGMAX]], %{{.+}} :
+// CE: fuse.kernel @cross_entropy_bwd(%dloss: !fuse.row<f32>, %logits: !fuse.full<f32>, %target: !fuse.row<i64>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %max: !fuse.row<f32>, %argmax: !fuse.row<i32>, %rowsum: !fuse.row<f32>) -> (dlogits: !fuse.full<f32>)
 // CE-NOT: fuse.reduce
 // The target's one-hot (the gather's adjoint) and the argmax's (i32).
 // CE: %[[IOTA:.+]] = fuse.iota : !fuse.col<i64>

@@ -11,20 +11,20 @@
 //   nll    = logS - (z[target] - m)
 //   loss   = (1 - eps) * nll + (eps != 0 ? eps * (logS - sum(z - m) / n) : 0)
 //   z_loss = lse_square_scale * lse^2
+// both 0 where target == ignore_index. As in torch, the smoothing term is
+// left out when eps is 0 (a -inf logit makes it inf). m and logS are saved
+// for the backward pass (m + logS rounds to m in rows of huge logits). An
+// ignored row gathers column 0, so no index ever leaves [0, n).
 // The smoothing sums are about m, as torch's log_softmax takes them (sum(z)
 // overflows in rows of huge logits); fuse-merge-reductions puts them in
 // m's pass.
-// both 0 where target == ignore_index. As in torch, the smoothing term is
-// left out when eps is 0 (a -inf logit makes it inf). lse is saved for the
-// backward pass. An ignored row gathers column 0, so no index ever leaves
-// [0, n).
 //
 // Here z = softcap * tanh(logits / softcap) (Gemma 2's soft-capping), and the
 // gradient with respect to the logits is dz * (1 - tanh(logits / softcap)^2).
 // logits / softcap is logits times softcap_reciprocal (1 / softcap, from the
 // host).
 module {
-  fuse.kernel @cross_entropy_capped_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>, %softcap: !fuse.scalar<f32>, %softcap_reciprocal: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>) {
+  fuse.kernel @cross_entropy_capped_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>, %softcap: !fuse.scalar<f32>, %softcap_reciprocal: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, max: !fuse.row<f32>, log_sum: !fuse.row<f32>) {
     %0 = fuse.constant row 0.000000e+00 : f32
     %1 = fuse.constant row 0 : i64
     %2 = fuse.constant scalar 0.000000e+00 : f32
@@ -71,6 +71,6 @@ module {
     %43 = fuse.mul %42, %18 : !fuse.row<f32>
     %44 = fuse.mul %43, %18 : !fuse.row<f32>
     %45 = fuse.select %11, %44, %0 : !fuse.row<f32>
-    fuse.yield %41, %45, %18 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+    fuse.yield %41, %45, %12, %17 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
   }
 }

@@ -4,16 +4,17 @@
 // RUN: tilefuse-opt %s | tilefuse-opt | grep -v '^$' | diff -u %t.expected -
 // RUN: tilefuse-opt %s -canonicalize -fuse-hoist-broadcasts | grep -v '^$' | diff -u %t.expected -
 //
-// Cross-entropy backward over probability targets, from the forward's lse
-// and mass and the upstream gradients of each row's loss (dloss) and z-loss
-// (dz_loss), with q = (1 - eps) * P + eps / n:
-//   p = exp(z - lse)
+// Cross-entropy backward over probability targets, from the forward's
+// m = max(z), logS = log(sum(exp(z - m))) and mass, and the upstream
+// gradients of each row's loss (dloss) and z-loss (dz_loss), with
+// q = (1 - eps) * P + eps / n:
+//   p = exp(z - m) * exp(-logS), lse = m + logS
 //   dz = p * (dloss * mass + 2 * lse_square_scale * dz_loss * lse)
 //        - dloss * w * q
 //
 // Here z is the logits themselves.
 module {
-  fuse.kernel @cross_entropy_probs_bwd(%logits: !fuse.full<f32>, %target: !fuse.full<f32>, %weight: !fuse.col<f32>, %lse: !fuse.row<f32>, %mass: !fuse.row<f32>, %dloss: !fuse.row<f32>, %dz_loss: !fuse.row<f32>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (dlogits: !fuse.full<f32>) {
+  fuse.kernel @cross_entropy_probs_bwd(%logits: !fuse.full<f32>, %target: !fuse.full<f32>, %weight: !fuse.col<f32>, %max: !fuse.row<f32>, %log_sum: !fuse.row<f32>, %mass: !fuse.row<f32>, %dloss: !fuse.row<f32>, %dz_loss: !fuse.row<f32>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (dlogits: !fuse.full<f32>) {
     %0 = fuse.constant scalar 2.000000e+00 : f32
     %1 = fuse.constant scalar 1.000000e+00 : f32
     %2 = fuse.sub %1, %label_smoothing : !fuse.scalar<f32>
@@ -25,20 +26,24 @@ module {
     %8 = fuse.add %6, %7 : !fuse.full<f32>
     %9 = fuse.broadcast %weight : !fuse.col<f32> to !fuse.full<f32>
     %10 = fuse.mul %9, %8 : !fuse.full<f32>
-    %11 = fuse.broadcast %lse : !fuse.row<f32> to !fuse.full<f32>
+    %11 = fuse.broadcast %max : !fuse.row<f32> to !fuse.full<f32>
     %12 = fuse.sub %logits, %11 : !fuse.full<f32>
-    %13 = fuse.exp %12 : !fuse.full<f32>
-    %14 = fuse.mul %lse_square_scale, %0 : !fuse.scalar<f32>
-    %15 = fuse.broadcast %14 : !fuse.scalar<f32> to !fuse.row<f32>
-    %16 = fuse.mul %15, %dz_loss : !fuse.row<f32>
-    %17 = fuse.mul %16, %lse : !fuse.row<f32>
-    %18 = fuse.mul %dloss, %mass : !fuse.row<f32>
-    %19 = fuse.add %18, %17 : !fuse.row<f32>
-    %20 = fuse.broadcast %dloss : !fuse.row<f32> to !fuse.full<f32>
-    %21 = fuse.mul %20, %10 : !fuse.full<f32>
-    %22 = fuse.broadcast %19 : !fuse.row<f32> to !fuse.full<f32>
-    %23 = fuse.mul %13, %22 : !fuse.full<f32>
-    %24 = fuse.sub %23, %21 : !fuse.full<f32>
-    fuse.yield %24 : !fuse.full<f32>
+    %13 = fuse.add %max, %log_sum : !fuse.row<f32>
+    %14 = fuse.exp %12 : !fuse.full<f32>
+    %15 = fuse.mul %lse_square_scale, %0 : !fuse.scalar<f32>
+    %16 = fuse.broadcast %15 : !fuse.scalar<f32> to !fuse.row<f32>
+    %17 = fuse.mul %16, %dz_loss : !fuse.row<f32>
+    %18 = fuse.mul %17, %13 : !fuse.row<f32>
+    %19 = fuse.mul %dloss, %mass : !fuse.row<f32>
+    %20 = fuse.add %19, %18 : !fuse.row<f32>
+    %21 = fuse.neg %log_sum : !fuse.row<f32>
+    %22 = fuse.exp %21 : !fuse.row<f32>
+    %23 = fuse.mul %22, %20 : !fuse.row<f32>
+    %24 = fuse.broadcast %dloss : !fuse.row<f32> to !fuse.full<f32>
+    %25 = fuse.mul %24, %10 : !fuse.full<f32>
+    %26 = fuse.broadcast %23 : !fuse.row<f32> to !fuse.full<f32>
+    %27 = fuse.mul %14, %26 : !fuse.full<f32>
+    %28 = fuse.sub %27, %25 : !fuse.full<f32>
+    fuse.yield %28 : !fuse.full<f32>
   }
 }

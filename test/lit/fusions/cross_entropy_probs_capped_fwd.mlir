@@ -12,20 +12,21 @@
 //   loss   = mass * logS - sum(w * q * s)      (-sum_c w_c q_c log_softmax(z)_c)
 //   z_loss = lse_square_scale * lse^2
 // A class with q = 0 and a -inf logit makes the loss NaN, as torch's
-// 0 * -inf does. lse and mass are saved for the backward pass.
+// 0 * -inf does. m, logS and mass are saved for the backward pass
+// (m + logS rounds to m in rows of huge logits).
 //
 // Here z = softcap * tanh(logits / softcap) (Gemma 2's soft-capping), and the
 // gradient with respect to the logits is dz * (1 - tanh(logits / softcap)^2).
 // logits / softcap is logits times softcap_reciprocal (1 / softcap, from the
 // host).
 module {
-  fuse.kernel @cross_entropy_probs_capped_fwd(%logits: !fuse.full<f32>, %target: !fuse.full<f32>, %weight: !fuse.col<f32>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>, %softcap: !fuse.scalar<f32>, %softcap_reciprocal: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>, mass: !fuse.row<f32>) {
+  fuse.kernel @cross_entropy_probs_capped_fwd(%logits: !fuse.full<f32>, %target: !fuse.full<f32>, %weight: !fuse.col<f32>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>, %softcap: !fuse.scalar<f32>, %softcap_reciprocal: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, max: !fuse.row<f32>, log_sum: !fuse.row<f32>, mass: !fuse.row<f32>) {
     %0 = fuse.constant scalar 1.000000e+00 : f32
     %1 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.full<f32>
-    %2 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.full<f32>
-    %3 = fuse.mul %logits, %1 : !fuse.full<f32>
-    %4 = fuse.tanh %3 : !fuse.full<f32>
-    %5 = fuse.mul %2, %4 : !fuse.full<f32>
+    %2 = fuse.mul %logits, %1 : !fuse.full<f32>
+    %3 = fuse.tanh %2 : !fuse.full<f32>
+    %4 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.full<f32>
+    %5 = fuse.mul %4, %3 : !fuse.full<f32>
     %6 = fuse.sub %0, %label_smoothing : !fuse.scalar<f32>
     %7 = fuse.row_length : !fuse.scalar<f32>
     %8 = fuse.div %label_smoothing, %7 : !fuse.scalar<f32>
@@ -50,6 +51,6 @@ module {
     %27 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
     %28 = fuse.mul %27, %21 : !fuse.row<f32>
     %29 = fuse.mul %28, %21 : !fuse.row<f32>
-    fuse.yield %26, %29, %21, %22 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+    fuse.yield %26, %29, %15, %20, %22 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
   }
 }

@@ -18,13 +18,15 @@
 //   loss   = mass * logS - sum(w * q * s)      (-sum_c w_c q_c log_softmax(z)_c)
 //   z_loss = lse_square_scale * lse^2
 // A class with q = 0 and a -inf logit makes the loss NaN, as torch's
-// 0 * -inf does. lse and mass are saved for the backward pass.
+// 0 * -inf does. m, logS and mass are saved for the backward pass
+// (m + logS rounds to m in rows of huge logits).
 //
 // Backward:
-// Cross-entropy backward over probability targets, from the forward's lse
-// and mass and the upstream gradients of each row's loss (dloss) and z-loss
-// (dz_loss), with q = (1 - eps) * P + eps / n:
-//   p = exp(z - lse)
+// Cross-entropy backward over probability targets, from the forward's
+// m = max(z), logS = log(sum(exp(z - m))) and mass, and the upstream
+// gradients of each row's loss (dloss) and z-loss (dz_loss), with
+// q = (1 - eps) * P + eps / n:
+//   p = exp(z - m) * exp(-logS), lse = m + logS
 //   dz = p * (dloss * mass + 2 * lse_square_scale * dz_loss * lse)
 //        - dloss * w * q
 //
@@ -34,14 +36,14 @@
 // host).
 module {
   fuse.kernel @cross_entropy_probs_capped_fwd_grad(%logits: !fuse.full<f32>, %target: !fuse.full<f32>, %weight: !fuse.col<f32>, %dloss: !fuse.row<f32>, %dz_loss: !fuse.row<f32>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>, %softcap: !fuse.scalar<f32>, %softcap_reciprocal: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, dlogits: !fuse.full<f32>) {
-    %0 = fuse.constant scalar 2.000000e+00 : f32
-    %1 = fuse.constant full 1.000000e+00 : f32
+    %0 = fuse.constant full 1.000000e+00 : f32
+    %1 = fuse.constant scalar 2.000000e+00 : f32
     %2 = fuse.constant scalar 1.000000e+00 : f32
     %3 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.full<f32>
-    %4 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.full<f32>
-    %5 = fuse.mul %logits, %3 : !fuse.full<f32>
-    %6 = fuse.tanh %5 : !fuse.full<f32>
-    %7 = fuse.mul %4, %6 : !fuse.full<f32>
+    %4 = fuse.mul %logits, %3 : !fuse.full<f32>
+    %5 = fuse.tanh %4 : !fuse.full<f32>
+    %6 = fuse.broadcast %softcap : !fuse.scalar<f32> to !fuse.full<f32>
+    %7 = fuse.mul %6, %5 : !fuse.full<f32>
     %8 = fuse.sub %2, %label_smoothing : !fuse.scalar<f32>
     %9 = fuse.row_length : !fuse.scalar<f32>
     %10 = fuse.div %label_smoothing, %9 : !fuse.scalar<f32>
@@ -69,7 +71,7 @@ module {
     %32 = fuse.broadcast %22 : !fuse.row<f32> to !fuse.full<f32>
     %33 = fuse.sub %19, %32 : !fuse.full<f32>
     %34 = fuse.exp %33 : !fuse.full<f32>
-    %35 = fuse.mul %lse_square_scale, %0 : !fuse.scalar<f32>
+    %35 = fuse.mul %lse_square_scale, %1 : !fuse.scalar<f32>
     %36 = fuse.broadcast %35 : !fuse.scalar<f32> to !fuse.row<f32>
     %37 = fuse.mul %36, %dz_loss : !fuse.row<f32>
     %38 = fuse.mul %37, %23 : !fuse.row<f32>
@@ -80,10 +82,11 @@ module {
     %43 = fuse.broadcast %40 : !fuse.row<f32> to !fuse.full<f32>
     %44 = fuse.mul %34, %43 : !fuse.full<f32>
     %45 = fuse.sub %44, %42 : !fuse.full<f32>
-    %46 = fuse.mul %7, %3 : !fuse.full<f32>
-    %47 = fuse.mul %46, %46 : !fuse.full<f32>
-    %48 = fuse.sub %1, %47 : !fuse.full<f32>
-    %49 = fuse.mul %45, %48 : !fuse.full<f32>
-    fuse.yield %28, %31, %49 : !fuse.row<f32>, !fuse.row<f32>, !fuse.full<f32>
+    %46 = fuse.broadcast %softcap_reciprocal : !fuse.scalar<f32> to !fuse.full<f32>
+    %47 = fuse.mul %7, %46 : !fuse.full<f32>
+    %48 = fuse.mul %47, %47 : !fuse.full<f32>
+    %49 = fuse.sub %0, %48 : !fuse.full<f32>
+    %50 = fuse.mul %45, %49 : !fuse.full<f32>
+    fuse.yield %28, %31, %50 : !fuse.row<f32>, !fuse.row<f32>, !fuse.full<f32>
   }
 }

@@ -12,11 +12,12 @@
 //   loss   = mass * logS - sum(w * q * s)      (-sum_c w_c q_c log_softmax(z)_c)
 //   z_loss = lse_square_scale * lse^2
 // A class with q = 0 and a -inf logit makes the loss NaN, as torch's
-// 0 * -inf does. lse and mass are saved for the backward pass.
+// 0 * -inf does. m, logS and mass are saved for the backward pass
+// (m + logS rounds to m in rows of huge logits).
 //
 // Here z is the logits themselves.
 module {
-  fuse.kernel @cross_entropy_probs_fwd(%logits: !fuse.full<f32>, %target: !fuse.full<f32>, %weight: !fuse.col<f32>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>, mass: !fuse.row<f32>) {
+  fuse.kernel @cross_entropy_probs_fwd(%logits: !fuse.full<f32>, %target: !fuse.full<f32>, %weight: !fuse.col<f32>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, max: !fuse.row<f32>, log_sum: !fuse.row<f32>, mass: !fuse.row<f32>) {
     %0 = fuse.constant scalar 1.000000e+00 : f32
     %1 = fuse.sub %0, %label_smoothing : !fuse.scalar<f32>
     %2 = fuse.row_length : !fuse.scalar<f32>
@@ -42,6 +43,6 @@ module {
     %22 = fuse.broadcast %lse_square_scale : !fuse.scalar<f32> to !fuse.row<f32>
     %23 = fuse.mul %22, %16 : !fuse.row<f32>
     %24 = fuse.mul %23, %16 : !fuse.row<f32>
-    fuse.yield %21, %24, %16, %17 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+    fuse.yield %21, %24, %10, %15, %17 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
   }
 }

@@ -12,18 +12,18 @@
 //   smooth = (sum(w) * logS - sum(w * (z - m))) / n (-sum_c w_c log_softmax(z)_c / n)
 //   loss   = (1 - eps) * nll + (eps != 0 ? eps * smooth : 0)
 //   z_loss = lse_square_scale * lse^2
+// both 0 where target == ignore_index. As in torch, the smoothing term is
+// left out when eps is 0 (a -inf logit makes it inf). w[target]
+// (target_weight, 0 where ignored) comes from the host; m, logS and
+// mass = (1 - eps) * w[target] + eps / n * sum(w) are saved for the backward
+// pass. An ignored row gathers column 0, so no index ever leaves [0, n).
 // The smoothing sums are about m, as torch's log_softmax takes them (sum(z)
 // overflows in rows of huge logits); fuse-merge-reductions puts them in
 // m's pass.
-// both 0 where target == ignore_index. As in torch, the smoothing term is
-// left out when eps is 0 (a -inf logit makes it inf). w[target]
-// (target_weight, 0 where ignored) comes from the host; lse and
-// mass = (1 - eps) * w[target] + eps / n * sum(w) are saved for the backward
-// pass. An ignored row gathers column 0, so no index ever leaves [0, n).
 //
 // Here z is the logits themselves.
 module {
-  fuse.kernel @cross_entropy_weighted_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %weight: !fuse.col<f32>, %target_weight: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, lse: !fuse.row<f32>, mass: !fuse.row<f32>) {
+  fuse.kernel @cross_entropy_weighted_fwd(%logits: !fuse.full<f32>, %target: !fuse.row<i64>, %weight: !fuse.col<f32>, %target_weight: !fuse.row<f32>, %ignore_index: !fuse.scalar<i64>, %label_smoothing: !fuse.scalar<f32>, %lse_square_scale: !fuse.scalar<f32>) -> (loss: !fuse.row<f32>, z_loss: !fuse.row<f32>, max: !fuse.row<f32>, log_sum: !fuse.row<f32>, mass: !fuse.row<f32>) {
     %0 = fuse.constant row 0.000000e+00 : f32
     %1 = fuse.constant row 0 : i64
     %2 = fuse.constant scalar 0.000000e+00 : f32
@@ -73,6 +73,6 @@ module {
     %46 = fuse.mul %45, %15 : !fuse.row<f32>
     %47 = fuse.mul %46, %15 : !fuse.row<f32>
     %48 = fuse.select %8, %47, %0 : !fuse.row<f32>
-    fuse.yield %44, %48, %15, %35 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
+    fuse.yield %44, %48, %9, %14, %35 : !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>, !fuse.row<f32>
   }
 }
