@@ -268,6 +268,13 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
            llvm::divideCeil(vectors, config.threadsPerRow) * keptPerVector >
                kKeptElementsPerThread)
       config.threadsPerRow *= 2;
+  // A row one warp holds in 32 elements a thread (TileConfig.h, "a row a
+  // warp holds") takes one warp, whose lanes meet in shuffles alone.
+  int64_t warpChunks = llvm::divideCeil(vectors, kWarpSize);
+  if (shape.hasRowReduction && !shape.hasColumnReduction &&
+      config.threadsPerRow > kWarpSize && warpChunks <= kMaxOnChipChunks &&
+      warpChunks * keptPerVector <= kKeptElementsPerThread)
+    config.threadsPerRow = kWarpSize;
   // Only rows the rule keeps on chip: fewer threads must not pull a
   // streamed row into registers.
   if (shape.hasRowReduction &&
