@@ -48,8 +48,8 @@ namespace {
 // DSL fusions: launch_fusion runs one; under autograd it runs the fusion's
 // derived forward (which also outputs the per-row statistics the backward
 // reads) and records launch_fusion_backward, the derived backward kernel
-// for the inputs that need gradients. launch_fusion_forward and
-// launch_fusion_backward have Meta kernels, so torch.compile traces both.
+// for the inputs that need gradients. The three have Meta kernels, so
+// torch.compile traces them.
 //===----------------------------------------------------------------------===//
 
 using tilefuse::Fusion;
@@ -112,6 +112,29 @@ std::vector<Tensor> runDsl(const RegisteredFusion &registered, Fusion &kernel,
                    iterationTensor(registered.fusion, inputs).sizes());
 }
 
+/// The outputs a fusion writes over its inputs, at their positions (the
+/// others undefined); empty when it writes none in place.
+std::vector<Tensor> inplaceOutputs(const RegisteredFusion &registered,
+                                   at::TensorList tensors) {
+  const Fusion &fusion = registered.fusion;
+  std::vector<Tensor> out;
+  if (registered.inplace.empty())
+    return out;
+  // Each input's position among the tensors (-1 for scalars).
+  std::vector<int64_t> tensorIndex;
+  int64_t next = 0;
+  for (const PortInfo &port : fusion.inputs())
+    tensorIndex.push_back(port.kind == PortInfo::Kind::Scalar ? -1 : next++);
+  out.resize(fusion.outputs().size());
+  for (auto [output, input] : registered.inplace) {
+    TORCH_CHECK_VALUE(
+        tensorIndex[input] >= 0 && tensorIndex[input] < int64_t(tensors.size()),
+        "tilefuse.", fusion.name(), ": input ", input, " is not a tensor");
+    out[output] = tensors[tensorIndex[input]];
+  }
+  return out;
+}
+
 /// Runs a fusion the DSL traced. `scalarTensors` are the scalars it reads
 /// through pointers, in order; outputs written in place go to their inputs'
 /// tensors.
@@ -136,25 +159,26 @@ std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
                                     : std::nullopt);
     }
   }
-  std::vector<Tensor> out;
-  if (!registered.inplace.empty()) {
-    // Each input's position among the tensors (-1 for scalars).
-    std::vector<int64_t> tensorIndex;
-    int64_t next = 0;
-    for (const PortInfo &port : ports)
-      tensorIndex.push_back(port.kind == PortInfo::Kind::Scalar ? -1 : next++);
-    out.resize(fusion.outputs().size());
-    for (auto [output, input] : registered.inplace) {
-      TORCH_CHECK_VALUE(tensorIndex[input] >= 0 &&
-                            tensorIndex[input] < int64_t(tensors.size()),
-                        "tilefuse.", fusion.name(), ": input ", input,
-                        " is not a tensor");
-      out[output] = tensors[tensorIndex[input]];
-    }
-  }
   return runFusion(fusion.name(), fusion, tensors, scalars, registered.storage,
-                   iterationTensor(fusion, tensors).sizes(), out,
+                   iterationTensor(fusion, tensors).sizes(),
+                   inplaceOutputs(registered, tensors),
                    /*storagePerTensor=*/false, scalarSlots);
+}
+
+std::vector<Tensor> launchFusionMeta(int64_t handle, at::TensorList tensors,
+                                     c10::ArrayRef<c10::Scalar>,
+                                     std::optional<at::TensorList>) {
+  RegisteredFusion registered = registeredFusion("launch_fusion", handle);
+  std::vector<Tensor> out = inplaceOutputs(registered, tensors);
+  std::vector<Tensor> empty =
+      emptyOutputs(registered, registered.fusion,
+                   iterationTensor(registered.fusion, tensors).sym_sizes(),
+                   tensors.front().options());
+  out.resize(empty.size());
+  for (auto [slot, fresh] : llvm::zip(out, empty))
+    if (!slot.defined())
+      slot = fresh;
+  return out;
 }
 
 /// The derived forward: the fusion's outputs, then the saved statistics.
@@ -434,6 +458,7 @@ TILEFUSE_DEVICE_KERNELS(CPU)
 TILEFUSE_DEVICE_KERNELS(CUDA)
 
 TORCH_LIBRARY_IMPL(tilefuse, Meta, m) {
+  m.impl("launch_fusion", launchFusionMeta);
   m.impl("launch_fusion_forward", launchFusionForwardMeta);
   m.impl("launch_fusion_backward", launchFusionBackwardMeta);
 }
