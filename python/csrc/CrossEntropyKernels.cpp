@@ -291,8 +291,15 @@ std::pair<Tensor, Tensor> cross_entropy::reduceLoss(const Tensor &loss,
     total /= targets.weightTotal.item<double>();
     zTotal /= targets.count.item<double>();
   }
-  return {at::scalar_tensor(withZ ? total + zTotal : total, loss.options()),
-          at::scalar_tensor(zTotal, loss.options())};
+  // Rounded to float32 first where the loss is: a sum past its range is
+  // inf, as torch's float32 sum gives, where at::scalar_tensor would refuse
+  // the double.
+  auto scalar = [&](double value) {
+    if (loss.scalar_type() == at::kFloat)
+      value = static_cast<float>(value);
+    return at::scalar_tensor(value, loss.options());
+  };
+  return {scalar(withZ ? total + zTotal : total), scalar(zTotal)};
 }
 
 std::pair<Tensor, Tensor> cross_entropy::rowGradients(const Tensor &grad,

@@ -32,7 +32,13 @@ def reference(logits, target, weight=None, ignore_index=-100, reduction="mean",
     loss = F.cross_entropy(z, t, None if weight is None else weight.double(),
                            ignore_index=ignore_index, reduction=reduction,
                            label_smoothing=label_smoothing)
-    lse = torch.logsumexp(z, dim=0 if z.dim() == 1 else 1)
+    # logsumexp about the row's max, held constant: torch.logsumexp's
+    # gradient takes exp(z - lse) from a lse that rounds to the max in
+    # rows of huge logits, even in float64.
+    dim = 0 if z.dim() == 1 else 1
+    row_max = z.amax(dim, keepdim=True).detach()
+    row_max = torch.where(row_max.isfinite(), row_max, 0.0)
+    lse = row_max.squeeze(dim) + torch.log(torch.exp(z - row_max).sum(dim))
     valid = torch.ones_like(lse, dtype=torch.bool) if probs else t != ignore_index
     rows = torch.where(valid, lse_square_scale * lse * lse, 0.0)
     z_loss = {"none": rows, "sum": rows.sum(), "mean": rows.sum() / valid.sum()}[reduction]
@@ -200,14 +206,14 @@ def huge_logit_rows(classes, dtype):
 def test_label_smoothing_of_huge_logits(classes, dtype, weighted):
     # The smoothing term sums the log-probabilities about the row's max, as
     # torch's log_softmax does, and the separate backward takes softmax as
-    # exp((z - max) - log_sum) from the forward's saved max and log-sum.
+    # exp(z - max) * exp(-log_sum) from the forward's saved max and log-sum.
     # Regressions: computed as lse - mean(z), rows of 0.9 x the dtype's max
     # or of its lowest overflowed sum(z) in float32 (a loss of -inf or +inf,
     # NaN weighted; torch gives log(n)), and lse - mean(z) lost digits at
     # 1e4; the backward took exp(z - lse) from a saved float32 lse, which
     # rounds to the max (a gradient of about 1 a class in rows of 0.9 x
-    # max, 1.6e-5 off at 1e4). Against float64: the loss and its gradient,
-    # separate and fused in place (every row kernel).
+    # max, 1e-6 to 1e-5 off at 1e4). Against float64: the loss and its
+    # gradient, separate and fused in place (every row kernel).
     logits = huge_logit_rows(classes, dtype)
     target = torch.randint(0, classes, (5,))
     options = dict(weight=torch.rand(classes) + 0.5 if weighted else None,
@@ -220,22 +226,41 @@ def test_label_smoothing_of_huge_logits(classes, dtype, weighted):
           ref, logits, target)
 
 
-@pytest.mark.parametrize("softcap", [None, 30.0], ids=["plain", "capped"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_probability_target_gradients_of_huge_logits(dtype, softcap):
+def test_gradients_from_the_saved_max_and_log_sum(dtype):
     # The gradients of the logits (the backward kernel) and of probability
-    # targets (ATen ops), both from the saved max and log-sum, against
-    # float64; and the z-loss's gradient, whose lse = max + log_sum.
+    # targets (ATen ops), both from the forward's saved max and log-sum,
+    # against float64 in rows of huge logits; and the z-loss's gradient,
+    # 2 * lse_square_scale * lse * softmax(z), in rows of 1e18 whose logits
+    # tie at the max (lse^2 stays finite). From a saved lse the softmax of
+    # those rows was 1 at each tie. (Soft-capped logits never get huge:
+    # softcap bounds them.)
     logits = huge_logit_rows(4096, dtype)
     target = probabilities((5, 4096)).to(dtype)
-    options = dict(weight=torch.rand(4096) + 0.5, label_smoothing=0.1, reduction="none",
-                   softcap=softcap)
+    options = dict(weight=torch.rand(4096) + 0.5, label_smoothing=0.1, reduction="none")
     check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
           lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
-    rows = logits[3:]  # the z-loss of rows of 0.9 x max is inf
-    options = dict(lse_square_scale=1e-4, reduction="sum", softcap=softcap)
+    logits = torch.full((3, 1000), 1e18)
+    logits[1, ::2] = 9e17
+    logits = logits.to(dtype)
+    target = torch.randint(0, 1000, (3,))
+    options = dict(lse_square_scale=1e-4, reduction="sum")
     check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
-          lambda x, t: reference(x, t, **options)[0].to(dtype), rows, target[3:])
+          lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
+
+
+def test_reduced_loss_past_float32():
+    # Regression: the CPU's reduction, summing the rows in double, raised
+    # converting a sum past float32's range. Against float64 rounded to
+    # float32: the sum is inf (as torch's); the mean is finite (torch's
+    # float32 sum overflows first: inf).
+    logits = torch.full((6, 7), -3.4e38)
+    logits[:, 0] = -1.7e38
+    target = torch.randint(1, 7, (6,))
+    for reduction in ("sum", "mean"):
+        loss = TF.cross_entropy(logits, target, reduction=reduction)
+        expected = F.cross_entropy(logits.double(), target, reduction=reduction).float()
+        assert loss.item() == expected.item(), reduction
 
 
 FORMS = {

@@ -122,8 +122,8 @@ CrossEntropyForm crossEntropyForm(const std::string &name);
 /// The cross-entropy fusions beyond the plain forward and backward: the
 /// same math, so the sweeps cover them more thinly.
 bool isCrossEntropyVariant(const std::string &name);
-/// The lse and mass a cross-entropy forward pass saves, from the logits in
-/// `in`, for a backward pass.
+/// The max, log-sum and mass a cross-entropy forward pass saves, from the
+/// logits in `in`, for a backward pass.
 void saveCrossEntropyStats(const std::string &name, Values &in, int64_t rows,
                            int64_t n);
 /// Half of each row's logits -inf and row 5 all -inf, targets moved into the

@@ -18,19 +18,18 @@
 //   loss   = (1 - eps) * nll + (eps != 0 ? eps * (logS - sum(z - m) / n) : 0)
 //   z_loss = lse_square_scale * lse^2
 // both 0 where target == ignore_index. As in torch, the smoothing term is
-// left out when eps is 0 (a -inf logit makes it inf). m and logS are saved
-// for the backward pass (m + logS rounds to m in rows of huge logits). An
-// ignored row gathers column 0, so no index ever leaves [0, n).
+// left out when eps is 0 (a -inf logit makes it inf). An ignored row
+// gathers column 0, so no index ever leaves [0, n).
 // The smoothing sums are about m, as torch's log_softmax takes them (sum(z)
 // overflows in rows of huge logits); fuse-merge-reductions puts them in
 // m's pass.
 //
 // Backward:
-// Cross-entropy backward over class indices, from the forward's m = max(z)
+// Cross-entropy backward over class indices, from this pass's m = max(z)
 // and logS = log(sum(exp(z - m))), and the upstream gradients of each row's
 // loss (dloss) and z-loss (dz_loss), both taken as 0 where
 // target == ignore_index, over n classes:
-//   p = exp(z - m) * exp(-logS), lse = m + logS
+//   p = exp((z - m) - logS), lse = m + logS
 //   dz = p * (dloss + 2 * lse_square_scale * dz_loss * lse)
 //        - dloss * ((1 - eps) * onehot(target) + eps / n)
 //

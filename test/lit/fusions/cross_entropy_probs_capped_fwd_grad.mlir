@@ -18,15 +18,14 @@
 //   loss   = mass * logS - sum(w * q * s)      (-sum_c w_c q_c log_softmax(z)_c)
 //   z_loss = lse_square_scale * lse^2
 // A class with q = 0 and a -inf logit makes the loss NaN, as torch's
-// 0 * -inf does. m, logS and mass are saved for the backward pass
-// (m + logS rounds to m in rows of huge logits).
+// 0 * -inf does.
 //
 // Backward:
-// Cross-entropy backward over probability targets, from the forward's
+// Cross-entropy backward over probability targets, from this pass's
 // m = max(z), logS = log(sum(exp(z - m))) and mass, and the upstream
 // gradients of each row's loss (dloss) and z-loss (dz_loss), with
 // q = (1 - eps) * P + eps / n:
-//   p = exp(z - m) * exp(-logS), lse = m + logS
+//   p = exp((z - m) - logS), lse = m + logS
 //   dz = p * (dloss * mass + 2 * lse_square_scale * dz_loss * lse)
 //        - dloss * w * q
 //

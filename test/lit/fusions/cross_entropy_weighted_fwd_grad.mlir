@@ -20,19 +20,19 @@
 //   z_loss = lse_square_scale * lse^2
 // both 0 where target == ignore_index. As in torch, the smoothing term is
 // left out when eps is 0 (a -inf logit makes it inf). w[target]
-// (target_weight, 0 where ignored) comes from the host; m, logS and
-// mass = (1 - eps) * w[target] + eps / n * sum(w) are saved for the backward
-// pass. An ignored row gathers column 0, so no index ever leaves [0, n).
+// (target_weight, 0 where ignored) comes from the host, and
+// mass = (1 - eps) * w[target] + eps / n * sum(w). An ignored row gathers
+// column 0, so no index ever leaves [0, n).
 // The smoothing sums are about m, as torch's log_softmax takes them (sum(z)
 // overflows in rows of huge logits); fuse-merge-reductions puts them in
 // m's pass.
 //
 // Backward:
-// Cross-entropy backward over class indices with class weights w, from the
-// forward's m = max(z), logS = log(sum(exp(z - m))) and mass, and the
+// Cross-entropy backward over class indices with class weights w, from this
+// pass's m = max(z), logS = log(sum(exp(z - m))) and mass, and the
 // upstream gradients of each row's loss (dloss) and z-loss (dz_loss),
 // both taken as 0 where target == ignore_index:
-//   p = exp(z - m) * exp(-logS), lse = m + logS
+//   p = exp((z - m) - logS), lse = m + logS
 //   dz = p * (dloss * mass + 2 * lse_square_scale * dz_loss * lse)
 //        - dloss * ((1 - eps) * w[target] * onehot(target) + eps / n * w)
 //
