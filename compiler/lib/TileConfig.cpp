@@ -268,12 +268,13 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
            llvm::divideCeil(vectors, config.threadsPerRow) * keptPerVector >
                kKeptElementsPerThread)
       config.threadsPerRow *= 2;
-  // A row one warp holds in 32 elements a thread (TileConfig.h, "a row a
-  // warp holds") takes one warp, whose lanes meet in shuffles alone.
+  // A row one warp holds in 32 elements of each full input a thread
+  // (TileConfig.h, "a row a warp holds") takes one warp, whose lanes meet
+  // in shuffles alone. Losses keep the rule of their own below.
   int64_t warpChunks = llvm::divideCeil(vectors, kWarpSize);
-  if (shape.hasRowReduction && !shape.hasColumnReduction &&
+  if (shape.hasRowReduction && !reducesRowsOnly &&
       config.threadsPerRow > kWarpSize && warpChunks <= kMaxOnChipChunks &&
-      warpChunks * keptPerVector <= kKeptElementsPerThread)
+      warpChunks * config.vectorWidth <= kKeptElementsPerThread)
     config.threadsPerRow = kWarpSize;
   // Only rows the rule keeps on chip: fewer threads must not pull a
   // streamed row into registers.

@@ -2,7 +2,7 @@
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=128256}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=BF16
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_86}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=SM86
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=ONCHIP
-// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1024}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=PARTIALS
+// RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=1024}, fuse-select-tiles{target=sm_90 threads-per-row=64}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=PARTIALS
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=bf16 n=128256}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=SPLIT
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=cpu}, fuse-merge-reductions, fuse-stage-rows))' | FileCheck %s --check-prefix=CPU
 // RUN: tilefuse-opt %s -split-input-file --pass-pipeline='builtin.module(fuse.kernel(fuse-specialize{dtype=f32 n=32000}, fuse-select-tiles{target=sm_90}, fuse-merge-reductions, fuse-stage-rows), fuse-lower-to-gpu, canonicalize, cse)' | FileCheck %s --check-prefix=GPU
@@ -86,14 +86,14 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 // staged. f32 n = 32000: the partials take 128 KiB, 6 of 16 chunks of dy
 // and x the rest (16 KiB a chunk); bf16 n = 128256: the partials (512 KiB)
 // do not fit, and 14 of their 32 chunks (16 KiB each) take the whole
-// budget, dy and x none. n = 1024: the row stays in registers, the
-// partials (4 rows of 4 KiB) in shared memory.
+// budget, dy and x none. n = 1024: the row stays in registers (one warp),
+// the partials (8 rows of 4 KiB) in shared memory.
 // F32-LABEL: fuse.kernel @norm_bwd
 // F32-SAME: partial_chunks = 16 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 229376 : i64, staged_chunks = 6 : i64
 // BF16-LABEL: fuse.kernel @norm_bwd
 // BF16-SAME: chunks = 32 : i64, partial_chunks = 14 : i64, row_on_chip = false, rows_per_block = 1 : i64, stage_bytes = 229376 : i64, staged_chunks = 0 : i64
 // ONCHIP-LABEL: fuse.kernel @norm_bwd
-// ONCHIP-SAME: chunks = 4 : i64, partial_chunks = 4 : i64, row_on_chip = true, rows_per_block = 4 : i64, stage_bytes = 16384 : i64, staged_chunks = 0 : i64
+// ONCHIP-SAME: chunks = 8 : i64, partial_chunks = 8 : i64, row_on_chip = true, rows_per_block = 8 : i64, stage_bytes = 32768 : i64, staged_chunks = 0 : i64
 // Lowered where only 14 of 32 chunks of partials fit (bf16 n = 128256):
 // those start as the identity in shared memory, the rest in the block's
 // row of the global partials; the final pass adds to the first 14 chunks'
@@ -118,7 +118,8 @@ fuse.kernel @logsumexp(%x: !fuse.full<f32>) -> (lse: !fuse.row<f32>) {
 // SPLIT: llvm.load %{{.+}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<8xf32>
 // SPLIT: llvm.store %{{.+}} {alignment = 16 : i64} : vector<8xf32>, !llvm.ptr<1>
 // SPLIT: gpu.return
-// Lowered: a folded block (TileConfig.h, foldsResidentBlocks): its size is
+// Lowered (rows of 64 threads, asked for: the rule gives n = 1024 one
+// warp): a folded block (TileConfig.h, foldsResidentBlocks): its size is
 // the runtime's (at most 15 row groups of 64 threads), its row groups meet
 // at their own named barriers (1 + the group, 64 threads) and each ends at
 // its own last row. The partials start as the identity in

@@ -91,15 +91,19 @@
 //    warp a row would leave most of it idle. A loss whose second
 //    pass stays (no merged form) keeps the rules above: its row stays in
 //    registers rather than being staged 8 rows a block.
-//    A row a warp holds: a fusion with row reductions and no column
-//    reduction whose row one warp keeps in at most 32 elements of its full
-//    inputs a thread (8 chunks at most: n <= 1024 with one full input)
-//    takes one warp, which the four vectors above gave float32 rows of
-//    513-1024 only in two (f16 and bf16 rows of 1024 are one warp
-//    already). The traffic model at n = 1000: rms_norm_fwd (and its
-//    variants) f32 95% -> 100%, layer_norm_fwd f32 93% -> 100%, the
-//    class-index losses with gradient f32 78% -> 88% (soft-capped), 68% ->
-//    100% (class weights), 59% -> 83% (both); no cell fell.
+//    A row a warp holds: a fusion with row reductions (other than the
+//    losses above, which keep their own rule) whose row one warp keeps in
+//    at most 32 elements of each full input a thread (8 chunks at most:
+//    n <= 1024) takes one warp, where the rules above gave rows of
+//    513-1024 elements (float32, or two 16-bit full inputs) two. The
+//    traffic model at n = 1000 (the tile forced first, one warp against
+//    the rule's for each such fusion): rms_norm_fwd (and its variants) f32
+//    95% -> 100%, layer_norm_fwd f32 93% -> 100%; the class-index losses
+//    with gradient f32 78% -> 88% (soft-capped), 68% -> 100% (class
+//    weights), 59% -> 83% (both); the soft-capped probability-target one
+//    bf16 67% -> 91%; the backward norms bf16 62-85% -> 85-86%; no cell
+//    fell. Plain ptxas spills 8 bytes in layer_norm_fwd f32 n = 1024 on
+//    sm_80 (at the 64 registers it picks; none at 1000 or on sm_86/90).
 //  - rows_per_block = max(1, 256 / threads_per_row): blocks of at least 256
 //    threads, so short rows (n < 1024) pack several rows per block.
 //  - chunks = ceil(n / (V * threads_per_row)): the vectors each thread owns.
