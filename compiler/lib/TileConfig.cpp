@@ -268,13 +268,14 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
            llvm::divideCeil(vectors, config.threadsPerRow) * keptPerVector >
                kKeptElementsPerThread)
       config.threadsPerRow *= 2;
-  // A row one warp holds in 32 elements of each full input a thread
-  // (TileConfig.h, "a row a warp holds") takes one warp, whose lanes meet
-  // in shuffles alone. Losses keep the rule of their own below.
-  int64_t warpChunks = llvm::divideCeil(vectors, kWarpSize);
+  // A row one warp keeps on chip in 32 elements of each full input a
+  // thread (TileConfig.h, "a row a warp holds") takes one warp, whose lanes
+  // meet in shuffles alone. Loss forwards keep the rule of their own below.
   if (shape.hasRowReduction && !reducesRowsOnly &&
-      config.threadsPerRow > kWarpSize && warpChunks <= kMaxOnChipChunks &&
-      warpChunks * config.vectorWidth <= kKeptElementsPerThread)
+      config.threadsPerRow > kWarpSize &&
+      llvm::divideCeil(vectors, kWarpSize) * config.vectorWidth <=
+          kKeptElementsPerThread &&
+      keptOnChipWith(shape, config, vectors, kWarpSize))
     config.threadsPerRow = kWarpSize;
   // Only rows the rule keeps on chip: fewer threads must not pull a
   // streamed row into registers.

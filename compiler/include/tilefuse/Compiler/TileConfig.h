@@ -92,18 +92,26 @@
 //    pass stays (no merged form) keeps the rules above: its row stays in
 //    registers rather than being staged 8 rows a block.
 //    A row a warp holds: a fusion with row reductions (other than the
-//    losses above, which keep their own rule) whose row one warp keeps in
-//    at most 32 elements of each full input a thread (8 chunks at most:
-//    n <= 1024) takes one warp, where the rules above gave rows of
-//    513-1024 elements (float32, or two 16-bit full inputs) two. The
+//    loss forwards above, which keep their own rule; a loss with its
+//    gradient writes a full row and takes this one) whose row one warp
+//    keeps on chip (the bounds of "fewer idle vectors" below: at most 8
+//    chunks, in registers) in at most 32 elements of each full input a
+//    thread (n <= 1024 in 16-byte vectors of 16- and 32-bit elements)
+//    takes one warp, where the rules above gave rows of 513-1024 elements
+//    (float32, or two 16-bit full inputs) two. A row of more full inputs
+//    that would leave registers in one warp keeps the rules above. The
 //    traffic model at n = 1000 (the tile forced first, one warp against
 //    the rule's for each such fusion): rms_norm_fwd (and its variants) f32
 //    95% -> 100%, layer_norm_fwd f32 93% -> 100%; the class-index losses
 //    with gradient f32 78% -> 88% (soft-capped), 68% -> 100% (class
 //    weights), 59% -> 83% (both); the soft-capped probability-target one
 //    bf16 67% -> 91%; the backward norms bf16 62-85% -> 85-86%; no cell
-//    fell. Plain ptxas spills 8 bytes in layer_norm_fwd f32 n = 1024 on
-//    sm_80 (at the 64 registers it picks; none at 1000 or on sm_86/90).
+//    fell. Plain ptxas (13.0) of layer_norm_fwd f32 in one warp spills 8
+//    bytes at n = 1024 on sm_80 and 12 at n = 644-764 on sm_86, at the 64
+//    registers it picks (none at 1000); the losses with gradient take up
+//    to 255 registers (cross_entropy_weighted_capped_fwd_grad f32 n =
+//    960-1024, 128 in two warps) and the backward norms f32 1000 153-167
+//    (80-96): the model's gain there wants a GPU's timing.
 //  - rows_per_block = max(1, 256 / threads_per_row): blocks of at least 256
 //    threads, so short rows (n < 1024) pack several rows per block.
 //  - chunks = ceil(n / (V * threads_per_row)): the vectors each thread owns.
