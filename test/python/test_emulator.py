@@ -63,15 +63,15 @@ def test_launch_records_on_sm80(tmp_path):
     script = """
 import torch, tilefuse, tilefuse.functional as TF
 assert tilefuse.emulator.active() and tilefuse.emulator.device() == ("sm_80", 108)
-x, w = torch.randn(4, 1024), torch.randn(1024)
+x, w = torch.randn(8, 1024), torch.randn(1024)
 TF.rms_norm(x, (1024,), w, 1e-6)
 (launch,) = tilefuse.emulator.last_launches()
 assert launch["kernel"] == "rms_norm_fwd" and launch["chip"] == "sm_80", launch
 buffers = {b["name"]: b for b in launch["buffers"]}
-assert buffers["x"]["loaded_bytes"] == 4 * 1024 * 4, buffers
-assert buffers["x"]["loads"] == 4 * 1024 // 4, "16-byte loads"
-assert buffers["y"]["stored_bytes"] == 4 * 1024 * 4, buffers
-assert buffers["rstd"]["stored_bytes"] == 4 * 4, buffers
+assert buffers["x"]["loaded_bytes"] == 8 * 1024 * 4, buffers
+assert buffers["x"]["loads"] == 8 * 1024 // 4, "16-byte loads"
+assert buffers["y"]["stored_bytes"] == 8 * 1024 * 4, buffers
+assert buffers["rstd"]["stored_bytes"] == 8 * 4, buffers
 assert launch["shuffles"] > 0 and launch["instructions"]["transcendental"] > 0, launch
 assert tilefuse.emulator.last_launches() == []
 print("ok")
