@@ -8,7 +8,8 @@
 //     (torch.compile traces with them), and for *_fwd an Autograd kernel
 //     whose backward is the fused *_bwd kernel;
 //   - launch_fusion, which runs a fusion the Python DSL traced or
-//     register_fusion parsed from fuse IR text;
+//     register_fusion parsed from fuse IR text, and launch_fusion_, which
+//     runs one writing outputs in place (its schema names what it writes);
 //   - compile_count: compilations so far (not counting cache hits).
 // This file holds the fusion ops and the library's TORCH_LIBRARY;
 // NormOps.cpp (rms_norm, layer_norm), GluOps.cpp (swiglu, geglu),
@@ -45,11 +46,11 @@ using torch::autograd::variable_list;
 namespace {
 
 //===----------------------------------------------------------------------===//
-// DSL fusions: launch_fusion runs one; under autograd it runs the fusion's
-// derived forward (which also outputs the per-row statistics the backward
-// reads) and records launch_fusion_backward, the derived backward kernel
-// for the inputs that need gradients. The three have Meta kernels, so
-// torch.compile traces them.
+// DSL fusions: launch_fusion runs one (launch_fusion_ one writing in
+// place); under autograd it runs the fusion's derived forward (which also
+// outputs the per-row statistics the backward reads) and records
+// launch_fusion_backward, the derived backward kernel for the inputs that
+// need gradients. The four have Meta kernels, so torch.compile traces them.
 //===----------------------------------------------------------------------===//
 
 using tilefuse::Fusion;
@@ -135,20 +136,20 @@ std::vector<Tensor> inplaceOutputs(const RegisteredFusion &registered,
   return out;
 }
 
-/// Runs a fusion the DSL traced. `scalarTensors` are the scalars it reads
-/// through pointers, in order; outputs written in place go to their inputs'
-/// tensors.
-std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
-                                 c10::ArrayRef<c10::Scalar> scalars,
-                                 std::optional<at::TensorList> scalarTensorList) {
-  RegisteredFusion registered = registeredFusion("launch_fusion", handle);
+/// Runs `registered` over `tensors` (its tensor inputs in order): outputs
+/// defined in `out` are written there, the others to new tensors.
+/// `scalarTensors` are the scalars it reads through pointers, in order.
+std::vector<Tensor> runLaunch(const RegisteredFusion &registered,
+                              at::TensorList tensors,
+                              c10::ArrayRef<c10::Scalar> scalars,
+                              std::optional<at::TensorList> scalarTensorList,
+                              at::TensorList out) {
   Fusion &fusion = registered.fusion;
   at::TensorList scalarTensors = scalarTensorList.value_or(at::TensorList());
-  const std::vector<PortInfo> &ports = fusion.inputs();
   std::vector<std::optional<Tensor>> scalarSlots;
   if (!registered.pointerScalars.empty()) {
     const Tensor *scalarTensor = scalarTensors.begin();
-    for (auto [i, port] : llvm::enumerate(ports)) {
+    for (auto [i, port] : llvm::enumerate(fusion.inputs())) {
       if (port.kind != PortInfo::Kind::Scalar)
         continue;
       bool pointer = registered.pointerScalars[i];
@@ -160,25 +161,98 @@ std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
     }
   }
   return runFusion(fusion.name(), fusion, tensors, scalars, registered.storage,
-                   iterationTensor(fusion, tensors).sizes(),
-                   inplaceOutputs(registered, tensors),
+                   iterationTensor(fusion, tensors).sizes(), out,
                    /*storagePerTensor=*/false, scalarSlots);
+}
+
+/// Runs a fusion the DSL traced or register_fusion parsed, every output to
+/// a new tensor (a handle's in-place pairs are launch_fusion_'s).
+std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
+                                 c10::ArrayRef<c10::Scalar> scalars,
+                                 std::optional<at::TensorList> scalarTensors) {
+  return runLaunch(registeredFusion("launch_fusion", handle), tensors, scalars,
+                   scalarTensors, {});
 }
 
 std::vector<Tensor> launchFusionMeta(int64_t handle, at::TensorList tensors,
                                      c10::ArrayRef<c10::Scalar>,
                                      std::optional<at::TensorList>) {
   RegisteredFusion registered = registeredFusion("launch_fusion", handle);
-  std::vector<Tensor> out = inplaceOutputs(registered, tensors);
-  std::vector<Tensor> empty =
-      emptyOutputs(registered, registered.fusion,
-                   iterationTensor(registered.fusion, tensors).sym_sizes(),
-                   tensors.front().options());
-  out.resize(empty.size());
-  for (auto [slot, fresh] : llvm::zip(out, empty))
+  return emptyOutputs(registered, registered.fusion,
+                      iterationTensor(registered.fusion, tensors).sym_sizes(),
+                      tensors.front().options());
+}
+
+/// The fusion's tensor inputs in order, those it writes in place taken from
+/// `written` and the others from `tensors` (launch_fusion_'s arguments).
+std::vector<Tensor> mergedInputs(const RegisteredFusion &registered,
+                                 at::TensorList written,
+                                 at::TensorList tensors) {
+  const Fusion &fusion = registered.fusion;
+  llvm::SmallVector<bool> isWritten(fusion.inputs().size());
+  for (auto [output, input] : registered.inplace)
+    isWritten[input] = true;
+  TORCH_CHECK_VALUE(
+      written.size() == registered.inplace.size(), "tilefuse.", fusion.name(),
+      ": argument 'written' expected ", registered.inplace.size(),
+      " tensors (the inputs written in place), got ", written.size());
+  std::vector<Tensor> merged;
+  const Tensor *nextWritten = written.begin(), *next = tensors.begin();
+  for (auto [index, port] : llvm::enumerate(fusion.inputs())) {
+    if (port.kind == PortInfo::Kind::Scalar)
+      continue;
+    if (isWritten[index]) {
+      merged.push_back(*nextWritten++);
+      continue;
+    }
+    TORCH_CHECK_VALUE(next < tensors.end(), "tilefuse.", fusion.name(),
+                      ": argument 'tensors' has too few tensors (",
+                      tensors.size(), ") for the inputs not written in place");
+    merged.push_back(*next++);
+  }
+  TORCH_CHECK_VALUE(next == tensors.end(), "tilefuse.", fusion.name(),
+                    ": argument 'tensors' has ", tensors.size(),
+                    " tensors; the inputs not written in place are ",
+                    next - tensors.begin());
+  return merged;
+}
+
+/// Where each output of the fusion goes: over its input where it writes one
+/// in place, else the next of `out`.
+std::vector<Tensor> outputSlots(const RegisteredFusion &registered,
+                                at::TensorList inputs, at::TensorList out) {
+  std::vector<Tensor> slots = inplaceOutputs(registered, inputs);
+  slots.resize(registered.fusion.outputs().size());
+  size_t fresh = slots.size() - registered.inplace.size();
+  TORCH_CHECK_VALUE(out.size() == fresh, "tilefuse.", registered.fusion.name(),
+                    ": argument 'out' expected ", fresh,
+                    " tensors (the outputs not written in place), got ",
+                    out.size());
+  const Tensor *next = out.begin();
+  for (Tensor &slot : slots)
     if (!slot.defined())
-      slot = fresh;
-  return out;
+      slot = *next++;
+  return slots;
+}
+
+/// Runs a fusion writing the handle's in-place outputs into `written` (the
+/// inputs it writes, in input order) and its other outputs into `out`.
+void launchFusionInPlace(int64_t handle, at::TensorList written,
+                         at::TensorList out, at::TensorList tensors,
+                         c10::ArrayRef<c10::Scalar> scalars,
+                         std::optional<at::TensorList> scalarTensors) {
+  RegisteredFusion registered = registeredFusion("launch_fusion_", handle);
+  std::vector<Tensor> inputs = mergedInputs(registered, written, tensors);
+  runLaunch(registered, inputs, scalars, scalarTensors,
+            outputSlots(registered, inputs, out));
+}
+
+void launchFusionInPlaceMeta(int64_t handle, at::TensorList written,
+                             at::TensorList out, at::TensorList tensors,
+                             c10::ArrayRef<c10::Scalar>,
+                             std::optional<at::TensorList>) {
+  RegisteredFusion registered = registeredFusion("launch_fusion_", handle);
+  outputSlots(registered, mergedInputs(registered, written, tensors), out);
 }
 
 /// The derived forward: the fusion's outputs, then the saved statistics.
@@ -367,6 +441,12 @@ struct FusionFunction : torch::autograd::Function<FusionFunction> {
   }
 };
 
+bool hasFloatOutput(const Fusion &fusion) {
+  return llvm::any_of(fusion.outputs(), [](const PortInfo &port) {
+    return at::isFloatingType(tilefuse::torch_ops::scalarType(port.dtype));
+  });
+}
+
 std::vector<Tensor>
 launchFusionAutograd(int64_t handle, at::TensorList tensors,
                      c10::ArrayRef<c10::Scalar> scalars,
@@ -381,29 +461,9 @@ launchFusionAutograd(int64_t handle, at::TensorList tensors,
   });
   TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.launch_fusion: forward-mode AD "
                                      "is not supported");
-  RegisteredFusion registered = registeredFusion("launch_fusion", handle);
-  Fusion &fusion = registered.fusion;
-  bool floatOutput = llvm::any_of(fusion.outputs(), [](const PortInfo &port) {
-    return at::isFloatingType(tilefuse::torch_ops::scalarType(port.dtype));
-  });
-  bool graph = torch::autograd::compute_requires_grad(tensors) && floatOutput;
-  if (!registered.inplace.empty()) {
-    // A fusion writing in place is not differentiable: it overwrites what a
-    // graph would need (as torch refuses in-place ops on leaves that need a
-    // gradient).
-    TORCH_CHECK(!graph, "tilefuse.", fusion.name(),
-                ": writes in place and is not differentiable; call it under "
-                "torch.no_grad() or on tensors that do not require grad");
-    std::vector<Tensor> outputs;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      outputs = op.call(handle, tensors, scalars, scalarTensors);
-    }
-    // Tensors written in place: a new version, as torch's in-place ops.
-    for (auto [output, input] : registered.inplace)
-      torch::autograd::increment_version(outputs[output]);
-    return outputs;
-  }
+  Fusion &fusion = registeredFusion("launch_fusion", handle).fusion;
+  bool graph =
+      torch::autograd::compute_requires_grad(tensors) && hasFloatOutput(fusion);
   if (!graph) {
     at::AutoDispatchBelowADInplaceOrView below;
     return op.call(handle, tensors, scalars, scalarTensors);
@@ -412,6 +472,43 @@ launchFusionAutograd(int64_t handle, at::TensorList tensors,
                     fusion.name(),
                     ": a differentiated call takes its scalars as numbers");
   return FusionFunction::apply(handle, tensors, scalars);
+}
+
+using LaunchInPlaceOp = void(int64_t, at::TensorList, at::TensorList,
+                             at::TensorList, c10::ArrayRef<c10::Scalar>,
+                             std::optional<at::TensorList>);
+
+/// Tensors written: a new version, as torch's in-place ops.
+void launchFusionInPlaceVersioned(int64_t handle, at::TensorList written,
+                                  at::TensorList out, at::TensorList tensors,
+                                  c10::ArrayRef<c10::Scalar> scalars,
+                                  std::optional<at::TensorList> scalarTensors) {
+  static auto op = findOp<LaunchInPlaceOp>("tilefuse::launch_fusion_");
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    op.call(handle, written, out, tensors, scalars, scalarTensors);
+  }
+  for (at::TensorList list : {written, out})
+    for (const Tensor &tensor : list)
+      torch::autograd::increment_version(tensor);
+}
+
+/// A fusion writing in place is not differentiable: it overwrites what a
+/// graph would need (as torch refuses in-place ops on leaves that need a
+/// gradient).
+void launchFusionInPlaceAutograd(int64_t handle, at::TensorList written,
+                                 at::TensorList out, at::TensorList tensors,
+                                 c10::ArrayRef<c10::Scalar> scalars,
+                                 std::optional<at::TensorList> scalarTensors) {
+  static auto op = findOp<LaunchInPlaceOp>("tilefuse::launch_fusion_");
+  Fusion &fusion = registeredFusion("launch_fusion_", handle).fusion;
+  TORCH_CHECK(!(torch::autograd::compute_requires_grad(written, tensors) &&
+                hasFloatOutput(fusion)),
+              "tilefuse.", fusion.name(),
+              ": writes in place and is not differentiable; call it under "
+              "torch.no_grad() or on tensors that do not require grad");
+  at::AutoDispatchBelowAutograd below;
+  op.call(handle, written, out, tensors, scalars, scalarTensors);
 }
 
 /// A fusion written as fuse IR text (Fusion::ir(), test/lit/fusions), for
@@ -437,6 +534,9 @@ int64_t registerFusion(c10::string_view ir, c10::string_view storage) {
 TORCH_LIBRARY(tilefuse, m) {
   m.def("launch_fusion(int fusion, Tensor[] tensors, Scalar[] scalars, "
         "Tensor[]? scalar_tensors=None) -> Tensor[]");
+  m.def("launch_fusion_(int fusion, Tensor(a!)[] written, Tensor(b!)[] out, "
+        "Tensor[] tensors, Scalar[] scalars, Tensor[]? scalar_tensors=None) "
+        "-> ()");
   m.def("launch_fusion_forward(int fusion, Tensor[] tensors, Scalar[] scalars) "
         "-> Tensor[]");
   m.def("launch_fusion_backward(int fusion, int wanted, Tensor[] gradients, "
@@ -451,6 +551,7 @@ TORCH_LIBRARY(tilefuse, m) {
 #define TILEFUSE_DEVICE_KERNELS(key)                                           \
   TORCH_LIBRARY_IMPL(tilefuse, key, m) {                                       \
     m.impl("launch_fusion", launchFusion);                                     \
+    m.impl("launch_fusion_", launchFusionInPlace);                             \
     m.impl("launch_fusion_forward", launchFusionForward);                      \
     m.impl("launch_fusion_backward", launchFusionBackward);                    \
   }
@@ -459,12 +560,18 @@ TILEFUSE_DEVICE_KERNELS(CUDA)
 
 TORCH_LIBRARY_IMPL(tilefuse, Meta, m) {
   m.impl("launch_fusion", launchFusionMeta);
+  m.impl("launch_fusion_", launchFusionInPlaceMeta);
   m.impl("launch_fusion_forward", launchFusionForwardMeta);
   m.impl("launch_fusion_backward", launchFusionBackwardMeta);
 }
 
+TORCH_LIBRARY_IMPL(tilefuse, ADInplaceOrView, m) {
+  m.impl("launch_fusion_", launchFusionInPlaceVersioned);
+}
+
 TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
   m.impl("launch_fusion", launchFusionAutograd);
+  m.impl("launch_fusion_", launchFusionInPlaceAutograd);
   // Backward kernels have no backward: differentiating them raises.
   for (const char *op : {"launch_fusion_forward", "launch_fusion_backward"})
     m.impl(op, torch::autograd::autogradNotImplementedFallback());

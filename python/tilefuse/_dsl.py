@@ -707,8 +707,7 @@ class _Compiled:
     dtype), and how autograd runs it (C++ FusionDerivative, derived on first
     use)."""
 
-    __slots__ = ("fusion", "handle", "outputs", "index_checks", "_derivative", "_pointers",
-                 "_functional_handle")
+    __slots__ = ("fusion", "handle", "outputs", "index_checks", "_derivative")
 
     def __init__(self, fusion, inplace=(), pointers=(), index_checks: tuple = ()):
         """`inplace`: (output, input) index pairs written in place;
@@ -718,16 +717,6 @@ class _Compiled:
         self.outputs = fusion.outputs
         self.index_checks = index_checks  # see Fusion._index_checks
         self._derivative = None
-        self._pointers = list(pointers)
-        self._functional_handle = None if inplace else self.handle
-
-    @property
-    def functional_handle(self) -> int:
-        """A handle that writes every output to a new tensor (torch.compile's
-        functional op)."""
-        if self._functional_handle is None:
-            self._functional_handle = self.fusion.launch_handle([], self._pointers)
-        return self._functional_handle
 
     @property
     def derivative(self) -> dict:
@@ -746,6 +735,7 @@ class _Compiled:
 
 _REGISTRY: list["Fusion"] = []
 _launch_fusion = torch.ops.tilefuse.launch_fusion.default
+_launch_fusion_ = torch.ops.tilefuse.launch_fusion_.default
 _launch_multi_tensor = torch.ops.tilefuse.launch_multi_tensor.default
 _MAX_PLANS = 1024
 
@@ -939,8 +929,7 @@ class Fusion:
                    for index, (kind, _, _) in enumerate(specs)]
         if len(self._plans) >= _MAX_PLANS:  # many distinct batch shapes
             self._plans.clear()
-        plan = (self, compiled, compiled.handle if in_place else compiled.functional_handle,
-                actions, n)
+        plan = (self, compiled, written, actions, lead, n, device)
         if in_place:
             self._plans[_plan_key(args)] = plan
         return _run(plan, args)
@@ -1115,10 +1104,15 @@ class Fusion:
         return [compiled.fusion.ir for compiled in self._traces.values()]
 
 
+def _empty_output(output, lead, n, device) -> torch.Tensor:
+    """A new tensor for `output` (name, kind, dtype) of a call over [*lead, n]."""
+    _, kind, dtype = output
+    shape = {"full": (*lead, n), "row": lead, "col": (n,)}[kind]
+    return torch.empty(shape, dtype=TORCH_DTYPES[dtype], device=device)
+
+
 def _empty_outputs(outputs, lead, n, device) -> list[torch.Tensor]:
-    shapes = {"full": (*lead, n), "row": lead, "col": (n,)}
-    return [torch.empty(shapes[kind], dtype=TORCH_DTYPES[dtype], device=device)
-            for _, kind, dtype in outputs]
+    return [_empty_output(output, lead, n, device) for output in outputs]
 
 
 def _plan_key(args) -> tuple:
@@ -1130,13 +1124,13 @@ def _plan_key(args) -> tuple:
 
 
 def _run(plan: tuple, args) -> list[torch.Tensor]:
-    fusion, compiled, handle, actions, n = plan
-    tensors, scalars, scalar_tensors = [], [], []
+    fusion, compiled, written, actions, lead, n, device = plan
+    tensors, updated, scalars, scalar_tensors = [], [], [], []
     for action, arg in zip(actions, args):
         if action == "tensor":
             tensors.append(arg.contiguous())
         elif action == "inplace":
-            tensors.append(arg)
+            updated.append(arg)
         elif action == "number":
             scalars.append(arg)
         elif action == "item":
@@ -1144,7 +1138,15 @@ def _run(plan: tuple, args) -> list[torch.Tensor]:
         elif action == "pointer":
             scalar_tensors.append(arg)
     try:
-        outputs = _launch_fusion(handle, tensors, scalars, scalar_tensors)
+        if written:  # the others to new tensors
+            outputs = [args[written[o]] if o in written else
+                       _empty_output(output, lead, n, device)
+                       for o, output in enumerate(compiled.outputs)]
+            _launch_fusion_(compiled.handle, updated,
+                            [output for o, output in enumerate(outputs) if o not in written],
+                            tensors, scalars, scalar_tensors)
+        else:
+            outputs = _launch_fusion(compiled.handle, tensors, scalars, scalar_tensors)
     except (OverflowError, RuntimeError):
         _check_scalar_ranges(fusion, args)
         raise

@@ -126,6 +126,47 @@ def test_single_call_in_place_with_a_device_scalar():
     torch.testing.assert_close(x, expected, atol=1e-6, rtol=1e-6)
 
 
+@tilefuse.fusion(inplace={"param": "param"})
+def momentum_with_update(param, grad, lr):
+    update = lr * grad
+    return {"update": update, "param": param - update}
+
+
+def test_in_place_beside_a_new_output():
+    """tilefuse::launch_fusion_ writes `param` (a new version, as torch's
+    in-place ops) and `update` into a new tensor; launch_fusion of the same
+    handle writes both to new tensors."""
+    param, grad = torch.randn(4, 33), torch.randn(4, 33)
+    before, version = param.clone(), param._version
+    result = momentum_with_update(param, grad, 0.5)
+    assert result["param"] is param and param._version > version
+    torch.testing.assert_close(result["update"], 0.5 * grad, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(param, before - 0.5 * grad, atol=1e-6, rtol=1e-6)
+
+    handle = momentum_with_update._traces[next(iter(momentum_with_update._traces))].handle
+    kept = param.clone()
+    update, new_param = torch.ops.tilefuse.launch_fusion(handle, [param, grad], [0.5])
+    assert torch.equal(param, kept) and new_param.data_ptr() != param.data_ptr()
+    torch.testing.assert_close(new_param, kept - 0.5 * grad, atol=1e-6, rtol=1e-6)
+
+    launch = torch.ops.tilefuse.launch_fusion_
+    with pytest.raises(ValueError, match=r"momentum_with_update: argument 'written' expected 1 "
+                                         r"tensors \(the inputs written in place\), got 2"):
+        launch(handle, [param, grad], [update], [], [0.5])
+    with pytest.raises(ValueError, match=r"momentum_with_update: argument 'out' expected 1 "
+                                         r"tensors \(the outputs not written in place\), got 0"):
+        launch(handle, [param], [], [grad], [0.5])
+    with pytest.raises(ValueError, match=r"momentum_with_update: argument 'tensors' has 2 "
+                                         r"tensors; the inputs not written in place are 1"):
+        launch(handle, [param], [update], [grad, grad], [0.5])
+    leaf = torch.randn(4, 33, requires_grad=True)
+    with pytest.raises(RuntimeError, match="momentum_with_update: writes in place and is not "
+                                           "differentiable"):
+        momentum_with_update(leaf, grad, 0.5)
+    with torch.no_grad():
+        momentum_with_update(leaf, grad, 0.5)
+
+
 def test_errors_name_the_fusion_and_argument():
     with pytest.raises(ValueError, match=r"axpy.multi_tensor: argument 'y' has 1 tensors"):
         axpy.multi_tensor([torch.ones(2), torch.ones(3)], [torch.ones(2)], 1.0)

@@ -383,7 +383,8 @@ def compare(x, y):
 
 @tilefuse.fusion(inplace={"param": "param"})
 def momentum_step(param, grad, lr, beta):
-    return {"param": param - lr * grad * beta}
+    update = lr * grad * beta
+    return {"param": param - update, "update": update}
 
 
 @tilefuse.fusion
@@ -453,9 +454,18 @@ def launch_compare():
 
 
 def launch_momentum():
+    """launch_fusion's arguments for a fusion that writes `param` in place
+    (launch_fusion writes every output to a new tensor)."""
     param, grad = rows(), rows()
     return (compiled(momentum_step, param, grad, 0.1, 0.9).handle, [param, grad],
             [0.1, 0.9]), {}
+
+
+def launch_momentum_in_place():
+    """launch_fusion_'s: the written `param`, `out` for the other output, the
+    tensors read."""
+    (handle, (param, grad), scalars), _ = launch_momentum()
+    return (handle, [param], [torch.empty_like(grad)], [grad], scalars), {}
 
 
 def moments_backward(wanted):
@@ -481,11 +491,6 @@ def run_fusion(fusion, differentiable, grad):
     return (fusion._id, layout, "()", tensors, floats, [], differentiable), {}
 
 
-UNANNOTATED_MUTATION = (
-    "the schema 'launch_fusion(int fusion, Tensor[] tensors, ...) -> Tensor[]' has no "
-    "mutation/alias annotation, but a fusion with inplace outputs writes into (and returns) "
-    "tensors of 'tensors': opcheck reports 'Argument tensors is not defined as mutable but "
-    "was mutated'")
 IMPURE_REGISTER = (
     "register_fusion has a side effect (it registers a new fusion and returns a fresh handle "
     "on every call) that the schema cannot express: AOTDispatcher runs it once while tracing "
@@ -495,8 +500,8 @@ FUSION_CASES = [
     case("launch_fusion", "no-grad", lambda: launch_axpy()),
     case("launch_fusion", "no-grad-pointer-scalar", lambda: launch_axpy(pointer=True)),
     case("launch_fusion", "no-grad-int-output", launch_compare),
-    case("launch_fusion", "inplace-output", launch_momentum,
-         known(UNANNOTATED_MUTATION, "test_schema")),
+    case("launch_fusion", "inplace-handle", launch_momentum),
+    case("launch_fusion_", "inplace-output", launch_momentum_in_place),
     case("launch_fusion", "grad-derived-backward", lambda: launch_axpy(grad=True)),
     case("launch_fusion", "grad-row-outputs", lambda: launch_moments()),
     case("launch_fusion_forward", "elementwise", lambda: (
