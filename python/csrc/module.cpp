@@ -15,6 +15,7 @@
 #include "tilefuse/Runtime/CudaDriver.h"
 #include "tilefuse/Runtime/Fusion.h"
 #include "tilefuse/Runtime/Runtime.h"
+#include "tilefuse/Torch/OpSourceHash.h"
 
 #include "TorchRunner.h"
 
@@ -350,6 +351,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("cache_directory", [] { return Runtime::global().cache().directory(); });
   m.def("cache_writes_to_disk", [] { return Runtime::global().cache().writesToDisk(); });
   m.def("compiler_version", [] { return compilerVersion(); });
+  m.def("op_source_hash", [] { return std::string(TILEFUSE_OP_SOURCE_HASH); },
+        "The SHA-256 of the tilefuse:: ops' C++ sources and the built-ins'.");
   m.def("cuda_driver_error", []() -> std::string {
     llvm::Expected<CudaDriver &> driver = CudaDriver::global();
     return driver ? "" : takeMessage(driver.takeError());

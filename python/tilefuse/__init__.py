@@ -9,6 +9,9 @@
         return e / tilefuse.sum(e)
 """
 
+import hashlib
+import pathlib
+
 import torch  # noqa: F401  (loads LibTorch, which _C links, first)
 
 from . import _C
@@ -64,6 +67,24 @@ from ._dsl import (
 from . import emulator, functional
 
 __version__ = "0.1.0"
+
+
+def _tag_torch_compile_caches() -> None:
+    """torch.compile's on-disk caches (FX graphs, AOTAutograd) key on graphs
+    that call tilefuse's ops, not on what the ops do: a graph an older
+    tilefuse traced could call an op whose arguments or gradient formula
+    have since changed. Their keys take torch.compiler.config.cache_key_tag,
+    to which this adds a hash of the compiler, the ops and this package."""
+    digest = hashlib.sha256(f"{_C.compiler_version()}\n{_C.op_source_hash()}\n".encode())
+    for path in sorted(pathlib.Path(__file__).parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    tag = f"tilefuse-{digest.hexdigest()[:16]}"
+    config = torch.compiler.config
+    if tag not in config.cache_key_tag:
+        config.cache_key_tag = f"{config.cache_key_tag}+{tag}" if config.cache_key_tag else tag
+
+
+_tag_torch_compile_caches()
 
 
 def compile_count() -> int:

@@ -1,6 +1,7 @@
 """Compile once, serve from memory and disk; torch.compile sees no graph break."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -134,6 +135,23 @@ def test_torch_compile_training_step_with_fused_backward(backend):
     torch.testing.assert_close(loss, reference)
     torch.testing.assert_close(dx, rdx, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(dw, rdw, atol=1e-5, rtol=1e-4)
+
+
+def test_torch_compile_caches_key_on_tilefuse(monkeypatch):
+    """torch.compile's FX-graph and AOTAutograd caches take cache_key_tag:
+    importing tilefuse adds its sources' hash (a user's tag kept), so a
+    changed op never replays a graph an older tilefuse traced."""
+    made = run_python("import torch, tilefuse\nprint(torch.compiler.config.cache_key_tag)",
+                      TORCH_COMPILE_CACHE_KEY_TAG="mine")
+    assert made.returncode == 0, made.stderr
+    tag = made.stdout.strip()
+    assert re.fullmatch(r"mine\+tilefuse-[0-9a-f]{16}", tag), tag
+    assert torch.compiler.config.cache_key_tag == tag.removeprefix("mine+")
+    with torch.compiler.config.patch(cache_key_tag=""):
+        monkeypatch.setattr(tilefuse._C, "op_source_hash", lambda: "another build")
+        tilefuse._tag_torch_compile_caches()
+        changed = torch.compiler.config.cache_key_tag
+    assert re.fullmatch(r"tilefuse-[0-9a-f]{16}", changed) and changed not in tag
 
 
 def test_cache_list_and_clear_survive_odd_files_and_remove_only_entries(tmp_path):
