@@ -513,7 +513,9 @@ ReductionWorkgroup tilefuse::reductionWorkgroup(KernelOp kernel,
   SmallVector<RowReduction> reductions = rowReductions(kernel, levels, -1);
   DenseMap<int, int64_t> stateValuesPerPass;
   for (const RowReduction &reduction : reductions) {
-    if (valueType(reduction.input).getElementType().isF64())
+    // 64-bit states (f64, i64: their bits) need 64-bit slots.
+    if (valueType(reduction.input).getElementType().getIntOrFloatBitWidth() >
+        32)
       workgroup.slotType = b.getF64Type();
     int64_t &values = stateValuesPerPass[reducedLevel(reduction.op, levels)];
     values += reduction.stateSize();

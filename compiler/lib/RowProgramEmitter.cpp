@@ -201,18 +201,6 @@ LogicalResult RowProgramEmitter::checkSupported() {
   });
   if (result.wasInterrupted())
     return failure();
-  if (config.isGPU() && config.threadsPerRow > 32) {
-    result = kernel.walk([&](ReduceOp reduce) {
-      if (reduce.isRowReduction() && !reduce.getResult().getType().isFloat()) {
-        reduce.emitError("integer row reductions across warps are not "
-                         "supported (threads-per-row > 32); cast to f32");
-        return WalkResult::interrupt();
-      }
-      return WalkResult::advance();
-    });
-    if (result.wasInterrupted())
-      return failure();
-  }
   computeLevels();
   return success();
 }

@@ -93,24 +93,36 @@ static ReductionState combineArgReduction(OpBuilder &b, Location loc,
                                           ReduceKind kind, ArrayRef<Value> lhs,
                                           ArrayRef<Value> rhs) {
   using arith::CmpFPredicate;
+  using arith::CmpIPredicate;
+  bool isMax = kind == ReduceKind::Max;
   auto cmpf = [&](CmpFPredicate predicate, Value x, Value y) -> Value {
     return arith::CmpFOp::create(b, loc, predicate, x, y);
   };
-  Value lhsNaN = cmpf(CmpFPredicate::UNO, lhs[0], lhs[0]);
-  Value rhsNaN = cmpf(CmpFPredicate::UNO, rhs[0], rhs[0]);
-  Value beats =
-      cmpf(kind == ReduceKind::Max ? CmpFPredicate::OGT : CmpFPredicate::OLT,
-           rhs[0], lhs[0]);
-  Value equal =
-      arith::OrIOp::create(b, loc, cmpf(CmpFPredicate::OEQ, rhs[0], lhs[0]),
-                           arith::AndIOp::create(b, loc, lhsNaN, rhsNaN));
-  Value lower =
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, rhs[1], lhs[1]);
-  Value onlyRhsNaN = arith::AndIOp::create(
-      b, loc, rhsNaN, cmpf(CmpFPredicate::ORD, lhs[0], lhs[0]));
-  Value takeRhs = arith::OrIOp::create(
-      b, loc, arith::OrIOp::create(b, loc, onlyRhsNaN, beats),
-      arith::AndIOp::create(b, loc, equal, lower));
+  auto cmpi = [&](CmpIPredicate predicate, Value x, Value y) -> Value {
+    return arith::CmpIOp::create(b, loc, predicate, x, y);
+  };
+  Value lower = cmpi(CmpIPredicate::slt, rhs[1], lhs[1]);
+  Value takeRhs;
+  if (isa<FloatType>(getElementTypeOrSelf(lhs[0].getType()))) {
+    Value lhsNaN = cmpf(CmpFPredicate::UNO, lhs[0], lhs[0]);
+    Value rhsNaN = cmpf(CmpFPredicate::UNO, rhs[0], rhs[0]);
+    Value beats =
+        cmpf(isMax ? CmpFPredicate::OGT : CmpFPredicate::OLT, rhs[0], lhs[0]);
+    Value equal =
+        arith::OrIOp::create(b, loc, cmpf(CmpFPredicate::OEQ, rhs[0], lhs[0]),
+                             arith::AndIOp::create(b, loc, lhsNaN, rhsNaN));
+    Value onlyRhsNaN = arith::AndIOp::create(
+        b, loc, rhsNaN, cmpf(CmpFPredicate::ORD, lhs[0], lhs[0]));
+    takeRhs = arith::OrIOp::create(
+        b, loc, arith::OrIOp::create(b, loc, onlyRhsNaN, beats),
+        arith::AndIOp::create(b, loc, equal, lower));
+  } else {
+    Value beats =
+        cmpi(isMax ? CmpIPredicate::sgt : CmpIPredicate::slt, rhs[0], lhs[0]);
+    Value equal = cmpi(CmpIPredicate::eq, rhs[0], lhs[0]);
+    takeRhs = arith::OrIOp::create(b, loc, beats,
+                                   arith::AndIOp::create(b, loc, equal, lower));
+  }
   return {arith::SelectOp::create(b, loc, takeRhs, rhs[0], lhs[0]),
           arith::SelectOp::create(b, loc, takeRhs, rhs[1], lhs[1])};
 }

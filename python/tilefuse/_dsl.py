@@ -582,7 +582,9 @@ def _arg_reduction(kind):
         x = _as_value(x, f"arg{kind}")
         if dim != -1:
             raise ValueError(f"tilefuse.arg{kind}: dim must be -1 (over each row), got {dim}")
-        proto = _floating(x)
+        # Integers compare as integers (a float would round those past
+        # 2^24 or 2^53 into ties); a mask as a float.
+        proto = x._proto if x.dtype in (torch.int32, torch.int64) else _floating(x)
         return Value(x._trace, x._trace.builder.arg_reduce(kind, _computed(x, proto)),
                      _tensor_proto(torch.int64, False))
     function.__name__ = f"arg{kind}"

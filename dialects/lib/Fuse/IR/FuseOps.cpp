@@ -747,8 +747,9 @@ LogicalResult ArgReduceOp::verify() {
   if (getKind() != ReduceKind::Max && getKind() != ReduceKind::Min)
     return emitOpError("kind must be max or min, got ")
            << stringifyReduceKind(getKind());
-  if (input.getKind() != ValueKind::Full || !input.isFloat())
-    return emitOpError("input must be a full float value, got ")
+  // Integers compare as signed; a mask (i1) would compare true below false.
+  if (input.getKind() != ValueKind::Full || input.getElementType().isInteger(1))
+    return emitOpError("input must be a full float or integer value, got ")
            << input;
   if (result.getKind() != ValueKind::Row ||
       !isIndexType(result.getElementType()))

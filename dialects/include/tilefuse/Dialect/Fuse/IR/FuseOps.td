@@ -289,8 +289,8 @@ def Fuse_ArgReduceOp : Fuse_Op<"arg_reduce", [Pure]> {
     ```
     Like `torch.argmax` / `torch.argmin` over the last dim: the first
     column among ties, and a NaN counts as the extreme (the first NaN's
-    column). The kind is `max` or `min`; the input is a float, the result a
-    per-row i32 or i64.
+    column). The kind is `max` or `min`; the input is a float or a signed
+    integer (not i1), the result a per-row i32 or i64.
   }];
   let arguments = (ins Fuse_ReduceKind:$kind, Fuse_Value:$input);
   let results = (outs Fuse_Value:$result);
