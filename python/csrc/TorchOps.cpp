@@ -34,6 +34,8 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
+#include <map>
+#include <mutex>
 
 using at::Tensor;
 using tilefuse::torch_ops::emptyLike;
@@ -513,20 +515,31 @@ void launchFusionInPlaceAutograd(int64_t handle, at::TensorList written,
 
 /// A fusion written as fuse IR text (Fusion::ir(), test/lit/fusions), for
 /// processes without the Python extension: the self-contained library on a
-/// machine that has only PyTorch. Returns a handle for launch_fusion.
+/// machine that has only PyTorch. Returns a handle for launch_fusion; the
+/// same text and storage dtype give the same handle, so a traced graph that
+/// holds the handle its tracing got runs what eager calls run.
 int64_t registerFusion(c10::string_view ir, c10::string_view storage) {
-  auto fusion = tilefuse::Fusion::parse(llvm::StringRef(ir.data(), ir.size()));
-  TORCH_CHECK_VALUE(static_cast<bool>(fusion),
-                    "tilefuse.register_fusion: argument 'ir': ",
-                    llvm::toString(fusion.takeError()));
   std::string name(storage.data(), storage.size());
   bool isStorage = llvm::is_contained({"f32", "f16", "bf16", "f64"}, name);
   TORCH_CHECK_TYPE(isStorage,
                    "tilefuse.register_fusion: storage dtype must be f32, f16, "
                    "bf16 or f64, got ",
                    name);
-  return tilefuse::torch_ops::registerFusion(
+  static std::mutex mutex;
+  static auto *handles =
+      new std::map<std::pair<std::string, std::string>, int64_t>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(std::string(ir.data(), ir.size()), name);
+  if (auto known = handles->find(key); known != handles->end())
+    return known->second;
+  auto fusion = tilefuse::Fusion::parse(key.first);
+  TORCH_CHECK_VALUE(static_cast<bool>(fusion),
+                    "tilefuse.register_fusion: argument 'ir': ",
+                    llvm::toString(fusion.takeError()));
+  int64_t handle = tilefuse::torch_ops::registerFusion(
       std::move(*fusion), tilefuse::torch_ops::scalarType(name));
+  handles->emplace(std::move(key), handle);
+  return handle;
 }
 
 } // namespace

@@ -7,12 +7,7 @@ backward where an input requires grad) gives eager's results.
 Each op has at least one sample (test_every_op_has_a_sample enumerates the
 namespace); ops with options have one per meaningful variant. Samples are
 tiny CPU tensors ([4, 37] rows, 11-class vocabularies), built inside the test
-so every run draws them from the seeded generator.
-
-A sample that fails because of a defect in the op's registration is marked
-`known(...)`: strict xfail of exactly the opcheck utilities named, every other
-utility still has to pass, and a defect that gets fixed fails the test until
-the mark is removed."""
+so every run draws them from the seeded generator."""
 
 import functools
 
@@ -30,24 +25,10 @@ UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
 ROWS, N, VOCAB = 4, 37, 11
 
 
-class KnownDefect(Exception):
-    """Raised by a sample's test after exactly its known opcheck failures."""
-
-
-def known(reason: str, *utils: str) -> dict:
-    """The opcheck utilities a known registration defect fails, and why."""
-    assert utils and set(utils) <= set(UTILS), utils
-    return {"reason": reason, "utils": utils}
-
-
-def case(op: str, variant: str, make, defect: dict | None = None):
+def case(op: str, variant: str, make):
     """A sample: `make()` gives (args, kwargs) for op `op` ("name" or
     "name.overload")."""
-    marks = ()
-    if defect:
-        marks = pytest.mark.xfail(strict=True, raises=KnownDefect,
-                                  reason=f"{', '.join(defect['utils'])}: {defect['reason']}")
-    return pytest.param(op, make, defect, id=f"{op}-{variant}", marks=marks)
+    return pytest.param(op, make, id=f"{op}-{variant}")
 
 
 def overload(op: str) -> torch._ops.OpOverload:
@@ -491,11 +472,6 @@ def run_fusion(fusion, differentiable, grad):
     return (fusion._id, layout, "()", tensors, floats, [], differentiable), {}
 
 
-IMPURE_REGISTER = (
-    "register_fusion has a side effect (it registers a new fusion and returns a fresh handle "
-    "on every call) that the schema cannot express: AOTDispatcher runs it once while tracing "
-    "and bakes that handle into the graph, so eager and traced outputs differ")
-
 FUSION_CASES = [
     case("launch_fusion", "no-grad", lambda: launch_axpy()),
     case("launch_fusion", "no-grad-pointer-scalar", lambda: launch_axpy(pointer=True)),
@@ -517,8 +493,7 @@ FUSION_CASES = [
     case("launch_multi_tensor", "inplace-skip-if-zero", lambda: launch_multi_sgd(torch.zeros(1))),
     case("launch_multi_tensor", "inplace-skip-if-set", lambda: launch_multi_sgd(torch.ones(1))),
     case("register_fusion", "ir-text", lambda: ((compiled(axpy, rows(), rows(), 0.5).fusion.ir,
-                                                 "f32"), {}),
-         known(IMPURE_REGISTER, "test_aot_dispatch_dynamic")),
+                                                 "f32"), {})),
     case("compile_count", "no-arguments", lambda: ((), {})),
 ]
 
@@ -534,19 +509,12 @@ def describe(result) -> str:
     return f"{result!r}" + (f" (caused by {cause!r})" if cause is not None else "")
 
 
-@pytest.mark.parametrize("op, make, defect", CASES)
-def test_opcheck(op, make, defect):
+@pytest.mark.parametrize("op, make", CASES)
+def test_opcheck(op, make):
     args, kwargs = make()
     results = opcheck(overload(op), args, kwargs, test_utils=UTILS, raise_exception=False)
-    expected = set(defect["utils"]) if defect else set()
-    failed = {util: result for util, result in results.items() if result != "SUCCESS"}
-    unexpected = {util: describe(failed[util]) for util in failed.keys() - expected}
-    assert not unexpected, f"opcheck of tilefuse::{op} failed: {unexpected}"
-    fixed = expected - failed.keys()
-    assert not fixed, (f"tilefuse::{op}: {sorted(fixed)} now pass; the known defect is fixed, "
-                       "remove its known(...) mark")
-    if defect:
-        raise KnownDefect({util: describe(failed[util]) for util in expected})
+    failed = {util: describe(result) for util, result in results.items() if result != "SUCCESS"}
+    assert not failed, f"opcheck of tilefuse::{op} failed: {failed}"
 
 
 def registered_ops() -> set[str]:

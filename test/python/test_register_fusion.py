@@ -43,6 +43,17 @@ def test_first_call_compiles_once():
     assert ops.compile_count() - before == 1
 
 
+def test_the_same_text_gives_the_same_handle():
+    """register_fusion is idempotent: a graph torch.compile traced with the
+    handle it got runs the fusion eager calls run (and registering again
+    costs no memory)."""
+    ir = DSL_FUSIONS["softmax"].replace("@softmax", "@softmax_again")
+    handle = ops.register_fusion(ir, "f32")
+    assert ops.register_fusion(ir, "f32") == handle
+    assert ops.register_fusion(ir, "bf16") != handle
+    assert ops.register_fusion(ir.replace("@softmax_again", "@softmax_other"), "f32") != handle
+
+
 def test_bad_ir_names_the_op_and_the_problem():
     with pytest.raises(ValueError, match=r"register_fusion: argument 'ir': invalid fuse IR.*"
                                          r"fuse.nope"):
