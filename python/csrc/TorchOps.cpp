@@ -138,33 +138,59 @@ std::vector<Tensor> inplaceOutputs(const RegisteredFusion &registered,
   return out;
 }
 
+/// A slot per scalar input of `registered`: the tensor of `scalarTensors`
+/// (in order) that a scalar read through a pointer takes, none for the
+/// others; no slots where it reads none through pointers.
+std::vector<std::optional<Tensor>>
+scalarSlots(const RegisteredFusion &registered,
+            std::optional<at::TensorList> scalarTensorList) {
+  Fusion &fusion = registered.fusion;
+  at::TensorList scalarTensors = scalarTensorList.value_or(at::TensorList());
+  std::vector<std::optional<Tensor>> slots;
+  if (registered.pointerScalars.empty())
+    return slots;
+  const Tensor *scalarTensor = scalarTensors.begin();
+  for (auto [i, port] : llvm::enumerate(fusion.inputs())) {
+    if (port.kind != PortInfo::Kind::Scalar)
+      continue;
+    bool pointer = registered.pointerScalars[i];
+    TORCH_CHECK_VALUE(!pointer || scalarTensor < scalarTensors.end(),
+                      "tilefuse.", fusion.name(), ": scalar '", port.name,
+                      "' expects a tensor");
+    slots.push_back(pointer ? std::optional<Tensor>(*scalarTensor++)
+                            : std::nullopt);
+  }
+  return slots;
+}
+
 /// Runs `registered` over `tensors` (its tensor inputs in order): outputs
 /// defined in `out` are written there, the others to new tensors.
 /// `scalarTensors` are the scalars it reads through pointers, in order.
 std::vector<Tensor> runLaunch(const RegisteredFusion &registered,
                               at::TensorList tensors,
                               c10::ArrayRef<c10::Scalar> scalars,
-                              std::optional<at::TensorList> scalarTensorList,
+                              std::optional<at::TensorList> scalarTensors,
                               at::TensorList out) {
   Fusion &fusion = registered.fusion;
-  at::TensorList scalarTensors = scalarTensorList.value_or(at::TensorList());
-  std::vector<std::optional<Tensor>> scalarSlots;
-  if (!registered.pointerScalars.empty()) {
-    const Tensor *scalarTensor = scalarTensors.begin();
-    for (auto [i, port] : llvm::enumerate(fusion.inputs())) {
-      if (port.kind != PortInfo::Kind::Scalar)
-        continue;
-      bool pointer = registered.pointerScalars[i];
-      TORCH_CHECK_VALUE(!pointer || scalarTensor < scalarTensors.end(),
-                        "tilefuse.", fusion.name(), ": scalar '", port.name,
-                        "' expects a tensor");
-      scalarSlots.push_back(pointer ? std::optional<Tensor>(*scalarTensor++)
-                                    : std::nullopt);
-    }
-  }
   return runFusion(fusion.name(), fusion, tensors, scalars, registered.storage,
                    iterationTensor(fusion, tensors).sizes(), out,
-                   /*storagePerTensor=*/false, scalarSlots);
+                   /*storagePerTensor=*/false,
+                   scalarSlots(registered, scalarTensors));
+}
+
+/// What runLaunch checks before it compiles, for the Meta kernels.
+void checkLaunch(const RegisteredFusion &registered, at::TensorList tensors,
+                 c10::ArrayRef<c10::Scalar> scalars,
+                 std::optional<at::TensorList> scalarTensors) {
+  std::vector<std::optional<Tensor>> slots =
+      scalarSlots(registered, scalarTensors);
+  size_t byPointer =
+      llvm::count_if(slots, [](const std::optional<Tensor> &slot) {
+        return slot.has_value();
+      });
+  tilefuse::torch_ops::checkFusionInputs(
+      registered.fusion.name(), registered, tensors, scalars.size() + byPointer,
+      iterationTensor(registered.fusion, tensors).sym_sizes());
 }
 
 /// Runs a fusion the DSL traced or register_fusion parsed, every output to
@@ -176,10 +202,12 @@ std::vector<Tensor> launchFusion(int64_t handle, at::TensorList tensors,
                    scalarTensors, {});
 }
 
-std::vector<Tensor> launchFusionMeta(int64_t handle, at::TensorList tensors,
-                                     c10::ArrayRef<c10::Scalar>,
-                                     std::optional<at::TensorList>) {
+std::vector<Tensor>
+launchFusionMeta(int64_t handle, at::TensorList tensors,
+                 c10::ArrayRef<c10::Scalar> scalars,
+                 std::optional<at::TensorList> scalarTensors) {
   RegisteredFusion registered = registeredFusion("launch_fusion", handle);
+  checkLaunch(registered, tensors, scalars, scalarTensors);
   return emptyOutputs(registered, registered.fusion,
                       iterationTensor(registered.fusion, tensors).sym_sizes(),
                       tensors.front().options());
@@ -251,10 +279,12 @@ void launchFusionInPlace(int64_t handle, at::TensorList written,
 
 void launchFusionInPlaceMeta(int64_t handle, at::TensorList written,
                              at::TensorList out, at::TensorList tensors,
-                             c10::ArrayRef<c10::Scalar>,
-                             std::optional<at::TensorList>) {
+                             c10::ArrayRef<c10::Scalar> scalars,
+                             std::optional<at::TensorList> scalarTensors) {
   RegisteredFusion registered = registeredFusion("launch_fusion_", handle);
-  outputSlots(registered, mergedInputs(registered, written, tensors), out);
+  std::vector<Tensor> inputs = mergedInputs(registered, written, tensors);
+  checkLaunch(registered, inputs, scalars, scalarTensors);
+  outputSlots(registered, inputs, out);
 }
 
 /// The derived forward: the fusion's outputs, then the saved statistics.

@@ -41,13 +41,15 @@ const char *dtypeName(at::ScalarType type) {
   return nullptr;
 }
 
-/// The shape of a `kind` tensor; on the stack for up to 5 leading dims
+/// The shape of a `kind` tensor (sizes as int64_t, or c10::SymInt for a
+/// Meta kernel's symbolic shapes); on the stack for up to 5 leading dims
 /// (it is built per tensor per call).
-c10::SmallVector<int64_t, 6> shapeOf(PortInfo::Kind kind, int64_t n,
-                                     at::IntArrayRef lead) {
+template <typename Size>
+c10::SmallVector<Size, 6> shapeOf(PortInfo::Kind kind, const Size &n,
+                                  c10::ArrayRef<Size> lead) {
   if (kind == PortInfo::Kind::Col)
     return {n};
-  c10::SmallVector<int64_t, 6> shape(lead.begin(), lead.end());
+  c10::SmallVector<Size, 6> shape(lead.begin(), lead.end());
   if (kind == PortInfo::Kind::Full)
     shape.push_back(n);
   return shape;
@@ -115,26 +117,56 @@ std::pair<CudaDriver *, std::string> gpuTarget(std::string_view op,
   return {&*driver, *chip};
 }
 
-/// Checks `tensor` against `port` of a kernel specialized for (n, lead).
+/// Checks `tensor` against `port`, of dtype `expected`, of a kernel over
+/// (lead, n).
+template <typename Size>
 void checkTensor(std::string_view op, const char *role, const PortInfo &port,
-                 const at::Tensor &tensor, const at::Device &device, int64_t n,
-                 at::IntArrayRef lead) {
+                 at::ScalarType expected, const at::Tensor &tensor,
+                 const at::Device &device, const Size &n,
+                 c10::ArrayRef<Size> lead) {
   TORCH_CHECK_VALUE(tensor.defined(), "tilefuse.", op, ": ", role, " '",
                     port.name, "' is missing");
   TORCH_CHECK_VALUE(tensor.device() == device, "tilefuse.", op, ": ", role,
                     " '", port.name, "' is on ", tensor.device(),
                     " but the other tensors are on ", device);
-  at::ScalarType expected = scalarType(port.dtype);
   TORCH_CHECK_TYPE(tensor.scalar_type() == expected, "tilefuse.", op, ": ",
                    role, " '", port.name, "' must be ", expected, ", got ",
                    tensor.scalar_type());
+  c10::ArrayRef<Size> sizes;
+  if constexpr (std::is_same_v<Size, c10::SymInt>)
+    sizes = tensor.sym_sizes();
+  else
+    sizes = tensor.sizes();
   auto shape = shapeOf(port.kind, n, lead);
-  TORCH_CHECK_VALUE(
-      tensor.sizes() == at::IntArrayRef(shape), "tilefuse.", op, ": ", role,
-      " '", port.name, "' must have shape ", at::IntArrayRef(shape), " (",
-      PortInfo::kindName(port.kind).str(), "), got ", tensor.sizes());
+  TORCH_CHECK_VALUE(sizes == c10::ArrayRef<Size>(shape), "tilefuse.", op, ": ",
+                    role, " '", port.name, "' must have shape ",
+                    c10::ArrayRef<Size>(shape), " (",
+                    PortInfo::kindName(port.kind).str(), "), got ", sizes);
   TORCH_CHECK_VALUE(tensor.is_contiguous(), "tilefuse.", op, ": ", role, " '",
                     port.name, "' must be contiguous");
+}
+
+/// A [..., n] iteration space of at least one column.
+template <typename Size>
+void checkIterationShape(std::string_view op, c10::ArrayRef<Size> shape) {
+  TORCH_CHECK_VALUE(!shape.empty() && shape.back() > 0, "tilefuse.", op,
+                    ": the input must have a last dimension of at least 1, "
+                    "got shape ",
+                    shape);
+}
+
+/// `fusion` takes `tensors` and `scalars` (by value or by pointer).
+void checkArgumentCounts(std::string_view op, const Fusion &fusion,
+                         size_t tensors, size_t scalars) {
+  const std::vector<PortInfo> &declared = fusion.inputs();
+  size_t scalarPorts = llvm::count_if(declared, [](const PortInfo &port) {
+    return port.kind == PortInfo::Kind::Scalar;
+  });
+  TORCH_CHECK(tensors == declared.size() - scalarPorts &&
+                  scalars == scalarPorts && tensors > 0,
+              "tilefuse.", op, ": ", fusion.name(), " takes ",
+              declared.size() - scalarPorts, " tensors and ", scalarPorts,
+              " scalars, got ", tensors, " and ", scalars);
 }
 
 /// A scalar read through a pointer: one element of a supported dtype on
@@ -210,10 +242,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
                      at::IntArrayRef shape, at::TensorList out,
                      bool storagePerTensor,
                      c10::ArrayRef<std::optional<at::Tensor>> scalarTensors) {
-  TORCH_CHECK_VALUE(!shape.empty() && shape.back() > 0, "tilefuse.", op,
-                    ": the input must have a last dimension of at least 1, "
-                    "got shape ",
-                    shape);
+  checkIterationShape(op, shape);
   int64_t n = shape.back();
   at::IntArrayRef lead = shape.slice(0, shape.size() - 1);
   const std::vector<PortInfo> &declared = fusion.inputs();
@@ -225,13 +254,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
               " scalar tensor slots, got ", scalarTensors.size());
   size_t byPointer = llvm::count_if(
       scalarTensors, [](const auto &tensor) { return tensor.has_value(); });
-  TORCH_CHECK(tensors.size() == declared.size() - scalarPorts &&
-                  scalars.size() + byPointer == scalarPorts &&
-                  !tensors.empty(),
-              "tilefuse.", op, ": ", fusion.name(), " takes ",
-              declared.size() - scalarPorts, " tensors and ", scalarPorts,
-              " scalars, got ", tensors.size(), " and ",
-              scalars.size() + byPointer);
+  checkArgumentCounts(op, fusion, tensors.size(), scalars.size() + byPointer);
   TORCH_CHECK(out.empty() || out.size() == fusion.outputs().size(), "tilefuse.",
               op, ": expected ", fusion.outputs().size(), " output slots, got ",
               out.size());
@@ -323,18 +346,20 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
       arguments.push_back(&slots[i]);
       continue;
     }
-    checkTensor(op, "input", port, *tensor, device, n, lead);
+    checkTensor(op, "input", port, scalarType(port.dtype), *tensor, device, n,
+                lead);
     arguments.push_back(tensor++->data_ptr());
   }
   std::vector<at::Tensor> outputs;
   for (auto i : c10::irange(info.outputs.size())) {
     const PortInfo &port = info.outputs[i];
     if (!out.empty() && out[i].defined()) {
-      checkTensor(op, "output", port, out[i], device, n, lead);
+      checkTensor(op, "output", port, scalarType(port.dtype), out[i], device, n,
+                  lead);
       outputs.push_back(out[i]);
     } else {
       outputs.push_back(at::empty(
-          shapeOf(port.kind, n, lead),
+          shapeOf<int64_t>(port.kind, n, lead),
           at::TensorOptions().dtype(scalarType(port.dtype)).device(device)));
     }
     arguments.push_back(outputs.back().data_ptr());
@@ -775,6 +800,20 @@ torch_ops::RegisteredFusion torch_ops::registeredFusion(std::string_view op,
                     "tilefuse.", op, ": no fusion has handle ", handle);
   Registered &entry = registry()[handle];
   return {*entry.fusion, entry.storage, entry.inplace, entry.pointerScalars};
+}
+
+void torch_ops::checkFusionInputs(std::string_view op,
+                                  const RegisteredFusion &registered,
+                                  at::TensorList tensors, size_t scalars,
+                                  c10::SymIntArrayRef shape) {
+  checkIterationShape(op, shape);
+  checkArgumentCounts(op, registered.fusion, tensors.size(), scalars);
+  c10::SymIntArrayRef lead = shape.slice(0, shape.size() - 1);
+  const at::Tensor *tensor = tensors.begin();
+  for (const PortInfo &port : registered.fusion.inputs())
+    if (port.kind != PortInfo::Kind::Scalar)
+      checkTensor(op, "input", port, registered.dtypeOf(port), *tensor++,
+                  tensors.front().device(), shape.back(), lead);
 }
 
 at::ScalarType

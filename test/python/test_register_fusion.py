@@ -2,6 +2,7 @@
 have only the tilefuse:: ops (the self-contained library on a GPU machine;
 scripts/gpu_check.py runs its DSL fusions this way)."""
 
+import contextlib
 import os
 import sys
 
@@ -52,6 +53,35 @@ def test_the_same_text_gives_the_same_handle():
     assert ops.register_fusion(ir, "f32") == handle
     assert ops.register_fusion(ir, "bf16") != handle
     assert ops.register_fusion(ir.replace("@softmax_again", "@softmax_other"), "f32") != handle
+
+
+@pytest.mark.parametrize("fake", [False, True], ids=["real", "fake"])
+def test_bad_launch_arguments_fail_alike_on_fake_tensors(fake):
+    """launch_fusion's Meta kernel (torch.compile traces with it) checks
+    what the kernel checks, with the same errors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    handle = ops.register_fusion(DSL_FUSIONS["scaled_column_sum"], "f32")
+    moments = ops.register_fusion(DSL_FUSIONS["moments"], "f32")
+    with FakeTensorMode() if fake else contextlib.nullcontext():
+        x, w = torch.randn(6, 40), torch.randn(40)
+        assert ops.launch_fusion(handle, [x, w], [])[0].shape == (40,)
+        with pytest.raises(RuntimeError, match="scaled_column_sum takes 2 tensors and 0 "
+                                               "scalars, got 1 and 0"):
+            ops.launch_fusion(handle, [x], [])
+        with pytest.raises(RuntimeError, match="moments takes 1 tensors and 1 scalars, got 1 "
+                                               "and 0"):
+            ops.launch_fusion(moments, [x], [])
+        with pytest.raises(TypeError, match="input 'w' must be Float, got Half"):
+            ops.launch_fusion(handle, [x, w.half()], [])
+        with pytest.raises(ValueError, match=r"input 'w' must have shape \[40\] \(col\), "
+                                             r"got \[41\]"):
+            ops.launch_fusion(handle, [x, torch.randn(41)], [])
+        with pytest.raises(ValueError, match="the input must have a last dimension of at "
+                                             "least 1"):
+            ops.launch_fusion(handle, [torch.randn(6, 0), torch.randn(0)], [])
+        with pytest.raises(ValueError, match=r"at least 1, got shape \[\]"):
+            ops.launch_fusion(handle, [torch.tensor(1.0), w], [])
 
 
 def test_bad_ir_names_the_op_and_the_problem():
