@@ -492,10 +492,11 @@ private:
   /// barrier (1 + the group; 0 is the block's).
   void synchronizeRow(OpBuilder &b, Location loc);
 
-  // Workgroup memory holds the widest float type the row reductions compute
-  // in; checkSupported rejects integer reductions that would cross warps.
+  // Workgroup memory holds f32, or f64 where a row reduction's states are 64
+  // bits wide (f64, i64).
   Type slotType() const;
-  /// A float in the slot's type; an arg reduction's i32 column as its bits.
+  /// A float in the slot's type; an integer (a sum, an extreme, an arg
+  /// reduction's i32 column) as its bits.
   Value toSlot(OpBuilder &b, Location loc, Value value) const;
   Value fromSlot(OpBuilder &b, Location loc, Value slotValue, Type type) const;
 

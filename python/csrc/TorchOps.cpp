@@ -473,6 +473,16 @@ struct FusionFunction : torch::autograd::Function<FusionFunction> {
   }
 };
 
+/// Forward-mode AD has no formula here: tangents would be dropped.
+void refuseForwardAD(const char *op,
+                     std::initializer_list<at::TensorList> lists) {
+  for (at::TensorList list : lists)
+    for (const Tensor &tensor : list)
+      TORCH_CHECK_NOT_IMPLEMENTED(!tensor._fw_grad(/*level=*/0).defined(),
+                                  "tilefuse.", op,
+                                  ": forward-mode AD is not supported");
+}
+
 bool hasFloatOutput(const Fusion &fusion) {
   return llvm::any_of(fusion.outputs(), [](const PortInfo &port) {
     return at::isFloatingType(tilefuse::torch_ops::scalarType(port.dtype));
@@ -488,11 +498,7 @@ launchFusionAutograd(int64_t handle, at::TensorList tensors,
                                  c10::ArrayRef<c10::Scalar>,
                                  std::optional<at::TensorList>)>(
           "tilefuse::launch_fusion");
-  bool dual = llvm::any_of(tensors, [](const Tensor &tensor) {
-    return tensor._fw_grad(/*level=*/0).defined();
-  });
-  TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.launch_fusion: forward-mode AD "
-                                     "is not supported");
+  refuseForwardAD("launch_fusion", {tensors});
   Fusion &fusion = registeredFusion("launch_fusion", handle).fusion;
   bool graph =
       torch::autograd::compute_requires_grad(tensors) && hasFloatOutput(fusion);
@@ -534,7 +540,8 @@ void launchFusionInPlaceAutograd(int64_t handle, at::TensorList written,
                                  std::optional<at::TensorList> scalarTensors) {
   static auto op = findOp<LaunchInPlaceOp>("tilefuse::launch_fusion_");
   Fusion &fusion = registeredFusion("launch_fusion_", handle).fusion;
-  TORCH_CHECK(!(torch::autograd::compute_requires_grad(written, tensors) &&
+  refuseForwardAD("launch_fusion_", {written, out, tensors});
+  TORCH_CHECK(!(torch::autograd::compute_requires_grad(written, out, tensors) &&
                 hasFloatOutput(fusion)),
               "tilefuse.", fusion.name(),
               ": writes in place and is not differentiable; call it under "

@@ -185,9 +185,11 @@ PYBIND11_MODULE(_C, m) {
                                          std::move(inplace), std::move(pointers));
       }, py::arg("inplace") = std::vector<std::pair<size_t, size_t>>{},
       py::arg("pointers") = std::vector<bool>{},
-      "A new handle for tilefuse::launch_fusion and launch_multi_tensor to "
-      "run this fusion (its ports typed as declared), writing the (output, "
-      "input) index pairs `inplace` into their inputs, reading the scalar "
+      "A new handle for tilefuse::launch_fusion, launch_fusion_ and "
+      "launch_multi_tensor to run this fusion (its ports typed as declared); "
+      "launch_fusion_ and launch_multi_tensor write the (output, input) index "
+      "pairs `inplace` into their inputs (launch_fusion writes every output "
+      "to a new tensor). It reads the scalar "
       "inputs flagged in `pointers` (one flag per input) from one-element "
       "tensors.")
       .def("derivative", [](const PyFusion &f) {

@@ -26,7 +26,8 @@ input, in single and multi-tensor calls.
 
 Autograd: the fusion's backward is derived by the compiler
 (tilefuse/Compiler/Differentiate.h) and runs as one fused kernel; see
-`tilefuse::launch_fusion` in python/csrc/TorchOps.cpp.
+`tilefuse::launch_fusion` in python/csrc/TorchOps.cpp (and `launch_fusion_`,
+which runs a fusion writing in place).
 """
 
 from __future__ import annotations
@@ -746,7 +747,8 @@ class Fusion:
     """A traced fusion: call it like the decorated function (positional or
     keyword arguments, defaults applied). Eager calls run the kernel through
     the C++ op `tilefuse::launch_fusion`, which records the derived backward
-    when an input needs a gradient; under torch.compile calls go through the
+    when an input needs a gradient (`tilefuse::launch_fusion_` where the
+    fusion writes `inplace` outputs); under torch.compile calls go through the
     `tilefuse::run_fusion` custom op (its fake implementation traces on
     metadata alone, its autograd formula runs the derived backward)."""
 
@@ -766,6 +768,13 @@ class Fusion:
             if parameter not in self._parameters:
                 raise ValueError(f"tilefuse.fusion {self._name}: inplace names '{parameter}', "
                                  f"which is not a parameter ({', '.join(self._parameters)})")
+        outputs = list(self._inplace.values())
+        for output in outputs:
+            if outputs.count(output) > 1:
+                shared = [p for p, o in self._inplace.items() if o == output]
+                raise ValueError(f"tilefuse.fusion {self._name}: inplace writes output "
+                                 f"'{output}' over {' and '.join(map(repr, shared))}; one "
+                                 "output overwrites one input")
         self._traces: dict[tuple, _Compiled] = {}
         self._multi_traces: dict[tuple, _Compiled] = {}
         # Argument metadata -> how to launch (skips classifying again).

@@ -163,8 +163,14 @@ def test_in_place_beside_a_new_output():
     with pytest.raises(RuntimeError, match="momentum_with_update: writes in place and is not "
                                            "differentiable"):
         momentum_with_update(leaf, grad, 0.5)
+    with pytest.raises(RuntimeError, match="momentum_with_update: writes in place"):
+        launch(handle, [param], [torch.empty(4, 33, requires_grad=True)], [grad], [0.5])
     with torch.no_grad():
         momentum_with_update(leaf, grad, 0.5)
+    import torch.autograd.forward_ad as forward_ad
+    with forward_ad.dual_level(), pytest.raises(NotImplementedError,
+                                                match="launch_fusion_: forward-mode AD"):
+        momentum_with_update(forward_ad.make_dual(param, torch.ones_like(param)), grad, 0.5)
 
 
 def test_errors_name_the_fusion_and_argument():
@@ -179,6 +185,8 @@ def test_errors_name_the_fusion_and_argument():
         momentum_step.multi_tensor([base[:4]], [base[1:]], 1.0, 1.0)
     with pytest.raises(ValueError, match="inplace names 'nope', which is not a parameter"):
         tilefuse.fusion(inplace=["nope"])(lambda x: x)
+    with pytest.raises(ValueError, match="inplace writes output 'o' over 'a' and 'b'"):
+        tilefuse.fusion(inplace={"a": "o", "b": "o"})(lambda a, b: {"o": a + b})
 
     @tilefuse.fusion
     def row_sum(x):

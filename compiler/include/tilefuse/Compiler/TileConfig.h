@@ -394,10 +394,10 @@ int64_t blocksPerSMGoal(const TileConfig &config);
 /// The static workgroup memory lowering gives a block's row reductions to
 /// combine a row's warps: a slot per warp of each row group for each state
 /// value the busiest pass combines (moments take 4), f32, or f64 where a
-/// row reduction is of f64 (f32 slots would round it); none without row
-/// reductions or where a row takes at most 32 threads (its shuffles
-/// combine it). fuse-stage-rows leaves it room beside the staged chunks;
-/// defined beside the lowering (LowerToGPU.cpp), which allocates it.
+/// row reduction is of f64 or i64 (f32 slots would round or cut it); none
+/// without row reductions or where a row takes at most 32 threads (its
+/// shuffles combine it). fuse-stage-rows leaves it room beside the staged
+/// chunks; defined beside the lowering (LowerToGPU.cpp), which allocates it.
 struct ReductionWorkgroup {
   mlir::Type slotType;
   /// The state values of the busiest pass (at least 1), and the slots.

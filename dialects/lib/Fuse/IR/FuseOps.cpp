@@ -749,7 +749,8 @@ LogicalResult ArgReduceOp::verify() {
            << stringifyReduceKind(getKind());
   // Integers compare as signed; a mask (i1) would compare true below false.
   if (input.getKind() != ValueKind::Full || input.getElementType().isInteger(1))
-    return emitOpError("input must be a full float or integer value, got ")
+    return emitOpError("input must be a full float or integer (not i1) "
+                       "value, got ")
            << input;
   if (result.getKind() != ValueKind::Row ||
       !isIndexType(result.getElementType()))

@@ -309,7 +309,7 @@ fuse.kernel @round_of_a_computed_value(%x: !fuse.full<f32>) -> (y: !fuse.full<f3
 // -----
 
 fuse.kernel @arg_reduce_input(%x: !fuse.full<i1>) -> (y: !fuse.row<i64>) {
-  // expected-error @+1 {{'fuse.arg_reduce' op input must be a full float or integer value, got '!fuse.full<i1>'}}
+  // expected-error @+1 {{'fuse.arg_reduce' op input must be a full float or integer (not i1) value, got '!fuse.full<i1>'}}
   %y = fuse.arg_reduce max %x : !fuse.full<i1> to !fuse.row<i64>
   fuse.yield %y : !fuse.row<i64>
 }
