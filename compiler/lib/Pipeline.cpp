@@ -285,9 +285,16 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
   dump("tiled", module);
   if (stop == Stage::Tiled)
     return finish();
-  std::string lower = isCPU(options)
-                          ? "fuse-lower-to-cpu, canonicalize, cse"
-                          : "fuse-lower-to-gpu, canonicalize, cse";
+  // arith's canonicalization folds truncf(sitofp(x)) into one conversion,
+  // which rounds once where an integer converted to f32 and then to a
+  // 16-bit float (fuse.cast, as PyTorch converts) rounds twice.
+  std::string canonicalize =
+      "canonicalize{disable-patterns={(anonymous namespace)::"
+      "TruncFSIToFPToSIToFP,(anonymous namespace)::TruncFUIToFPToUIToFP}}, "
+      "cse";
+  std::string lower =
+      (isCPU(options) ? "fuse-lower-to-cpu, " : "fuse-lower-to-gpu, ") +
+      canonicalize;
   if (failed(runPipeline(module, lower, "loops", result)))
     return failure();
   dump("loops", module);

@@ -295,6 +295,14 @@ def _computed(value: Value, proto):
         return value._value
     if name == "i1":
         return builder.compare("ne", value._value, builder.scalar_like(0.0, value._value))
+    target = _proto_dtype(proto)
+    if (target in (torch.float16, torch.bfloat16) and isinstance(value._proto, torch.Tensor)
+            and value._proto.dim() > 0 and not value.dtype.is_floating_point):
+        # PyTorch converts an integer tensor to the 16-bit dtype it promotes
+        # to, through float32 (rounded twice), and computes on that; a
+        # Python number or a 0-d tensor goes to the computation unrounded.
+        wide = builder.cast(value._value, name)
+        return builder.cast(builder.cast(wide, DTYPE_NAMES[target]), name)
     return builder.cast(value._value, name)
 
 

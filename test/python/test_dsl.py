@@ -335,6 +335,29 @@ def test_bool_masks_in_and_out(n):
     torch.testing.assert_close(probs, expected, atol=1e-9, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("int_dtype", [torch.int32, torch.int64], ids=str)
+def test_integer_tensors_round_to_the_16_bit_dtype_they_meet(int_dtype, dtype):
+    """As PyTorch: an integer tensor meeting a float16 or bfloat16 tensor is
+    converted to it through float32, rounded twice; a Python number or a
+    0-d tensor is not. cast() rounds the same way."""
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randint(-2**31, 2**31, (4, 1000), dtype=int_dtype, generator=generator)
+    x[0, :6] = torch.tensor([70000, 257, 643825637, -2034237486, 2049, 33554435])
+    h = (torch.rand(4, 1000, generator=generator) + 0.5).to(dtype)
+    h[0, :6] = 0.5
+
+    @tilefuse.fusion
+    def mixed(x, h):
+        return x * h, x > h * 256, h * 70000, tilefuse.cast(x, h.dtype)
+
+    product, greater, by_number, cast = mixed(x, h)
+    assert torch.equal(product, x * h) and torch.equal(greater, x > h * 256)
+    assert torch.equal(by_number, h * 70000) and torch.equal(cast, x.to(dtype))
+    zero_dim = tilefuse.fusion(lambda h, k: h * k)(h, torch.tensor(70000, dtype=int_dtype))
+    assert torch.equal(zero_dim, h * torch.tensor(70000, dtype=int_dtype))
+
+
 @tilefuse.fusion
 def integer_row_stats(x):
     return (tilefuse.sum(x), tilefuse.max(x), tilefuse.min(x), tilefuse.argmax(x),
