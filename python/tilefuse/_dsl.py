@@ -36,6 +36,7 @@ import ast
 import builtins
 import functools
 import inspect
+import math
 import os
 import re
 import threading
@@ -84,6 +85,7 @@ class _Trace:
         self.builder = _C.Builder(re.sub(r"\W|^(?=\d)", "_", name), compute)
         self.compute = compute
         self.gather_indices: list[Value] = []
+        self.column_extremes: list[str] = []  # max/min over the rows (dim=0)
 
 
 def _active_trace(function: str) -> _Trace:
@@ -167,7 +169,10 @@ class Value:
     def __rtruediv__(self, o): return self._binary("div", o, True)
     def __pow__(self, o): return pow(self, o)
     def __rpow__(self, o): return pow(o, self)
-    def __neg__(self): return _unary_same("neg", self)
+    def __neg__(self):
+        if self.dtype == torch.bool:  # torch's message
+            raise _unsupported("negation, the `-` operator, of a bool mask; use `~` (logical_not)")
+        return _unary_same("neg", self)
     def __pos__(self): return self
     def __abs__(self): return abs(self)
     def __lt__(self, o): return self._compare("lt", o)
@@ -571,9 +576,19 @@ def _reduction(kind):
             raise TypeError(f"tilefuse.mean: needs a float input, got {dtype}; cast it first")
         if kind == "sum" and not dtype.is_floating_point:
             dtype = torch.int64  # as torch.sum
+        builder = x._trace.builder
+        if dim == 0 and kind in ("max", "min"):
+            x._trace.column_extremes.append(kind)
+        if dtype == torch.bool:  # any / all, as torch.amax / amin of a mask
+            if dim == 0:  # a per-column output is the column reduction itself
+                raise _unsupported(f"{kind} over the rows (dim=0) of a bool mask; reduce "
+                                   "tilefuse.cast(mask, torch.int32) instead")
+            counts = _tensor_proto(torch.int32, False)
+            extreme = builder.reduce(kind, _computed(x, counts), dim == 0)
+            return Value(x._trace, builder.compare("ne", extreme, builder.scalar_like(0, extreme)),
+                         _tensor_proto(torch.bool, False))
         proto = _tensor_proto(dtype, False)
-        return Value(x._trace, x._trace.builder.reduce(kind, _computed(x, proto), dim == 0),
-                     proto)
+        return Value(x._trace, builder.reduce(kind, _computed(x, proto), dim == 0), proto)
     function.__name__ = kind
     function.__doc__ = (f"{kind} over the last dim (dim=-1, per row) or over the "
                         "rows (dim=0, per column).")
@@ -718,15 +733,18 @@ class _Compiled:
     dtype), and how autograd runs it (C++ FusionDerivative, derived on first
     use)."""
 
-    __slots__ = ("fusion", "handle", "outputs", "index_checks", "_derivative")
+    __slots__ = ("fusion", "handle", "outputs", "index_checks", "column_extremes",
+                 "_derivative")
 
-    def __init__(self, fusion, inplace=(), pointers=(), index_checks: tuple = ()):
+    def __init__(self, fusion, inplace=(), pointers=(), index_checks: tuple = (),
+                 column_extremes: tuple = ()):
         """`inplace`: (output, input) index pairs written in place;
         `pointers`: a flag per input, for scalars read through pointers."""
         self.fusion = fusion
         self.handle = fusion.launch_handle(list(inplace), list(pointers))
         self.outputs = fusion.outputs
         self.index_checks = index_checks  # see Fusion._index_checks
+        self.column_extremes = column_extremes  # max/min over the rows, which need one
         self._derivative = None
 
     @property
@@ -844,6 +862,7 @@ class Fusion:
         else:
             names, results, shape = ["out0"], [result], "single"
         taken = set(self._parameters)
+        written = {output: parameter for parameter, output in self._inplace.items()}
         for name, value in zip(names, results):
             if not isinstance(value, Value):
                 raise TypeError(f"tilefuse.fusion {self._name}: output '{name}' is a "
@@ -854,8 +873,20 @@ class Fusion:
             while port in taken:
                 port += "_out"
             taken.add(port)
-            # Stored in the dtype PyTorch would give it.
+            # Stored in the dtype PyTorch would give it; written in place, in
+            # its input's, as torch's in-place ops cast (p.sub_(g) of a bf16
+            # p and an f32 g).
             dtype = value.dtype
+            if name in written and written[name] in self._parameters:
+                kind, input_dtype, _ = specs[self._parameters.index(written[name])]
+                if kind in ("full", "row", "col") and TORCH_DTYPES[input_dtype] != dtype:
+                    if not torch.can_cast(dtype, TORCH_DTYPES[input_dtype]):
+                        # torch's error for p.sub_(g) of an int p, float g
+                        raise RuntimeError(f"tilefuse.{self._name}: result type {dtype} of "
+                                           f"output '{name}' can't be cast to the dtype of "
+                                           f"'{written[name]}', {TORCH_DTYPES[input_dtype]}, "
+                                           "which it is written over")
+                    dtype = TORCH_DTYPES[input_dtype]
             stored = value._value
             if stored.dtype != DTYPE_NAMES[dtype]:
                 stored = builder.cast(stored, DTYPE_NAMES[dtype])
@@ -878,7 +909,7 @@ class Fusion:
                 port[index] = len(port)
         return _Compiled(fusion, [(o, port[i]) for o, i in self._inplace_pairs(specs)],
                          [kind == "pointer" for kind, _, _ in specs if kind != "static"],
-                         index_checks)
+                         index_checks, tuple(trace.column_extremes))
 
     def _inplace_pairs(self, specs) -> list[tuple[int, int]]:
         """(output, argument) index pairs of the outputs written in place."""
@@ -928,6 +959,10 @@ class Fusion:
         """Traces (once per signature), then runs the outputs (with
         `in_place` False, every one to a new tensor)."""
         compiled, specs, lead, n, device = self._compiled_for(args)
+        if compiled.column_extremes and math.prod(lead) == 0:  # as torch.amax(x, 0)
+            raise IndexError(f"tilefuse.{self._name}: {compiled.column_extremes[0]} over the "
+                             "rows (dim=0) of zero rows: expected reduction dim 0 to have "
+                             "non-zero size")
         written = dict(self._inplace_pairs(specs)) if in_place else {}
         if device.type == "meta":
             outputs = _empty_outputs(compiled.outputs, lead, n, device)

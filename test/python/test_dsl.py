@@ -387,6 +387,33 @@ def test_integer_row_reductions_are_exact(dtype, n):
 
 
 @tilefuse.fusion
+def any_and_all(mask):
+    return tilefuse.max(mask), tilefuse.min(mask)
+
+
+@pytest.mark.parametrize("n", [7, 4096, 70000])
+def test_extremes_of_a_mask_are_any_and_all(n):
+    mask = torch.rand(5, n) > 0.3
+    mask[0], mask[1] = True, False
+    high, low = any_and_all(mask)
+    assert high.dtype == low.dtype == torch.bool
+    assert torch.equal(high, mask.amax(-1)) and torch.equal(low, mask.amin(-1))
+    with pytest.raises(TypeError, match=r"negation, the `-` operator, of a bool mask; use `~`"):
+        tilefuse.fusion(lambda m: -m)(mask)
+    with pytest.raises(TypeError, match=r"max over the rows \(dim=0\) of a bool mask"):
+        tilefuse.fusion(lambda m: tilefuse.max(m, dim=0))(mask)
+
+
+def test_column_extremes_of_zero_rows_raise_as_torch():
+    column_stats = tilefuse.fusion(lambda x: (tilefuse.max(x, dim=0), tilefuse.sum(x, dim=0)))
+    for _ in range(2):  # the second call as the first (no cached launch plan)
+        with pytest.raises(IndexError, match=r"max over the rows \(dim=0\) of zero rows"):
+            column_stats(torch.empty(0, 5, dtype=torch.int32))
+    total = tilefuse.fusion(lambda x: tilefuse.sum(x, dim=0))(torch.empty(0, 5))
+    assert torch.equal(total, torch.zeros(5))  # a sum of nothing, as torch.sum
+
+
+@tilefuse.fusion
 def weighted_deviation(x, w):
     return tilefuse.sum(w * (x - tilefuse.max(x)))
 

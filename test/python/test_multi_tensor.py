@@ -173,6 +173,30 @@ def test_in_place_beside_a_new_output():
         momentum_with_update(forward_ad.make_dual(param, torch.ones_like(param)), grad, 0.5)
 
 
+def test_in_place_output_takes_its_inputs_dtype():
+    """As torch's in-place ops: a bf16 parameter minus lr times an f32
+    gradient is computed in f32 and stored as bf16 (single and
+    multi-tensor calls); an int32 state minus an int64 one stays int32; a
+    float result over an integer input is refused."""
+    @tilefuse.fusion(inplace={"p": "p"})
+    def step(p, g, lr):
+        return {"p": p - lr * g}
+
+    g = torch.randn(4, 33)
+    for call in (lambda p: step(p, g, 0.1), lambda p: step.multi_tensor([p], [g], 0.1)):
+        p = torch.randn(4, 33).bfloat16()
+        expected = p.clone().sub_(0.1 * g)
+        call(p)
+        assert p.dtype == torch.bfloat16 and torch.equal(p, expected)
+    counts = torch.randint(0, 9, (4, 33), dtype=torch.int32)
+    expected = counts.clone().sub_(torch.ones(4, 33, dtype=torch.int64))
+    step(counts, torch.ones(4, 33, dtype=torch.int64), 1)
+    assert counts.dtype == torch.int32 and torch.equal(counts, expected)
+    with pytest.raises(RuntimeError, match=r"step: result type torch.float32 of output 'p' "
+                                           r"can't be cast to the dtype of 'p', torch.int32"):
+        step(counts, g, 0.1)
+
+
 def test_errors_name_the_fusion_and_argument():
     with pytest.raises(ValueError, match=r"axpy.multi_tensor: argument 'y' has 1 tensors"):
         axpy.multi_tensor([torch.ones(2), torch.ones(3)], [torch.ones(2)], 1.0)
