@@ -117,6 +117,25 @@ std::pair<CudaDriver *, std::string> gpuTarget(std::string_view op,
   return {&*driver, *chip};
 }
 
+/// Whether a symbolic size condition holds, without deciding an unbacked
+/// size (a runtime assert instead, as TORCH_SYM_CHECK).
+bool holds(const c10::SymBool &condition) {
+  return condition.expect_true(__FILE__, __LINE__);
+}
+template <typename Size>
+bool sameSizes(c10::ArrayRef<Size> a, c10::ArrayRef<Size> b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if constexpr (std::is_same_v<Size, c10::SymInt>) {
+      if (!holds(a[i].sym_eq(b[i])))
+        return false;
+    } else if (a[i] != b[i]) {
+      return false;
+    }
+  return true;
+}
+
 /// Checks `tensor` against `port`, of dtype `expected`, of a kernel over
 /// (lead, n).
 template <typename Size>
@@ -138,8 +157,8 @@ void checkTensor(std::string_view op, const char *role, const PortInfo &port,
   else
     sizes = tensor.sizes();
   auto shape = shapeOf(port.kind, n, lead);
-  TORCH_CHECK_VALUE(sizes == c10::ArrayRef<Size>(shape), "tilefuse.", op, ": ",
-                    role, " '", port.name, "' must have shape ",
+  TORCH_CHECK_VALUE(sameSizes(sizes, c10::ArrayRef<Size>(shape)), "tilefuse.",
+                    op, ": ", role, " '", port.name, "' must have shape ",
                     c10::ArrayRef<Size>(shape), " (",
                     PortInfo::kindName(port.kind).str(), "), got ", sizes);
   TORCH_CHECK_VALUE(tensor.is_contiguous(), "tilefuse.", op, ": ", role, " '",
@@ -149,7 +168,12 @@ void checkTensor(std::string_view op, const char *role, const PortInfo &port,
 /// A [..., n] iteration space of at least one column.
 template <typename Size>
 void checkIterationShape(std::string_view op, c10::ArrayRef<Size> shape) {
-  TORCH_CHECK_VALUE(!shape.empty() && shape.back() > 0, "tilefuse.", op,
+  bool positive;
+  if constexpr (std::is_same_v<Size, c10::SymInt>)
+    positive = !shape.empty() && holds(shape.back().sym_gt(0));
+  else
+    positive = !shape.empty() && shape.back() > 0;
+  TORCH_CHECK_VALUE(positive, "tilefuse.", op,
                     ": the input must have a last dimension of at least 1, "
                     "got shape ",
                     shape);

@@ -84,6 +84,19 @@ def test_bad_launch_arguments_fail_alike_on_fake_tensors(fake):
             ops.launch_fusion(handle, [torch.tensor(1.0), w], [])
 
 
+def test_meta_checks_trace_unbacked_sizes():
+    """The Meta kernel's checks decide no data-dependent size (a row length
+    from .item() or marked unbacked): torch.compile traces them."""
+    handle = ops.register_fusion(DSL_FUSIONS["scaled_column_sum"], "f32")
+    x, w = torch.randn(4, 8), torch.randn(8)
+    torch._dynamo.reset()
+    torch._dynamo.decorators.mark_unbacked(x, 1)
+    torch._dynamo.decorators.mark_unbacked(w, 0)
+    compiled = torch.compile(lambda x, w: ops.launch_fusion(handle, [x, w], [])[0],
+                             backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x, w), (x * w).sum(0))
+
+
 def test_bad_ir_names_the_op_and_the_problem():
     with pytest.raises(ValueError, match=r"register_fusion: argument 'ir': invalid fuse IR.*"
                                          r"fuse.nope"):
