@@ -531,6 +531,8 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
           return arith::CmpFOp::create(b, loc, predicate, operands[0],
                                        operands[1]);
         }
+        // Masks order false < true: unsigned (as signed, true is -1).
+        bool mask = getElementTypeOrSelf(operands[0].getType()).isInteger(1);
         arith::CmpIPredicate predicate = [&] {
           switch (cmp.getPredicate()) {
           case CmpPredicate::eq:
@@ -538,13 +540,13 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
           case CmpPredicate::ne:
             return arith::CmpIPredicate::ne;
           case CmpPredicate::lt:
-            return arith::CmpIPredicate::slt;
+            return mask ? arith::CmpIPredicate::ult : arith::CmpIPredicate::slt;
           case CmpPredicate::le:
-            return arith::CmpIPredicate::sle;
+            return mask ? arith::CmpIPredicate::ule : arith::CmpIPredicate::sle;
           case CmpPredicate::gt:
-            return arith::CmpIPredicate::sgt;
+            return mask ? arith::CmpIPredicate::ugt : arith::CmpIPredicate::sgt;
           case CmpPredicate::ge:
-            return arith::CmpIPredicate::sge;
+            return mask ? arith::CmpIPredicate::uge : arith::CmpIPredicate::sge;
           }
           llvm_unreachable("unknown predicate");
         }();

@@ -404,6 +404,18 @@ def test_extremes_of_a_mask_are_any_and_all(n):
         tilefuse.fusion(lambda m: tilefuse.max(m, dim=0))(mask)
 
 
+@tilefuse.fusion
+def mask_order(a, b):
+    return a < b, a <= b, a > b, a >= b, a >= True, a < True
+
+
+def test_masks_compare_false_below_true():
+    a = torch.tensor([[True, False, True, False]] * 3)
+    b = torch.tensor([[False, True, True, False]] * 3)
+    for got, want in zip(mask_order(a, b), (a < b, a <= b, a > b, a >= b, a >= True, a < True)):
+        assert torch.equal(got, want)
+
+
 def test_column_extremes_of_zero_rows_raise_as_torch():
     column_stats = tilefuse.fusion(lambda x: (tilefuse.max(x, dim=0), tilefuse.sum(x, dim=0)))
     for _ in range(2):  # the second call as the first (no cached launch plan)

@@ -23,3 +23,16 @@ fuse.kernel @mask_in_and_out(%m: !fuse.full<i1>, %x: !fuse.full<f32>) -> (y: !fu
   %p = fuse.cmp gt, %x, %zero : !fuse.full<f32>
   fuse.yield %y, %p : !fuse.full<f32>, !fuse.full<i1>
 }
+
+// Masks order false < true, as torch.bool: unsigned compares (signed, an
+// i1 true is -1).
+// GPU-LABEL: gpu.func @mask_order
+// GPU: arith.cmpi ult, %{{.+}}, %{{.+}} : vector<4xi1>
+// GPU: arith.cmpi uge, %{{.+}}, %{{.+}} : vector<4xi1>
+// CPU-LABEL: func.func @mask_order
+// CPU: arith.cmpi ult, %{{.+}}, %{{.+}} : vector<8xi1>
+fuse.kernel @mask_order(%a: !fuse.full<i1>, %b: !fuse.full<i1>) -> (lt: !fuse.full<i1>, ge: !fuse.full<i1>) {
+  %lt = fuse.cmp lt, %a, %b : !fuse.full<i1>
+  %ge = fuse.cmp ge, %a, %b : !fuse.full<i1>
+  fuse.yield %lt, %ge : !fuse.full<i1>, !fuse.full<i1>
+}
