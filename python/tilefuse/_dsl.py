@@ -42,6 +42,7 @@ import re
 import threading
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import _C  # also registers the tilefuse:: ops
 
@@ -86,6 +87,14 @@ class _Trace:
         self.compute = compute
         self.gather_indices: list[Value] = []
         self.column_extremes: list[str] = []  # max/min over the rows (dim=0)
+
+
+def _outside_fake_mode(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        with unset_fake_temporarily():
+            return function(*args, **kwargs)
+    return wrapper
 
 
 def _active_trace(function: str) -> _Trace:
@@ -821,8 +830,11 @@ class Fusion:
         bound.apply_defaults()
         return list(bound.arguments.values())
 
-    # Tracing runs the builder (C++), which torch.compile does not trace.
+    # Tracing runs the builder (C++), which torch.compile does not trace;
+    # its dtype protos are real tensors (cached across traces), so no fake
+    # mode of torch.compile's may be active while it runs.
     @torch.compiler.disable
+    @_outside_fake_mode
     def _trace(self, specs, compute: str) -> _Compiled:
         trace = _Trace(self._name, compute)
         builder = trace.builder

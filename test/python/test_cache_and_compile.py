@@ -137,6 +137,18 @@ def test_torch_compile_training_step_with_fused_backward(backend):
     torch.testing.assert_close(dw, rdw, atol=1e-5, rtol=1e-4)
 
 
+def test_fusions_first_traced_under_torch_compile():
+    """A fusion's first trace inside torch.compile (its fake tensors) leaves
+    nothing fake behind: a second such fusion, in a new fake mode, traces
+    too (it raised 'Mixing fake modes NYI')."""
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        fresh = tilefuse.fusion(lambda x: x * 2.0 + 1.0)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda x: fresh(x), backend="aot_eager", fullgraph=True)
+        torch.testing.assert_close(compiled(x), x * 2 + 1)
+
+
 def test_torch_compile_caches_key_on_tilefuse(monkeypatch):
     """torch.compile's FX-graph and AOTAutograd caches take cache_key_tag:
     importing tilefuse adds its sources' hash (a user's tag kept), so a

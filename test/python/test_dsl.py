@@ -340,7 +340,8 @@ def test_bool_masks_in_and_out(n):
 def test_integer_tensors_round_to_the_16_bit_dtype_they_meet(int_dtype, dtype):
     """As PyTorch: an integer tensor meeting a float16 or bfloat16 tensor is
     converted to it through float32, rounded twice; a Python number or a
-    0-d tensor is not. cast() rounds the same way."""
+    0-d tensor as the second factor of * is not (README: other ops differ).
+    cast() rounds the same way."""
     generator = torch.Generator().manual_seed(1)
     x = torch.randint(-2**31, 2**31, (4, 1000), dtype=int_dtype, generator=generator)
     x[0, :6] = torch.tensor([70000, 257, 643825637, -2034237486, 2049, 33554435])
