@@ -159,6 +159,9 @@ class Value:
 
     def _binary(self, op, other, reverse=False):
         a, b = (_as_value(other, op), self) if reverse else (self, _as_value(other, op))
+        if op == "sub" and torch.bool in (a.dtype, b.dtype):  # as torch refuses it
+            raise _unsupported("subtraction, the `-` operator, with a bool mask; to invert "
+                               "a mask use `~` (logical_not)")
         return _arithmetic(op, a, b)
 
     def _compare(self, predicate, other):

@@ -401,6 +401,8 @@ def test_extremes_of_a_mask_are_any_and_all(n):
     assert torch.equal(high, mask.amax(-1)) and torch.equal(low, mask.amin(-1))
     with pytest.raises(TypeError, match=r"negation, the `-` operator, of a bool mask; use `~`"):
         tilefuse.fusion(lambda m: -m)(mask)
+    with pytest.raises(TypeError, match=r"subtraction, the `-` operator, with a bool mask"):
+        tilefuse.fusion(lambda m: 1 - m)(mask)
     with pytest.raises(TypeError, match=r"max over the rows \(dim=0\) of a bool mask"):
         tilefuse.fusion(lambda m: tilefuse.max(m, dim=0))(mask)
 
