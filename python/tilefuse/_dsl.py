@@ -756,7 +756,7 @@ class _Compiled:
         self.handle = fusion.launch_handle(list(inplace), list(pointers))
         self.outputs = fusion.outputs
         self.index_checks = index_checks  # see Fusion._index_checks
-        self.column_extremes = column_extremes  # max/min over the rows, which need one
+        self.column_extremes = column_extremes  # max/min over the rows: need a row
         self._derivative = None
 
     @property
