@@ -313,11 +313,18 @@ Value castFloat(OpBuilder &b, Location loc, Value value, Type type) {
   auto to = cast<FloatType>(getElementTypeOrSelf(type));
   if (from == to)
     return value;
-  if (to.getWidth() > from.getWidth())
-    return arith::ExtFOp::create(b, loc, type, value);
   Type f32 = b.getF32Type();
   if (auto vector = dyn_cast<VectorType>(type))
     f32 = vector.clone(f32);
+  if (to.getWidth() > from.getWidth()) {
+    // A 16-bit float widens to f64 through f32 (exact either way): the CPU
+    // pipeline turns bf16 -> f32 into integer operations, where a direct
+    // bf16 -> f64 let LLVM compare in bf16 and call __truncsfbf2, which
+    // the JIT does not have.
+    if (from.getWidth() < 32 && to.getWidth() > 32)
+      value = arith::ExtFOp::create(b, loc, f32, value);
+    return arith::ExtFOp::create(b, loc, type, value);
+  }
   if (to.getWidth() == from.getWidth())
     value = arith::ExtFOp::create(b, loc, f32, value);
   else if (to.getWidth() < 32 && from.getWidth() > 32)

@@ -231,6 +231,22 @@ def test_float64_cast_to_16_bits_rounds_like_torch(to):
     assert torch.equal(cast_to(x), x.to(to))
 
 
+@pytest.mark.parametrize("low", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_float64_beside_16_bit_tensors(low):
+    """A 16-bit tensor meeting a float64 one widens exactly (on the CPU it
+    widened bf16 -> f64 directly, and LLVM's compare in bf16 then called
+    __truncsfbf2, which the JIT lacks: maximum failed to load)."""
+    x = torch.randn(3, 1000, dtype=torch.float64)
+    y = torch.randn(3, 1000).to(low)
+    y[0, 0] = float("nan")
+    ours = tilefuse.fusion(lambda x, y: (tilefuse.maximum(x, y), tilefuse.minimum(x, y), x > y,
+                                         x * y, tilefuse.max(y) + tilefuse.sum(x)))(x, y)
+    theirs = (torch.maximum(x, y), torch.minimum(x, y), x > y, x * y, y.amax(-1) + x.sum(-1))
+    for got, want in zip(ours, theirs):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
 @tilefuse.fusion
 def unmerged_variance(x):
     # (x - mean) * (mean - x) is not a square: fuse-merge-reductions leaves
