@@ -181,7 +181,8 @@ std::vector<Tensor> runLaunch(const RegisteredFusion &registered,
 /// What runLaunch checks before it compiles, for the Meta kernels.
 void checkLaunch(const RegisteredFusion &registered, at::TensorList tensors,
                  c10::ArrayRef<c10::Scalar> scalars,
-                 std::optional<at::TensorList> scalarTensors) {
+                 std::optional<at::TensorList> scalarTensors,
+                 at::TensorList out = {}) {
   std::vector<std::optional<Tensor>> slots =
       scalarSlots(registered, scalarTensors);
   size_t byPointer =
@@ -190,7 +191,7 @@ void checkLaunch(const RegisteredFusion &registered, at::TensorList tensors,
       });
   tilefuse::torch_ops::checkFusionInputs(
       registered.fusion.name(), registered, tensors, scalars.size() + byPointer,
-      iterationTensor(registered.fusion, tensors).sym_sizes());
+      iterationTensor(registered.fusion, tensors).sym_sizes(), out);
 }
 
 /// Runs a fusion the DSL traced or register_fusion parsed, every output to
@@ -283,8 +284,8 @@ void launchFusionInPlaceMeta(int64_t handle, at::TensorList written,
                              std::optional<at::TensorList> scalarTensors) {
   RegisteredFusion registered = registeredFusion("launch_fusion_", handle);
   std::vector<Tensor> inputs = mergedInputs(registered, written, tensors);
-  checkLaunch(registered, inputs, scalars, scalarTensors);
-  outputSlots(registered, inputs, out);
+  checkLaunch(registered, inputs, scalars, scalarTensors,
+              outputSlots(registered, inputs, out));
 }
 
 /// The derived forward: the fusion's outputs, then the saved statistics.

@@ -829,15 +829,21 @@ torch_ops::RegisteredFusion torch_ops::registeredFusion(std::string_view op,
 void torch_ops::checkFusionInputs(std::string_view op,
                                   const RegisteredFusion &registered,
                                   at::TensorList tensors, size_t scalars,
-                                  c10::SymIntArrayRef shape) {
+                                  c10::SymIntArrayRef shape,
+                                  at::TensorList out) {
   checkIterationShape(op, shape);
   checkArgumentCounts(op, registered.fusion, tensors.size(), scalars);
   c10::SymIntArrayRef lead = shape.slice(0, shape.size() - 1);
+  at::Device device = tensors.front().device();
   const at::Tensor *tensor = tensors.begin();
   for (const PortInfo &port : registered.fusion.inputs())
     if (port.kind != PortInfo::Kind::Scalar)
       checkTensor(op, "input", port, registered.dtypeOf(port), *tensor++,
-                  tensors.front().device(), shape.back(), lead);
+                  device, shape.back(), lead);
+  for (auto [port, output] : llvm::zip(registered.fusion.outputs(), out))
+    if (output.defined())
+      checkTensor(op, "output", port, registered.dtypeOf(port), output, device,
+                  shape.back(), lead);
 }
 
 at::ScalarType

@@ -111,10 +111,12 @@ struct RegisteredFusion {
 /// What runFusion checks of a call to `registered` before it compiles, on
 /// metadata alone (symbolic shapes too), for Meta kernels: the counts of
 /// tensors and of scalars (by value or by pointer), the [..., n] shape,
-/// and each tensor's device, dtype, shape and layout. Errors name `op`.
+/// and each tensor's device, dtype, shape and layout, the tensors of `out`
+/// (by output index, undefined where a new one is made) as outputs. Errors
+/// name `op`.
 void checkFusionInputs(std::string_view op, const RegisteredFusion &registered,
                        at::TensorList tensors, size_t scalars,
-                       c10::SymIntArrayRef shape);
+                       c10::SymIntArrayRef shape, at::TensorList out = {});
 int64_t registerFusion(std::shared_ptr<Fusion> fusion,
                        std::optional<at::ScalarType> storage = std::nullopt,
                        std::vector<std::pair<size_t, size_t>> inplace = {},

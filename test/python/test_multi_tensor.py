@@ -3,6 +3,7 @@ read on the device, against the same math in PyTorch (float64 references).
 Under TILEFUSE_TARGET=emulate the GPU code runs in the PTX emulator, on
 fewer tensors (it interprets every instruction)."""
 
+import contextlib
 import os
 
 import pytest
@@ -165,6 +166,10 @@ def test_in_place_beside_a_new_output():
         momentum_with_update(leaf, grad, 0.5)
     with pytest.raises(RuntimeError, match="momentum_with_update: writes in place"):
         launch(handle, [param], [torch.empty(4, 33, requires_grad=True)], [grad], [0.5])
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    for mode in (contextlib.nullcontext(), FakeTensorMode()):  # the Meta kernel alike
+        with mode, pytest.raises(ValueError, match=r"output 'update' must have shape \[4, 33\]"):
+            launch(handle, [torch.randn(4, 33)], [torch.empty(4, 34)], [torch.randn(4, 33)], [0.5])
     with torch.no_grad():
         momentum_with_update(leaf, grad, 0.5)
     import torch.autograd.forward_ad as forward_ad
