@@ -15,6 +15,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <tuple>
@@ -88,11 +89,21 @@ inline at::Tensor emptyLike(const at::Tensor &x) {
   return at::empty_symint(x.sym_sizes(), x.options());
 }
 
-/// Whether a call must record an autograd graph; forward-mode AD (dual
-/// tensors) is refused rather than silently dropped.
+inline bool hasTangent(const at::Tensor &tensor) {
+  return tensor._fw_grad(/*level=*/0).defined();
+}
+inline bool hasTangent(at::TensorList tensors) {
+  return std::any_of(
+      tensors.begin(), tensors.end(),
+      [](const at::Tensor &tensor) { return hasTangent(tensor); });
+}
+
+/// Whether a call on `tensors` (tensors or lists of them) must record an
+/// autograd graph; forward-mode AD (dual tensors) is refused rather than
+/// silently dropped.
 template <typename... Tensors>
 bool needsGraph(const char *op, const Tensors &...tensors) {
-  bool dual = (false || ... || tensors._fw_grad(/*level=*/0).defined());
+  bool dual = (false || ... || hasTangent(tensors));
   TORCH_CHECK_NOT_IMPLEMENTED(!dual, "tilefuse.", op,
                               ": forward-mode AD is not supported");
   return torch::autograd::compute_requires_grad(tensors...);

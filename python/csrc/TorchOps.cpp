@@ -38,9 +38,10 @@
 #include <mutex>
 
 using at::Tensor;
+using tilefuse::torch_ops::BuiltinFusion;
 using tilefuse::torch_ops::emptyLike;
 using tilefuse::torch_ops::findOp;
-using tilefuse::torch_ops::BuiltinFusion;
+using tilefuse::torch_ops::needsGraph;
 using tilefuse::torch_ops::runFusion;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -113,29 +114,6 @@ std::vector<Tensor> runDsl(const RegisteredFusion &registered, Fusion &kernel,
   return runFusion(registered.fusion.name(), kernel, tensors, scalars,
                    registered.storage,
                    iterationTensor(registered.fusion, inputs).sizes());
-}
-
-/// The outputs a fusion writes over its inputs, at their positions (the
-/// others undefined); empty when it writes none in place.
-std::vector<Tensor> inplaceOutputs(const RegisteredFusion &registered,
-                                   at::TensorList tensors) {
-  const Fusion &fusion = registered.fusion;
-  std::vector<Tensor> out;
-  if (registered.inplace.empty())
-    return out;
-  // Each input's position among the tensors (-1 for scalars).
-  std::vector<int64_t> tensorIndex;
-  int64_t next = 0;
-  for (const PortInfo &port : fusion.inputs())
-    tensorIndex.push_back(port.kind == PortInfo::Kind::Scalar ? -1 : next++);
-  out.resize(fusion.outputs().size());
-  for (auto [output, input] : registered.inplace) {
-    TORCH_CHECK_VALUE(
-        tensorIndex[input] >= 0 && tensorIndex[input] < int64_t(tensors.size()),
-        "tilefuse.", fusion.name(), ": input ", input, " is not a tensor");
-    out[output] = tensors[tensorIndex[input]];
-  }
-  return out;
 }
 
 /// A slot per scalar input of `registered`: the tensor of `scalarTensors`
@@ -249,16 +227,27 @@ std::vector<Tensor> mergedInputs(const RegisteredFusion &registered,
 }
 
 /// Where each output of the fusion goes: over its input where it writes one
-/// in place, else the next of `out`.
+/// in place (`inputs`: the tensor inputs in order), else the next of `out`.
 std::vector<Tensor> outputSlots(const RegisteredFusion &registered,
                                 at::TensorList inputs, at::TensorList out) {
-  std::vector<Tensor> slots = inplaceOutputs(registered, inputs);
-  slots.resize(registered.fusion.outputs().size());
-  size_t fresh = slots.size() - registered.inplace.size();
-  TORCH_CHECK_VALUE(out.size() == fresh, "tilefuse.", registered.fusion.name(),
+  const Fusion &fusion = registered.fusion;
+  size_t fresh = fusion.outputs().size() - registered.inplace.size();
+  TORCH_CHECK_VALUE(out.size() == fresh, "tilefuse.", fusion.name(),
                     ": argument 'out' expected ", fresh,
                     " tensors (the outputs not written in place), got ",
                     out.size());
+  // Each input's position among the tensors (scalars have none).
+  std::vector<size_t> tensorIndex;
+  size_t tensors = 0;
+  for (const PortInfo &port : fusion.inputs())
+    tensorIndex.push_back(port.kind == PortInfo::Kind::Scalar ? SIZE_MAX
+                                                              : tensors++);
+  std::vector<Tensor> slots(fusion.outputs().size());
+  for (auto [output, input] : registered.inplace) {
+    TORCH_CHECK_VALUE(tensorIndex[input] < inputs.size(), "tilefuse.",
+                      fusion.name(), ": input ", input, " is not a tensor");
+    slots[output] = inputs[tensorIndex[input]];
+  }
   const Tensor *next = out.begin();
   for (Tensor &slot : slots)
     if (!slot.defined())
@@ -474,16 +463,6 @@ struct FusionFunction : torch::autograd::Function<FusionFunction> {
   }
 };
 
-/// Forward-mode AD has no formula here: tangents would be dropped.
-void refuseForwardAD(const char *op,
-                     std::initializer_list<at::TensorList> lists) {
-  for (at::TensorList list : lists)
-    for (const Tensor &tensor : list)
-      TORCH_CHECK_NOT_IMPLEMENTED(!tensor._fw_grad(/*level=*/0).defined(),
-                                  "tilefuse.", op,
-                                  ": forward-mode AD is not supported");
-}
-
 bool hasFloatOutput(const Fusion &fusion) {
   return llvm::any_of(fusion.outputs(), [](const PortInfo &port) {
     return at::isFloatingType(tilefuse::torch_ops::scalarType(port.dtype));
@@ -494,15 +473,11 @@ std::vector<Tensor>
 launchFusionAutograd(int64_t handle, at::TensorList tensors,
                      c10::ArrayRef<c10::Scalar> scalars,
                      std::optional<at::TensorList> scalarTensors) {
-  static auto op =
-      findOp<std::vector<Tensor>(int64_t, at::TensorList,
-                                 c10::ArrayRef<c10::Scalar>,
-                                 std::optional<at::TensorList>)>(
-          "tilefuse::launch_fusion");
-  refuseForwardAD("launch_fusion", {tensors});
+  static auto op = findOp<std::vector<Tensor>(
+      int64_t, at::TensorList, c10::ArrayRef<c10::Scalar>,
+      std::optional<at::TensorList>)>("tilefuse::launch_fusion");
   Fusion &fusion = registeredFusion("launch_fusion", handle).fusion;
-  bool graph =
-      torch::autograd::compute_requires_grad(tensors) && hasFloatOutput(fusion);
+  bool graph = needsGraph("launch_fusion", tensors) && hasFloatOutput(fusion);
   if (!graph) {
     at::AutoDispatchBelowADInplaceOrView below;
     return op.call(handle, tensors, scalars, scalarTensors);
@@ -541,8 +516,7 @@ void launchFusionInPlaceAutograd(int64_t handle, at::TensorList written,
                                  std::optional<at::TensorList> scalarTensors) {
   static auto op = findOp<LaunchInPlaceOp>("tilefuse::launch_fusion_");
   Fusion &fusion = registeredFusion("launch_fusion_", handle).fusion;
-  refuseForwardAD("launch_fusion_", {written, out, tensors});
-  TORCH_CHECK(!(torch::autograd::compute_requires_grad(written, out, tensors) &&
+  TORCH_CHECK(!(needsGraph("launch_fusion_", written, out, tensors) &&
                 hasFloatOutput(fusion)),
               "tilefuse.", fusion.name(),
               ": writes in place and is not differentiable; call it under "

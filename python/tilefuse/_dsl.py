@@ -892,7 +892,7 @@ class Fusion:
             # its input's, as torch's in-place ops cast (p.sub_(g) of a bf16
             # p and an f32 g).
             dtype = value.dtype
-            if name in written and written[name] in self._parameters:
+            if name in written:
                 kind, input_dtype, _ = specs[self._parameters.index(written[name])]
                 if kind in ("full", "row", "col") and TORCH_DTYPES[input_dtype] != dtype:
                     if not torch.can_cast(dtype, TORCH_DTYPES[input_dtype]):
