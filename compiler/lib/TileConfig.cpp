@@ -157,6 +157,30 @@ bool tilefuse::runsAloneOnSM(const TileConfig &config,
   return 2 * sharedPerBlock > sharedPerSM;
 }
 
+/// TileConfig.h, "a wide row in shared memory": whether a fusion with
+/// column reductions streams a wide row through shared memory, two blocks
+/// an SM, rather than keeping it in registers.
+static bool stagesWideRow(const KernelShape &shape, const TileConfig &config) {
+  // The pass that stages the row loads kStagedUnroll vectors an iteration
+  // (two blocks share the SM), its last chunks one at a time.
+  int64_t stagedGroup = std::max<int64_t>(
+      1, kStagedUnroll / std::max<int64_t>(1, shape.fullInputs));
+  if (!shape.hasColumnReduction || !keepsWideRowOnChip(shape, config) ||
+      config.threadsPerRow <= kWarpSize || config.chunks % stagedGroup != 0)
+    return false;
+  int64_t paddedRow = config.rowsPerBlock * config.chunks *
+                      config.threadsPerRow * config.vectorWidth;
+  int64_t rowBytes = paddedRow * shape.storageBytes * shape.fullInputs;
+  if (2 * rowBytes > kColumnReductionBytesInFlight)
+    return false;
+  // The staged row and every partial, beside the row reductions' slots (at
+  // most four 8-byte state values a warp).
+  TileConfig staged = config;
+  staged.stageBytes = rowBytes + paddedRow * shape.columnPartialBytes;
+  int64_t workgroupBytes = llvm::divideCeil(config.threadsPerBlock(), 32) * 32;
+  return !runsAloneOnSM(staged, workgroupBytes);
+}
+
 /// Whether a GPU tile's row is a power of two of threads (its lanes meet in
 /// butterfly shuffles) and its block at most kMaxThreadsPerBlock, each
 /// factor bounded before their product.
@@ -295,6 +319,8 @@ TileConfig tilefuse::chooseTileConfig(const KernelShape &shape,
       std::max<int64_t>(1, kMinThreadsPerBlock / config.threadsPerRow);
   config.chunks = llvm::divideCeil(vectors, config.threadsPerRow);
   config.rowOnChip = !narrowedToWarp && rowFitsOnChip(shape, config);
+  if (stagesWideRow(shape, config))
+    config.rowOnChip = false;
   config.blocksPerSM = columnReductionBlocksPerSM(shape, config);
   return config;
 }
@@ -566,8 +592,12 @@ FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
   });
   kernel.walk([&](Operation *op) {
     shape.hasRowReduction |= isRowReduction(op);
-    if (auto reduce = dyn_cast<ReduceOp>(op))
-      shape.hasColumnReduction |= !reduce.isRowReduction();
+    if (auto reduce = dyn_cast<ReduceOp>(op);
+        reduce && !reduce.isRowReduction()) {
+      shape.hasColumnReduction = true;
+      shape.columnPartialBytes += storageBytes(
+          cast<ValueType>(reduce.getInput().getType()).getElementType());
+    }
   });
   shape.ops = kernel.getEntryBlock().getOperations().size();
   for (auto [value, level] : rowLevels(kernel))

@@ -184,6 +184,26 @@
 //    registers, 3 fit in 80), else the blocks stay apart. The traffic
 //    model: the backward norms at bf16 n = 1000 55-57% -> 64-85%, at 4096
 //    85-90% (88-91% apart, each block its own row of partials).
+//  - a wide row in shared memory (stagesWideRow): a fusion with column
+//    reductions whose row the rules above keep in registers at more than 32
+//    elements a thread, in a row of several warps, streams it through
+//    shared memory instead (row_on_chip false; fuse-stage-rows stages it
+//    whole beside the partials) where a row group's full inputs are at most
+//    half the 64 KiB an SM wants in flight, two blocks' staged rows and
+//    partials fit in shared memory, and the pass that stages the row loads
+//    its chunks in whole groups (kStagedUnroll vectors; a last chunk alone
+//    is a round trip of its own). Kept in registers, such a row took
+//    128-191 registers and one row group ran per SM, barrier-bound; staged,
+//    70-100 and two blocks. The traffic model, the four backward norms at
+//    bf16 and f32, n = 1000-16384 (ten lengths, 80 cells): at bf16 n = 8192
+//    rms_norm_bwd 88% -> 94%, its Llama variant 85% -> 94%, layer_norm_bwd
+//    49% -> 92% and its recentered form 48% -> 92% (1.04x -> 1.09x the
+//    ideal bytes: two blocks an SM write two rows of partials, and staged
+//    blocks do not fold); no other cell moved. Staged regardless, rows
+//    whose last chunk went alone (3 or 5 chunks a thread: bf16 n = 3072,
+//    5120, 6144, 10240) fell 3-51 points (one rose: rms_norm_bwd bf16 n =
+//    12288, 3 chunks of 512 threads, 66% -> 95%, its Llama variant not),
+//    and f32 n = 5120-6144 (40-48 KiB a row group) 1-2.
 //  - wide rows on chip (keepsWideRowOnChip): where a thread keeps more than
 //    32 elements of a row on chip (threads_per_row could not grow past
 //    512, or the rules above took fewer threads), holding the row's
@@ -325,6 +345,9 @@ struct KernelShape {
   unsigned storageBytes = 4;
   bool aligned = true;
   bool hasColumnReduction = false;
+  /// The bytes a column's partials take (one element per column reduction,
+  /// of its input's element type).
+  int64_t columnPartialBytes = 0;
   bool hasRowReduction = false;
   int64_t fullInputs = 0;
   /// Whether an output is a full row (else the rows reduce to per-row
