@@ -162,7 +162,7 @@ bool tilefuse::runsAloneOnSM(const TileConfig &config,
 /// an SM, rather than keeping it in registers.
 static bool stagesWideRow(const KernelShape &shape, const TileConfig &config) {
   // The pass that stages the row loads kStagedUnroll vectors an iteration
-  // (two blocks share the SM), its last chunks one at a time.
+  // (two blocks share the SM); a last, smaller group is a round trip more.
   int64_t stagedGroup = std::max<int64_t>(
       1, kStagedUnroll / std::max<int64_t>(1, shape.fullInputs));
   if (!shape.hasColumnReduction || !keepsWideRowOnChip(shape, config) ||
