@@ -1236,7 +1236,6 @@ void RowProgramEmitter::streamChunks(
   };
   int64_t size = preload ? group : 1;
   int64_t groups = count / size, rest = count % size;
-  preloaded |= groups && size > 1;
   auto append = [&](SmallVector<ReductionState> folded) {
     if (!accumulators.empty())
       folded = combine(accumulators, folded);
@@ -1253,6 +1252,7 @@ void RowProgramEmitter::streamChunks(
       isFinal && llvm::any_of(kernel.getOps<ReduceOp>(), [](ReduceOp reduce) {
         return !reduce.isRowReduction();
       });
+  preloaded |= size > 1 && (groups || (rest > 1 && !writesPartials));
   if (rest)
     append(writesPartials ? fold(first + groups * size, rest, 1)
                           : fold(first + groups * size, 1, rest));

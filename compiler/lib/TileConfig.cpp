@@ -161,22 +161,21 @@ bool tilefuse::runsAloneOnSM(const TileConfig &config,
 /// column reductions streams a wide row through shared memory, two blocks
 /// an SM, rather than keeping it in registers.
 static bool stagesWideRow(const KernelShape &shape, const TileConfig &config) {
-  // The pass that stages the row loads kStagedUnroll vectors an iteration
-  // (two blocks share the SM); a last, smaller group is a round trip more.
-  int64_t stagedGroup = std::max<int64_t>(
-      1, kStagedUnroll / std::max<int64_t>(1, shape.fullInputs));
+  // Rows that fill their chunks exactly, in an even number of them (where
+  // the traffic model put the staged row ahead: TileConfig.h).
+  int64_t rowGroup = config.chunks * config.threadsPerRow * config.vectorWidth;
   if (!shape.hasColumnReduction || !keepsWideRowOnChip(shape, config) ||
-      config.threadsPerRow <= kWarpSize || config.chunks % stagedGroup != 0)
+      config.threadsPerRow <= kWarpSize || rowGroup != shape.n ||
+      config.chunks % 2 != 0)
     return false;
-  int64_t paddedRow = config.rowsPerBlock * config.chunks *
-                      config.threadsPerRow * config.vectorWidth;
-  int64_t rowBytes = paddedRow * shape.storageBytes * shape.fullInputs;
+  int64_t rowBytes = config.rowsPerBlock * shape.n * shape.fullInputBytes;
   if (2 * rowBytes > kColumnReductionBytesInFlight)
     return false;
   // The staged row and every partial, beside the row reductions' slots (at
   // most four 8-byte state values a warp).
   TileConfig staged = config;
-  staged.stageBytes = rowBytes + paddedRow * shape.columnPartialBytes;
+  staged.stageBytes =
+      rowBytes + config.rowsPerBlock * shape.n * shape.columnPartialBytes;
   int64_t workgroupBytes = llvm::divideCeil(config.threadsPerBlock(), 32) * 32;
   return !runsAloneOnSM(staged, workgroupBytes);
 }
@@ -584,9 +583,13 @@ FailureOr<KernelShape> tilefuse::getKernelShape(KernelOp kernel) {
   if (failed(abi))
     return failure();
   shape.multiTensor = abi->multiTensor;
-  shape.fullInputs = llvm::count_if(kernel.getInputTypes(), [](Type type) {
-    return cast<ValueType>(type).getKind() == ValueKind::Full;
-  });
+  for (Type type : kernel.getInputTypes()) {
+    auto value = cast<ValueType>(type);
+    if (value.getKind() != ValueKind::Full)
+      continue;
+    ++shape.fullInputs;
+    shape.fullInputBytes += storageBytes(value.getElementType());
+  }
   shape.writesFullRow = llvm::any_of(kernel.getOutputTypes(), [](Type type) {
     return cast<ValueType>(type).getKind() == ValueKind::Full;
   });

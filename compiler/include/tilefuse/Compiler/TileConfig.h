@@ -190,20 +190,22 @@
 //    shared memory instead (row_on_chip false; fuse-stage-rows stages it
 //    whole beside the partials) where a row group's full inputs are at most
 //    half the 64 KiB an SM wants in flight, two blocks' staged rows and
-//    partials fit in shared memory, and the pass that stages the row loads
-//    its chunks in whole groups (kStagedUnroll vectors; a last, smaller
-//    group is a round trip of its own). Kept in registers, such a row took
-//    128-191 registers and one row group ran per SM, barrier-bound; staged,
-//    70-100 and two blocks. The traffic model, the four backward norms at
-//    bf16 and f32, n = 1000-16384 (ten lengths, 80 cells): at bf16 n = 8192
-//    rms_norm_bwd 88% -> 94%, its Llama variant 85% -> 94%, layer_norm_bwd
-//    49% -> 92% and its recentered form 48% -> 92% (1.04x -> 1.09x the
-//    ideal bytes: two blocks an SM write two rows of partials, and staged
-//    blocks do not fold); no other cell moved. Staged regardless (forced),
-//    rows of 3 or 5 chunks a thread (bf16 n = 3072, 5120, 6144, 10240)
-//    lost up to 60 points and gained none, but for rms_norm_bwd bf16 n =
-//    12288 (3 chunks of 512 threads: 66% -> 95%; its Llama variant 64% ->
-//    65%, layer_norm_bwd 61% -> 32%), and f32 rows of 3072-6144 lost 1-3.
+//    partials fit in shared memory, and the row fills an even number of
+//    chunks exactly. Kept in registers, such a row took 128-191 registers
+//    and one row group ran per SM; staged, 70-100 and two blocks. The
+//    traffic model, the four backward norms at bf16 and f32, n =
+//    1000-16384 (ten lengths, 80 cells): at bf16 n = 8192 rms_norm_bwd 88%
+//    -> 94%, its Llama variant 85% -> 94%, layer_norm_bwd 49% -> 92% and
+//    its recentered form 48% -> 92% (1.04x -> 1.09x the ideal bytes: two
+//    blocks an SM write two rows of partials, and staged blocks do not
+//    fold); no other cell moved. The last two conditions are measured, not
+//    derived: staged regardless (forced), rows with a masked last chunk
+//    (bf16 n = 6152-8184, a review's sweep: 26-39 KiB in flight per SM, the
+//    staging pass's loop not unrolled) fell 25-42 points, rows of 3 or 5
+//    chunks a thread (bf16 n = 3072, 5120, 6144, 10240) up to 60, and
+//    none rose but rms_norm_bwd bf16 n = 12288 (3 chunks of 512 threads:
+//    66% -> 95%; its Llama variant 64% -> 65%, layer_norm_bwd 61% -> 32%);
+//    f32 rows of 3072-6144 lost 1-3.
 //  - wide rows on chip (keepsWideRowOnChip): where a thread keeps more than
 //    32 elements of a row on chip (threads_per_row could not grow past
 //    512, or the rules above took fewer threads), holding the row's
@@ -350,6 +352,9 @@ struct KernelShape {
   int64_t columnPartialBytes = 0;
   bool hasRowReduction = false;
   int64_t fullInputs = 0;
+  /// The bytes of one element of every full input together (each in its
+  /// own storage dtype).
+  int64_t fullInputBytes = 0;
   /// Whether an output is a full row (else the rows reduce to per-row
   /// values and column reductions).
   bool writesFullRow = false;
