@@ -188,8 +188,8 @@
 //    reductions whose row the rules above keep in registers at more than 32
 //    elements a thread, in a row of several warps, streams it through
 //    shared memory instead (row_on_chip false; fuse-stage-rows stages it
-//    whole beside the partials) where a row group's full inputs are at most
-//    half the 64 KiB an SM wants in flight, two blocks' staged rows and
+//    whole beside the partials) where a block's rows of full inputs are at
+//    most half the 64 KiB an SM wants in flight, two blocks' staged rows and
 //    partials fit in shared memory, and the row fills an even number of
 //    chunks exactly. Kept in registers, such a row took 128-191 registers
 //    and one row group ran per SM; staged, 70-100 and two blocks. The
