@@ -300,6 +300,28 @@ def test_zero_rows_and_nan_inf_rows():
                      equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("n", [1000, 8192])
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
+def test_a_non_finite_upstream_gradient_poisons_what_it_does_in_float64(dtype, n, bad):
+    # The elements left non-finite (dx of the row, the column's dweight and
+    # dbias) are float64 PyTorch's, every other one is finite. Which are NaN
+    # and which infinite is not compared: PyTorch's formula for dx (dy * w
+    # rstd + b x + c) and ours (rstd (g - mean g - xhat mean(g xhat))) meet
+    # inf - inf in different elements.
+    torch.manual_seed(n)
+    x, weight, bias = torch.randn(3, n), 1 + 0.1 * torch.randn(n), 0.1 * torch.randn(n)
+    upstream = torch.randn(3, n)
+    upstream[0, 7] = bad
+    norms = [(lambda m: lambda x, w, b: m.layer_norm(x, (n,), w, b, EPS), (x, weight, bias)),
+             (lambda m: lambda x, w: m.rms_norm(x, (n,), w, EPS), (x, weight))]
+    for norm, tensors in norms:
+        _, expected = fused_grads(norm(F), *(t.double() for t in tensors), upstream=upstream)
+        _, got = fused_grads(norm(TF), *(t.to(dtype) for t in tensors), upstream=upstream)
+        for name, want, have in zip(["input", "weight", "bias"], expected, got):
+            assert not want.isfinite().all(), name
+            assert torch.equal(have.isfinite(), want.isfinite()), name
+
 def test_int_normalized_shape():
     # nn.LayerNorm(n) and nn.RMSNorm(n) take an int; so do the functional forms here.
     x = torch.randn(3, 40)
