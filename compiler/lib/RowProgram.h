@@ -434,6 +434,8 @@ private:
   int maxLevel = 0;
   int finalLevel = 0;
   bool preloaded = false;
+  /// The kernel writes column partials (KernelShape::hasColumnReduction).
+  bool hasColumnReduction;
   bool predicatedLoads;
   /// holdLoadsPacked applies: a wide 16-bit row on chip whose earlier
   /// passes compute only cheap values (earlierPassesAreCheap).

@@ -155,6 +155,7 @@ RowProgramEmitter::RowProgramEmitter(KernelOp kernel, const TileConfig &config,
     : kernel(kernel), config(config), n(shape.n), aligned(shape.aligned),
       mapping(mapping), b(builder), loc(kernel.getLoc()),
       mathLowering(MathLowering::of(config, shape)),
+      hasColumnReduction(shape.hasColumnReduction),
       // Predicated loads of a row zero their registers first (a move per
       // 32 bits: 7-17% more instructions at n = 1000 in the backward
       // norms, and issue-bound cross-entropy kernels lost 1-5% in the
@@ -164,7 +165,7 @@ RowProgramEmitter::RowProgramEmitter(KernelOp kernel, const TileConfig &config,
       // vectors past them. Elsewhere a tail vector or the last block's
       // clamped row reads what its neighbours just did (L1). (A gather's
       // one predicated load, emitGather, is not a row's.)
-      predicatedLoads(config.isGPU() && shape.hasColumnReduction),
+      predicatedLoads(config.isGPU() && hasColumnReduction),
       loadsHeldPacked(shape.storageBytes == 2 &&
                       keepsWideRowOnChip(shape, config) &&
                       earlierPassesAreCheap(kernel)),
@@ -1248,10 +1249,7 @@ void RowProgramEmitter::streamChunks(
   // layer_norm_fwd bf16 n = 128256 77% -> 89% of HBM in the traffic
   // model), but in a pass that read-modify-writes column partials
   // (rms_norm_bwd bf16 n = 32000 spilled 20 bytes on sm_90).
-  bool writesPartials =
-      isFinal && llvm::any_of(kernel.getOps<ReduceOp>(), [](ReduceOp reduce) {
-        return !reduce.isRowReduction();
-      });
+  bool writesPartials = isFinal && hasColumnReduction;
   preloaded |= size > 1 && (groups || (rest > 1 && !writesPartials));
   if (rest)
     append(writesPartials ? fold(first + groups * size, rest, 1)
