@@ -179,6 +179,25 @@ void checkIterationShape(std::string_view op, c10::ArrayRef<Size> shape) {
                     shape);
 }
 
+/// At least one row where `fusion` reduces columns by max or min (as
+/// torch.amax(x, 0)).
+template <typename Size>
+void checkRowsForColumnExtremes(std::string_view op, const Fusion &fusion,
+                                c10::ArrayRef<Size> lead) {
+  if (fusion.columnExtreme().empty())
+    return;
+  for (const Size &size : lead) {
+    bool positive;
+    if constexpr (std::is_same_v<Size, c10::SymInt>)
+      positive = holds(size.sym_gt(0));
+    else
+      positive = size > 0;
+    TORCH_CHECK_INDEX(positive, "tilefuse.", op, ": ", fusion.columnExtreme(),
+                      " over the rows (dim=0) of zero rows: expected "
+                      "reduction dim 0 to have non-zero size");
+  }
+}
+
 /// `fusion` takes `tensors` and `scalars` (by value or by pointer).
 void checkArgumentCounts(std::string_view op, const Fusion &fusion,
                          size_t tensors, size_t scalars) {
@@ -269,6 +288,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   checkIterationShape(op, shape);
   int64_t n = shape.back();
   at::IntArrayRef lead = shape.slice(0, shape.size() - 1);
+  checkRowsForColumnExtremes(op, fusion, lead);
   const std::vector<PortInfo> &declared = fusion.inputs();
   size_t scalarPorts = llvm::count_if(declared, [](const PortInfo &port) {
     return port.kind == PortInfo::Kind::Scalar;
@@ -834,6 +854,7 @@ void torch_ops::checkFusionInputs(std::string_view op,
   checkIterationShape(op, shape);
   checkArgumentCounts(op, registered.fusion, tensors.size(), scalars);
   c10::SymIntArrayRef lead = shape.slice(0, shape.size() - 1);
+  checkRowsForColumnExtremes(op, registered.fusion, lead);
   at::Device device = tensors.front().device();
   const at::Tensor *tensor = tensors.begin();
   for (const PortInfo &port : registered.fusion.inputs())

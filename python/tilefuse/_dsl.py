@@ -974,12 +974,12 @@ class Fusion:
         """Traces (once per signature), then runs the outputs (with
         `in_place` False, every one to a new tensor)."""
         compiled, specs, lead, n, device = self._compiled_for(args)
-        if compiled.column_extremes and math.prod(lead) == 0:  # as torch.amax(x, 0)
-            raise IndexError(f"tilefuse.{self._name}: {compiled.column_extremes[0]} over the "
-                             "rows (dim=0) of zero rows: expected reduction dim 0 to have "
-                             "non-zero size")
         written = dict(self._inplace_pairs(specs)) if in_place else {}
-        if device.type == "meta":
+        if device.type == "meta":  # the C++ op checks the others' rows
+            if compiled.column_extremes and math.prod(lead) == 0:  # as torch.amax(x, 0)
+                raise IndexError(f"tilefuse.{self._name}: {compiled.column_extremes[0]} over "
+                                 "the rows (dim=0) of zero rows: expected reduction dim 0 to "
+                                 "have non-zero size")
             outputs = _empty_outputs(compiled.outputs, lead, n, device)
             return [args[written[o]] if o in written else output
                     for o, output in enumerate(outputs)]

@@ -23,6 +23,12 @@ Fusion::Fusion(mlir::OwningOpRef<mlir::ModuleOp> owned)
        llvm::zip(kernel.getOutputNames().getAsValueRange<mlir::StringAttr>(),
                  kernel.getOutputTypes()))
     outputPorts.push_back(portInfo(name, type));
+  kernel.walk([&](fuse::ReduceOp reduce) {
+    fuse::ReduceKind kind = reduce.getKind();
+    if (extreme.empty() && !reduce.isRowReduction() &&
+        (kind == fuse::ReduceKind::Max || kind == fuse::ReduceKind::Min))
+      extreme = fuse::stringifyReduceKind(kind).str();
+  });
   hash = tilefuse::fingerprint(*module);
 }
 

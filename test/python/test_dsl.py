@@ -438,8 +438,9 @@ def test_masks_compare_false_below_true():
 def test_column_extremes_of_zero_rows_raise_as_torch():
     column_stats = tilefuse.fusion(lambda x: (tilefuse.max(x, dim=0), tilefuse.sum(x, dim=0)))
     for _ in range(2):  # the second call as the first (no cached launch plan)
-        with pytest.raises(IndexError, match=r"max over the rows \(dim=0\) of zero rows"):
-            column_stats(torch.empty(0, 5, dtype=torch.int32))
+        for device in ("cpu", "meta"):
+            with pytest.raises(IndexError, match=r"max over the rows \(dim=0\) of zero rows"):
+                column_stats(torch.empty(0, 5, dtype=torch.int32, device=device))
     total = tilefuse.fusion(lambda x: tilefuse.sum(x, dim=0))(torch.empty(0, 5))
     assert torch.equal(total, torch.zeros(5))  # a sum of nothing, as torch.sum
 

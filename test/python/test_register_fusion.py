@@ -84,6 +84,26 @@ def test_bad_launch_arguments_fail_alike_on_fake_tensors(fake):
             ops.launch_fusion(handle, [torch.tensor(1.0), w], [])
 
 
+@pytest.mark.parametrize("fake", [False, True], ids=["real", "fake"])
+def test_column_extremes_of_zero_rows_raise_as_torch(fake):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    handle = ops.register_fusion("""module {
+  fuse.kernel @column_peak(%x: !fuse.full<f32>) -> (peak: !fuse.col<f32>, total: !fuse.col<f32>) {
+    %0 = fuse.reduce min %x : !fuse.full<f32> to !fuse.col<f32>
+    %1 = fuse.reduce sum %x : !fuse.full<f32> to !fuse.col<f32>
+    fuse.yield %0, %1 : !fuse.col<f32>, !fuse.col<f32>
+  }
+}""", "f32")
+    with FakeTensorMode() if fake else contextlib.nullcontext():
+        for shape in [(0, 5), (3, 0, 5)]:
+            with pytest.raises(IndexError, match=r"column_peak: min over the rows \(dim=0\) of "
+                                                 "zero rows: expected reduction dim 0"):
+                ops.launch_fusion(handle, [torch.empty(shape)], [])
+        peak, total = ops.launch_fusion(handle, [torch.ones(2, 5)], [])
+        assert peak.shape == total.shape == (5,)
+
+
 def test_meta_checks_trace_unbacked_sizes():
     """The Meta kernel's checks decide no data-dependent size (a row length
     from .item() or marked unbacked): torch.compile traces them."""

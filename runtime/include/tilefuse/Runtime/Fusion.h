@@ -37,6 +37,9 @@ public:
   const std::vector<PortInfo> &outputs() const { return outputPorts; }
   std::string ir() const;
   const std::string &fingerprint() const { return hash; }
+  /// "max" or "min" where the fusion reduces columns by one (which has no
+  /// value over zero rows: torch.amax refuses them), else empty.
+  const std::string &columnExtreme() const { return extreme; }
 
   /// The kernel for storage `dtype` ("bf16", or with per-port overrides
   /// "bf16,exp_avg=f32": see fuse-specialize), row length `n`, 16-byte
@@ -65,7 +68,7 @@ private:
          Compile compile);
 
   mlir::OwningOpRef<mlir::ModuleOp> module;
-  std::string kernelName, hash;
+  std::string kernelName, hash, extreme;
   std::vector<PortInfo> inputPorts, outputPorts;
   std::mutex mutex;
   std::map<Specialization, std::shared_ptr<const CpuKernel>> cpuKernels;
