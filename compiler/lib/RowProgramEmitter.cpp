@@ -190,6 +190,20 @@ LogicalResult RowProgramEmitter::checkSupported() {
       return kernel.emitError("output #")
              << index << ": a per-column output must be a column reduction";
   }
+  // A column reduction is complete only after every row: the rows of the
+  // same launch cannot read it.
+  auto onlyOutput = [](Value value, auto &self) -> bool {
+    return llvm::all_of(value.getUsers(), [&](Operation *user) {
+      auto cast = dyn_cast<CastOp>(user);
+      return isa<YieldOp>(user) || (cast && self(cast.getResult(), self));
+    });
+  };
+  for (ReduceOp reduce : kernel.getOps<ReduceOp>())
+    if (!reduce.isRowReduction() && !onlyOutput(reduce.getResult(), onlyOutput))
+      return reduce.emitError("a column reduction (over the rows) can only be "
+                              "an output: it is complete after every row, so "
+                              "nothing in the same fusion can use it; use it "
+                              "in a second fusion");
   WalkResult result = kernel.walk([&](GatherOp gather) {
     Value source = gather.getSource();
     while (auto cast = source.getDefiningOp<CastOp>())

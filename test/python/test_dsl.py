@@ -445,6 +445,15 @@ def test_column_extremes_of_zero_rows_raise_as_torch():
     assert torch.equal(total, torch.zeros(5))  # a sum of nothing, as torch.sum
 
 
+def test_a_column_reduction_read_in_its_own_fusion_is_refused():
+    # It crashed the compiler: a column's sum is complete only after every row.
+    for read in (lambda x: x - tilefuse.sum(x, dim=0), lambda x: x / tilefuse.max(x, dim=0),
+                 lambda x: tilefuse.sum(x * tilefuse.sum(x, dim=0))):
+        with pytest.raises(RuntimeError, match=r"a column reduction \(over the rows\) can only "
+                                               "be an output"):
+            tilefuse.fusion(read)(torch.randn(4, 5))
+
+
 @tilefuse.fusion
 def weighted_deviation(x, w):
     return tilefuse.sum(w * (x - tilefuse.max(x)))
