@@ -128,6 +128,34 @@ def test_state_dicts_load_both_ways(name, options):
         assert_state_close(a, b, a.param_groups[0]["params"], b.param_groups[0]["params"])
 
 
+@pytest.mark.parametrize("name", ["Adam", "SGD", "Lion"])
+def test_a_state_dict_keeps_the_float32_state_of_16_bit_parameters(name):
+    # torch.optim's load_state_dict casts state to the parameter's dtype: it
+    # rounded the float32 state and master copies to bfloat16.
+    options = {"SGD": dict(lr=1e-2, momentum=0.9)}.get(name, dict(lr=1e-2))
+    params = make_params(torch.bfloat16)
+    ours = getattr(tilefuse.optim, name)(params, master_weights=True, **options)
+    for step in range(3):
+        set_grads(step, params)
+        ours.step()
+    loaded = getattr(tilefuse.optim, name)(clone_params(params), master_weights=True, **options)
+    loaded.load_state_dict(copy.deepcopy(ours.state_dict()))
+    for p, q in zip(params, loaded.param_groups[0]["params"]):
+        assert ours.state[p].keys() == loaded.state[q].keys()
+        for key, value in ours.state[p].items():
+            assert value.dtype == torch.float32 and torch.equal(loaded.state[q][key], value), key
+    assert any(not torch.equal(value, value.bfloat16().float())
+               for p in params for value in ours.state[p].values())
+
+
+def test_sgd_without_momentum_keeps_no_state():
+    params = make_params()
+    ours = tilefuse.optim.SGD(params, lr=1e-2)
+    set_grads(0, params)
+    ours.step()
+    assert ours.state_dict()["state"] == torch.optim.SGD(params, lr=1e-2).state_dict()["state"] == {}
+
+
 def test_param_groups_and_a_scheduler():
     params = make_params()
     reference = clone_params(params)
@@ -149,11 +177,18 @@ def test_param_groups_and_a_scheduler():
     assert all(p.grad is None for p in params)
 
 
-def test_grad_scaler_skips_a_step_with_an_inf_gradient():
+@pytest.mark.parametrize("name, options", [
+    ("AdamW", dict(lr=1e-2)),
+    ("SGD", dict(lr=1e-2, momentum=0.9, dampening=0.5)),
+])
+@pytest.mark.parametrize("skipped", [0, 1], ids=["first-step-skipped", "second-step-skipped"])
+def test_grad_scaler_skips_a_step_with_an_inf_gradient(name, options, skipped):
+    # A skipped first step leaves no state to start from (SGD's momentum
+    # buffers were left unwritten and then read as if started).
     params = make_params()
     reference = clone_params(params)
-    ours = tilefuse.optim.AdamW(params, lr=1e-2)
-    theirs = torch.optim.AdamW(reference, lr=1e-2, foreach=False)
+    ours = getattr(tilefuse.optim, name)(params, **options)
+    theirs = getattr(torch.optim, name)(reference, foreach=False, **options)
     scalers = [torch.amp.GradScaler("cpu", init_scale=1024.0) for _ in range(2)]
     for scaler in scalers:
         scaler.scale(torch.ones(()))  # the scale is made on first use
@@ -161,17 +196,18 @@ def test_grad_scaler_skips_a_step_with_an_inf_gradient():
         set_grads(step, params, reference)
         for ps in (params, reference):
             for p in ps:
-                p.grad.mul_(1024.0 if step < 2 else 512.0)
-        if step == 1:  # an overflow: the step changes nothing
+                p.grad.mul_(1024.0 if step <= skipped else 512.0)
+        if step == skipped:  # an overflow: the step changes nothing
             params[0].grad[0] = float("inf")
             reference[0].grad[0] = float("inf")
             before = [p.detach().clone() for p in params]
         for scaler, optimizer in zip(scalers, (ours, theirs)):
             scaler.step(optimizer)
             scaler.update()
-        if step == 1:
+        if step == skipped:
             assert all(torch.equal(p, b) for p, b in zip(params, before))
-            assert ours.state[params[1]]["step"].item() == 1
+            if "step" in ours.state.get(params[1], {}):
+                assert ours.state[params[1]]["step"].item() == skipped
     assert scalers[0].get_scale() == scalers[1].get_scale() == 512.0
     assert_state_close(ours, theirs, params, reference)
 

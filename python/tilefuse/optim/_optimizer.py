@@ -80,11 +80,21 @@ class Optimizer(torch.optim.Optimizer):
                 device=param.device, dtype=torch.float32)
 
     def load_state_dict(self, state_dict: dict) -> None:
+        # torch.optim casts floating state to its parameter's dtype, which
+        # would round the float32 state and master copies of 16-bit
+        # parameters: _conform_state takes them as given instead.
+        given = [state_dict["state"].get(index, {}) for group in state_dict["param_groups"]
+                 for index in group["params"]]
         super().load_state_dict(state_dict)
-        for group in self.param_groups:
-            for param in group["params"]:
-                if param in self.state:
-                    self._conform_state(param, self.state[param])
+        params = [param for group in self.param_groups for param in group["params"]]
+        for param, saved in zip(params, given):
+            if param not in self.state:
+                continue
+            state = self.state[param]
+            state.update({key: value for key, value in saved.items()
+                          if key != "step" and torch.is_tensor(value)
+                          and value.is_floating_point()})
+            self._conform_state(param, state)
 
     def _params_with_grad(self, group: dict) -> list[Tensor]:
         params = []
@@ -95,9 +105,11 @@ class Optimizer(torch.optim.Optimizer):
                 raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
             if torch.is_complex(param):
                 raise RuntimeError(f"{type(self).__name__} does not support complex parameters")
-            state = self.state[param]
-            if not state:
+            if not self.state.get(param):
+                state = {}
                 self._init_state(param, state, group)
+                if state:  # as torch.optim, no entry for a parameter without state
+                    self.state[param] = state
             params.append(param)
         return params
 
@@ -136,8 +148,8 @@ class Optimizer(torch.optim.Optimizer):
         """(params, the lists a fusion's leading arguments take, whether
         they have master copies): those updated directly, then those with
         float32 master copies."""
-        direct = [p for p in params if "master_param" not in self.state[p]]
-        low = [p for p in params if "master_param" in self.state[p]]
+        direct = [p for p in params if "master_param" not in self.state.get(p, {})]
+        low = [p for p in params if "master_param" in self.state.get(p, {})]
         if direct:
             yield direct, [direct], False
         if low:

@@ -56,7 +56,9 @@ class SGD(Optimizer):
     maximize; its param groups, state and state_dict) with each param
     group's step fused into a few multi-tensor launches. `lr` may be a
     tensor, read on the device; see tilefuse.optim.Optimizer for
-    `state_dtype`, `master_weights` and GradScaler."""
+    `state_dtype`, `master_weights` and GradScaler. With GradScaler, a step
+    that starts momentum buffers reads its inf/NaN flag on the host (one
+    synchronization): a buffer starts at the first step not skipped."""
 
     _counts_steps = False
 
@@ -94,6 +96,13 @@ class SGD(Optimizer):
         options = dict(maximize=group["maximize"], decay=group["weight_decay"] != 0,
                        nesterov=group["nesterov"])
         momentum, dampening = (scalar(group[key], device) for key in ("momentum", "dampening"))
+        starts = group["momentum"] != 0 and any(
+            self.state.get(p, {}).get("momentum_buffer") is None for p in params)
+        if starts and found_inf is not None and found_inf.item():
+            # A buffer starts as the gradient of the first step that is not
+            # skipped: a skipped step must leave none. Every launch would skip
+            # anyway; one synchronization, only at a step that starts buffers.
+            return
         for selected, head, master in self._by_master(params):
             grads = [p.grad for p in selected]
             if group["momentum"] == 0:
