@@ -3,6 +3,8 @@ and state after 50 steps, state_dicts loaded both ways, schedulers,
 GradScaler, torch.compile with a tensor lr, and launches per step."""
 
 import copy
+import math
+import os
 
 import pytest
 import torch
@@ -239,8 +241,11 @@ def test_launches_per_step_for_a_thousand_parameters():
     optimizer.step()
     launches = tilefuse.kernel_launches()
     optimizer.step()
-    # One parallel loop over every tensor on the CPU.
-    assert tilefuse.kernel_launches() - launches == 1
+    # One parallel loop over every tensor on the CPU; a GPU launch per table
+    # of 85 non-empty tensors (AdamW's five lists in the kernel-parameter space).
+    emulated = os.environ.get("TILEFUSE_TARGET", "").startswith("emulate")
+    tables = math.ceil(sum(p.numel() > 0 for p in params) / 85)
+    assert tilefuse.kernel_launches() - launches == (tables if emulated else 1)
 
 
 def test_a_compiled_training_step_with_a_tensor_lr_does_not_recompile():
