@@ -1270,7 +1270,8 @@ def _arguments(layout: str, statics: str, tensors, floats, ints) -> list:
 
 def _split(name: str, args: list, specs) -> tuple[list, list]:
     """The tensors and scalars a launch takes, under torch.compile (where a
-    0-d tensor's value is not known while tracing)."""
+    0-d tensor's value is not known while tracing); the tensors as given
+    (a launch takes them contiguous)."""
     tensors, scalars = [], []
     for (kind, _, _), arg in zip(specs, args):
         if kind == "scalar":
@@ -1279,7 +1280,7 @@ def _split(name: str, args: list, specs) -> tuple[list, list]:
             raise TypeError(f"tilefuse.{name}: under torch.compile, a differentiated fusion "
                             "takes its scalar arguments as Python numbers, not 0-d tensors")
         elif kind != "static":
-            tensors.append(arg.contiguous())
+            tensors.append(arg)
     return tensors, scalars
 
 
@@ -1292,8 +1293,9 @@ def _run_fusion(fusion_id: int, layout: str, statics: str, tensors: list[torch.T
     if not (differentiable and compiled.differentiable):
         return fusion._execute(args, in_place=False)
     # The derived forward: the outputs, then the statistics autograd saves.
-    outputs = torch.ops.tilefuse.launch_fusion_forward(compiled.handle,
-                                                       *_split(fusion._name, args, specs))
+    tensors, scalars = _split(fusion._name, args, specs)
+    outputs = torch.ops.tilefuse.launch_fusion_forward(
+        compiled.handle, [t.contiguous() for t in tensors], scalars)
     _check_gather_indices(fusion._name, compiled, n, args, outputs)
     return outputs
 
@@ -1319,12 +1321,17 @@ def _setup_context(ctx, inputs, output):
     args = _arguments(layout, statics, tensors, floats, ints)
     compiled, specs, _, _, _ = fusion._compiled_for(args)
     ctx.differentiable = differentiable and compiled.differentiable
+    ctx.name, ctx.inplace = fusion._name, bool(fusion._inplace)
     count = len(compiled.outputs)
     ctx.mark_non_differentiable(*[o for o in output[count:]],
                                 *[o for o in output[:count] if not o.dtype.is_floating_point])
     if not ctx.differentiable:
         return
-    launch_tensors, scalars = _split(fusion._name, args, specs)
+    given, scalars = _split(fusion._name, args, specs)
+    # Whether each needs a gradient: the arguments' (a contiguous copy of a
+    # view, made while torch.compile traces, needs none).
+    ctx.requires = [t.requires_grad for t in given]
+    launch_tensors = [t.contiguous() for t in given]
     saved = compiled.derivative["saved_outputs"]
     ctx.save_for_backward(*launch_tensors, *[output[i] for i in saved])
     ctx.compiled, ctx.scalars, ctx.count = compiled, scalars, len(launch_tensors)
@@ -1332,14 +1339,23 @@ def _setup_context(ctx, inputs, output):
     ctx.positions = [index for index, (kind, _, _) in enumerate(
         spec for spec in specs if spec[0] not in ("scalar", "static"))
         if kind in ("full", "row", "col")]
-    ctx.requires = [t.requires_grad for t in launch_tensors]
     ctx.tensor_count = len(tensors)
     ctx.output_meta = [(o.shape, o.dtype) for o in output[:count]]
 
 
 def _backward(ctx, grads):
     if not ctx.differentiable:
-        return ctx.no_gradients
+        # Autograd reached a call traced with no gradient to give (torch.export
+        # or torch.compile of inputs that did not require grad, run now on
+        # some that do): dropping theirs would be silently wrong.
+        if ctx.inplace:
+            raise RuntimeError(f"tilefuse.{ctx.name}: writes in place and is not "
+                               "differentiable; call it under torch.no_grad() or on tensors "
+                               "that do not require grad")
+        raise RuntimeError(f"tilefuse.{ctx.name}: this call was traced (torch.export, "
+                           "torch.compile) with no input requiring grad, so it has no "
+                           "backward; trace it with the inputs that need gradients "
+                           "requiring grad")
     compiled = ctx.compiled
     saved = ctx.saved_tensors
     tensors, kept = list(saved[:ctx.count]), saved[ctx.count:]

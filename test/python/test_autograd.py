@@ -191,6 +191,43 @@ def test_torch_compile_traces_forward_and_backward():
         torch.testing.assert_close(t.grad, w, atol=1e-5, rtol=1e-5)
 
 
+@tilefuse.fusion
+def gated(a, b):
+    return tilefuse.silu(a) * b
+
+
+def test_torch_compile_gives_gradients_through_views():
+    # Regression: the compiled backward took a view's contiguous copy, made
+    # while tracing, for the input, and gave its input no gradient.
+    linear = torch.nn.Linear(8, 16)
+    x = torch.randn(5, 8)
+
+    def loss(x):
+        a, b = linear(x).chunk(2, -1)  # views with the row stride of 16
+        return (gated(a, b.t().contiguous().t()) ** 2).sum() + gated(x.t(), x.t()).sum()
+
+    want = torch.autograd.grad(loss(x.requires_grad_()), [x, linear.weight])
+    torch._dynamo.reset()
+    got = torch.autograd.grad(torch.compile(loss, fullgraph=True, backend="aot_eager")(x),
+                              [x, linear.weight])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_an_exported_call_without_gradients_refuses_a_backward():
+    # torch.export traced it with no input requiring grad: its gradient
+    # was dropped without a word.
+    class Gate(torch.nn.Module):
+        def forward(self, x):
+            return gated(x, x)
+
+    program = torch.export.export(Gate(), (torch.randn(2, 4),))
+    y = program.module()(torch.randn(2, 4, requires_grad=True))
+    with pytest.raises(RuntimeError, match=r"tilefuse.gated: this call was traced \(torch.export, "
+                                           r"torch.compile\) with no input requiring grad"):
+        y.sum().backward()
+
+
 def test_emulated_derived_backward_with_a_column_gradient():
     # The GPU code of the derived kernels, run by the PTX emulator (bounds,
     # races, barriers checked): dweight through per-block partials and the
