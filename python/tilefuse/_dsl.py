@@ -35,11 +35,13 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import hashlib
 import inspect
 import math
 import os
 import re
 import threading
+import uuid
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -774,7 +776,83 @@ class _Compiled:
                               for _, kind, dtype in self.fusion.inputs)
 
 
-_REGISTRY: list["Fusion"] = []
+# Fusions by key: what torch.compile's and torch.export's graphs name them by.
+_REGISTRY: dict[str, "Fusion"] = {}
+
+
+@functools.cache
+def _file_digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as file:
+            return hashlib.sha256(file.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _identity(value, depth: int = 0) -> str | None:
+    """Text that is the same for `value` in every process running the same
+    source, None where there is none: a literal or dtype, or a function's
+    file (its source where it has no file), qualified name, defaults and
+    closure."""
+    if isinstance(value, torch.dtype):
+        return repr(value)
+    if isinstance(value, Fusion):
+        return value._key
+    if not callable(value):
+        try:
+            return repr(value) if ast.literal_eval(repr(value)) == value else None
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return None
+    code = getattr(value, "__code__", None)
+    if code is None or depth > 8:
+        return None
+    source = _file_digest(code.co_filename)
+    if source is None:
+        try:
+            source = inspect.getsource(value)
+        except (OSError, TypeError):
+            return None
+    parts = [source, value.__qualname__, str(code.co_firstlineno)]
+    try:
+        captured = [*(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values(),
+                    *(cell.cell_contents for cell in value.__closure__ or ())]
+    except ValueError:  # a closure cell not yet assigned
+        return None
+    for capture in captured:
+        part = _identity(capture, depth + 1)
+        if part is None:
+            return None
+        parts.append(part)
+    return "\n".join(parts)
+
+
+def _register(fusion: "Fusion") -> str:
+    """The fusion's key: its name and a digest of its code (_identity), the
+    same in each process that defines it from the same source, so that a
+    graph torch.compile cached on disk or torch.export saved calls the fusion
+    it traced, or fails to find it; unique in this process (a function
+    without such an identity, a closure over a tensor say, gets a random
+    one)."""
+    identity = _identity(fusion._fn)
+    if identity is None:
+        identity = uuid.uuid4().hex
+    identity += f"\n{fusion._name}\n{sorted(fusion._inplace.items())}"
+    base = f"{fusion._name}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
+    key, copy = base, 0
+    while key in _REGISTRY:
+        copy += 1
+        key = f"{base}-{copy}"
+    _REGISTRY[key] = fusion
+    return key
+
+
+def _registered(key: str) -> "Fusion":
+    fusion = _REGISTRY.get(key)
+    if fusion is None:
+        raise RuntimeError(f"tilefuse.run_fusion: no fusion '{key}' is defined in this process "
+                           "(a saved graph calls it: define it from the same source first, by "
+                           "importing the module that defines it)")
+    return fusion
 _launch_fusion = torch.ops.tilefuse.launch_fusion.default
 _launch_fusion_ = torch.ops.tilefuse.launch_fusion_.default
 _launch_multi_tensor = torch.ops.tilefuse.launch_multi_tensor.default
@@ -818,8 +896,7 @@ class Fusion:
         # Argument metadata -> how to launch (skips classifying again).
         self._plans: dict[tuple, tuple] = {}
         self._structure: tuple[list[str], str] | None = None
-        self._id = len(_REGISTRY)
-        _REGISTRY.append(self)
+        self._key = _register(self)
         functools.update_wrapper(self, fn)
 
     def _bind(self, args, kwargs) -> list:
@@ -1046,7 +1123,7 @@ class Fusion:
         layout, statics = "".join(layout), repr(tuple(statics))
         differentiable = not self._inplace and torch.is_grad_enabled() and any(
             t.requires_grad for t in tensors if t.dtype.is_floating_point)
-        outputs = torch.ops.tilefuse.run_fusion(self._id, layout, statics,
+        outputs = torch.ops.tilefuse.run_fusion(self._key, layout, statics,
                                                 tensors, floats, ints, differentiable)
         outputs = outputs[:len(self._structure[0])] if self._structure else outputs
         # Outputs written in place: run_fusion is functional (a mutating
@@ -1285,9 +1362,9 @@ def _split(name: str, args: list, specs) -> tuple[list, list]:
 
 
 @torch.library.custom_op("tilefuse::run_fusion", mutates_args=())
-def _run_fusion(fusion_id: int, layout: str, statics: str, tensors: list[torch.Tensor],
+def _run_fusion(fusion_key: str, layout: str, statics: str, tensors: list[torch.Tensor],
                 floats: list[float], ints: list[int], differentiable: bool) -> list[torch.Tensor]:
-    fusion = _REGISTRY[fusion_id]
+    fusion = _registered(fusion_key)
     args = _arguments(layout, statics, tensors, floats, ints)
     compiled, specs, _, n, _ = fusion._compiled_for(args)
     if not (differentiable and compiled.differentiable):
@@ -1301,8 +1378,8 @@ def _run_fusion(fusion_id: int, layout: str, statics: str, tensors: list[torch.T
 
 
 @_run_fusion.register_fake
-def _(fusion_id, layout, statics, tensors, floats, ints, differentiable):
-    fusion = _REGISTRY[fusion_id]
+def _(fusion_key, layout, statics, tensors, floats, ints, differentiable):
+    fusion = _registered(fusion_key)
     compiled, _, lead, n, device = fusion._compiled_for(
         _arguments(layout, statics, tensors, floats, ints))
     outputs = compiled.outputs
@@ -1312,12 +1389,12 @@ def _(fusion_id, layout, statics, tensors, floats, ints, differentiable):
 
 
 def _setup_context(ctx, inputs, output):
-    fusion_id, layout, statics, tensors, floats, ints, differentiable = inputs
+    fusion_key, layout, statics, tensors, floats, ints, differentiable = inputs
     # The backward returns a gradient per input, in the inputs' structure
     # (an empty list of numbers reads as a list of tensors).
     ctx.no_gradients = (None, None, None, [None] * len(tensors),
                         None if floats else [], None if ints else [], None)
-    fusion = _REGISTRY[fusion_id]
+    fusion = _registered(fusion_key)
     args = _arguments(layout, statics, tensors, floats, ints)
     compiled, specs, _, _, _ = fusion._compiled_for(args)
     ctx.differentiable = differentiable and compiled.differentiable

@@ -1,6 +1,8 @@
 """DSL fusions against the same math in PyTorch."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -452,6 +454,45 @@ def test_a_column_reduction_read_in_its_own_fusion_is_refused():
         with pytest.raises(RuntimeError, match=r"a column reduction \(over the rows\) can only "
                                                "be an output"):
             tilefuse.fusion(read)(torch.randn(4, 5))
+
+
+SAVED_PROGRAM = """
+import sys, torch, tilefuse
+if sys.argv[1] == "load":  # one more fusion, defined first
+    @tilefuse.fusion
+    def other(x):
+        return tilefuse.exp(x)
+@tilefuse.fusion
+def capped(x, cap=5.0):
+    return cap * tilefuse.tanh(x / cap)
+class Capped(torch.nn.Module):
+    def forward(self, x):
+        return capped(x)
+x = torch.linspace(-8, 8, 8).reshape(2, 4)
+if sys.argv[1] == "save":
+    torch.export.save(torch.export.export(Capped(), (x,)), sys.argv[2])
+else:
+    torch.testing.assert_close(torch.export.load(sys.argv[2]).module()(x), 5 * torch.tanh(x / 5))
+"""
+
+
+def test_a_saved_program_calls_the_fusion_it_traced(tmp_path):
+    # Graphs named a fusion by its place among this process's fusions: a
+    # program saved by torch.export (or cached on disk by torch.compile) ran
+    # whichever fusion another process had defined there.
+    script = tmp_path / "program.py"
+    script.write_text(SAVED_PROGRAM)
+    saved = str(tmp_path / "capped.pt2")
+    for mode in ("save", "load"):
+        done = subprocess.run([sys.executable, str(script), mode, saved], capture_output=True,
+                              text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+    # Another fusion's source, or its code captured differently: another key.
+    keys = {tilefuse.fusion(lambda x: x * k)._key.rsplit("-", 2)[1] for k in (2.0, 3.0)}
+    keys.add(tilefuse.fusion(lambda x: x * 2.0)._key.rsplit("-", 2)[1])
+    assert len(keys) == 3
+    with pytest.raises(RuntimeError, match="no fusion 'nothing-0' is defined in this process"):
+        torch.ops.tilefuse.run_fusion("nothing-0", "t", "()", [torch.ones(1, 1)], [], [], False)
 
 
 @tilefuse.fusion
