@@ -23,6 +23,7 @@
 
 #include "tilefuse/Torch/Ops.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/tanh.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
@@ -456,7 +457,13 @@ TensorPair crossEntropyImpl(const Tensor &input, const Tensor &target,
         fwdOp().call(logits, targets, classWeight, ignoreIndex, labelSmoothing,
                      lseSquareScale, softcap, options.reduction);
   }
-  return {loss.to(input.scalar_type()), zLoss.to(input.scalar_type())};
+  // In the logits' dtype, as torch's; under autocast torch's cross_entropy
+  // runs in float32 (its logits cast up): the loss as computed, in float32.
+  at::ScalarType lossType = input.scalar_type();
+  if (at::isReducedFloatingType(lossType) &&
+      at::autocast::is_autocast_enabled(input.device().type()))
+    lossType = at::kFloat;
+  return {loss.to(lossType), zLoss.to(lossType)};
 }
 
 Tensor crossEntropy(const Tensor &input, const Tensor &target,

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import tilefuse
 import tilefuse.functional as TF
+import tilefuse.nn
 from conftest import assert_close
 
 INF = float("inf")
@@ -312,6 +313,32 @@ def test_low_precision_against_float64(dtype, probs):
                    lse_square_scale=1e-3, softcap=5.0)
     check(dtype, lambda x, t: TF.cross_entropy(x, t, **options),
           lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_a_float32_loss_under_autocast(reduction):
+    # torch.autocast runs torch's cross_entropy in float32: the loss came
+    # back rounded to bfloat16 (17.0 for 17.061).
+    x, w = torch.randn(64, 32), torch.randn(100, 32, requires_grad=True)
+    target = torch.randint(0, 100, (64,))
+    losses, grads = [], []
+    for module in (F, TF, tilefuse.nn):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = F.linear(x, w)
+            if module is tilefuse.nn:
+                loss = tilefuse.nn.CrossEntropyLoss(reduction=reduction)(logits, target)
+            else:
+                loss = module.cross_entropy(logits, target, reduction=reduction)
+        assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
+        losses.append(loss)
+        grads.append(torch.autograd.grad(loss.sum(), w)[0])
+    expected = F.cross_entropy(logits.double(), target, reduction=reduction)
+    for loss, grad in zip(losses[1:], grads[1:]):
+        torch.testing.assert_close(loss.double(), expected, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(grad, grads[0], rtol=2e-2, atol=2e-2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, z_loss = TF.cross_entropy(logits, target, lse_square_scale=1e-4, return_z_loss=True)
+    assert z_loss.dtype == torch.float32
 
 
 @pytest.mark.parametrize("lse_square_scale, softcap", [(1e-2, None), (0.0, 3.0), (1e-2, 3.0)])
