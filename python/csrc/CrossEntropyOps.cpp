@@ -255,8 +255,10 @@ void scaleGradMeta(const Tensor &, const Tensor &) {}
 void checkNoWeightGrad(const std::optional<Tensor> &weight) {
   TORCH_CHECK_VALUE(!weight || !weight->requires_grad(),
                     "tilefuse.cross_entropy: 'weight' (the class weights) "
-                    "requires grad, but the loss is not differentiable with "
-                    "respect to it (as torch's nll_loss)");
+                    "requires grad, but the fused loss gives it no gradient "
+                    "(torch gives none for class-index targets, and one for "
+                    "probability targets: detach it, or use "
+                    "torch.nn.functional.cross_entropy there)");
 }
 
 void saveOptions(AutogradContext *ctx, int64_t ignoreIndex,

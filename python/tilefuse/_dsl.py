@@ -660,7 +660,8 @@ def iota():
 #===----------------------------------------------------------------------===#
 
 def _is_number(arg) -> bool:
-    return isinstance(arg, (int, float)) and not isinstance(arg, bool)
+    # A SymInt: an int torch.compile traces as dynamic (its second value).
+    return isinstance(arg, (int, float, torch.SymInt)) and not isinstance(arg, bool)
 
 
 def _classify(name: str, args: tuple, parameters: list[str]):
@@ -680,7 +681,7 @@ def _classify(name: str, args: tuple, parameters: list[str]):
     specs = []
     for parameter, arg in zip(parameters, args):
         if _is_number(arg):
-            specs.append(("scalar", "i64" if isinstance(arg, int) else "f64", arg))
+            specs.append(("scalar", "f64" if isinstance(arg, float) else "i64", arg))
             continue
         if not isinstance(arg, torch.Tensor):
             try:

@@ -315,6 +315,16 @@ def test_low_precision_against_float64(dtype, probs):
           lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
 
 
+@pytest.mark.parametrize("probs", [False, True], ids=["indices", "probs"])
+def test_class_weights_that_require_grad_are_refused(probs):
+    logits = torch.randn(3, 5)
+    target = probabilities((3, 5)) if probs else torch.randint(0, 5, (3,))
+    with pytest.raises(ValueError, match=r"'weight' \(the class weights\) requires grad, but the "
+                                         r"fused loss gives it no gradient \(torch gives none for "
+                                         r"class-index targets, and one for probability"):
+        TF.cross_entropy(logits, target, weight=torch.rand(5, requires_grad=True))
+
+
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_a_float32_loss_under_autocast(reduction):
     # torch.autocast runs torch's cross_entropy in float32: the loss came

@@ -163,6 +163,22 @@ def test_rows_and_scalars_do_not_recompile():
     assert tilefuse.compile_count() == after_first
 
 
+@tilefuse.fusion
+def shifted(x, k):
+    return tilefuse.tanh(x) + k
+
+
+def test_compiled_int_arguments_that_change():
+    # torch.compile traces an int's second value as a SymInt (and a size
+    # taken from a dynamic shape is one): it was refused as no number.
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, k: shifted(x, k) + shifted(x, x.shape[0]),
+                             backend="aot_eager", fullgraph=True)
+    for rows, k in [(2, 1), (3, 2), (4, 3)]:
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(compiled(x, k), 2 * torch.tanh(x) + k + rows)
+
+
 SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1e-40, 1e-30, -1e-30, 1e-4, -1e-4,
            3.0, -3.0, 5.0, -9.0, 20.0, -20.0, 80.0, -80.0, 88.0, -87.0, 100.0, -100.0]
 
