@@ -462,8 +462,10 @@ TensorPair crossEntropyImpl(const Tensor &input, const Tensor &target,
   // In the logits' dtype, as torch's; under autocast torch's cross_entropy
   // runs in float32 (its logits cast up): the loss as computed, in float32.
   at::ScalarType lossType = input.scalar_type();
+  c10::DeviceType device = input.device().type();
   if (at::isReducedFloatingType(lossType) &&
-      at::autocast::is_autocast_enabled(input.device().type()))
+      at::autocast::is_autocast_available(device) && // not meta
+      at::autocast::is_autocast_enabled(device))
     lossType = at::kFloat;
   return {loss.to(lossType), zLoss.to(lossType)};
 }

@@ -664,6 +664,10 @@ def _is_number(arg) -> bool:
     return isinstance(arg, (int, float, torch.SymInt)) and not isinstance(arg, bool)
 
 
+def _number_dtype(arg) -> str:
+    return "f64" if isinstance(arg, float) else "i64"
+
+
 def _classify(name: str, args: tuple, parameters: list[str]):
     """The kind, dtype and value of each argument ("static" for trace-time
     constants; "pointer" for a 0-d tensor read on the tensors' device,
@@ -681,7 +685,7 @@ def _classify(name: str, args: tuple, parameters: list[str]):
     specs = []
     for parameter, arg in zip(parameters, args):
         if _is_number(arg):
-            specs.append(("scalar", "f64" if isinstance(arg, float) else "i64", arg))
+            specs.append(("scalar", _number_dtype(arg), arg))
             continue
         if not isinstance(arg, torch.Tensor):
             try:
@@ -779,6 +783,7 @@ class _Compiled:
 
 # Fusions by key: what torch.compile's and torch.export's graphs name them by.
 _REGISTRY: dict[str, "Fusion"] = {}
+_REGISTRY_LOCK = threading.Lock()
 
 
 @functools.cache
@@ -788,6 +793,13 @@ def _file_digest(path: str) -> str | None:
             return hashlib.sha256(file.read()).hexdigest()
     except OSError:
         return None
+
+
+def _code_text(code) -> str:
+    """A function's compiled code (two functions on one line differ)."""
+    return "|".join([code.co_code.hex(), repr(code.co_names), *(
+        _code_text(const) if inspect.iscode(const) else repr(const)
+        for const in code.co_consts)])
 
 
 def _identity(value, depth: int = 0) -> str | None:
@@ -804,6 +816,9 @@ def _identity(value, depth: int = 0) -> str | None:
             return repr(value) if ast.literal_eval(repr(value)) == value else None
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             return None
+    if inspect.ismethod(value):  # its object's identity too
+        owner = _identity(value.__self__, depth + 1)
+        return None if owner is None else f"{owner}\n{_identity(value.__func__, depth + 1)}"
     code = getattr(value, "__code__", None)
     if code is None or depth > 8:
         return None
@@ -813,7 +828,7 @@ def _identity(value, depth: int = 0) -> str | None:
             source = inspect.getsource(value)
         except (OSError, TypeError):
             return None
-    parts = [source, value.__qualname__, str(code.co_firstlineno)]
+    parts = [source, value.__qualname__, _code_text(code)]
     try:
         captured = [*(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values(),
                     *(cell.cell_contents for cell in value.__closure__ or ())]
@@ -839,11 +854,12 @@ def _register(fusion: "Fusion") -> str:
         identity = uuid.uuid4().hex
     identity += f"\n{fusion._name}\n{sorted(fusion._inplace.items())}"
     base = f"{fusion._name}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
-    key, copy = base, 0
-    while key in _REGISTRY:
-        copy += 1
-        key = f"{base}-{copy}"
-    _REGISTRY[key] = fusion
+    with _REGISTRY_LOCK:
+        key, copy = base, 0
+        while key in _REGISTRY:
+            copy += 1
+            key = f"{base}-{copy}"
+        _REGISTRY[key] = fusion
     return key
 
 
@@ -871,7 +887,7 @@ class Fusion:
 
     def __init__(self, fn, name: str | None = None, inplace=None):
         self._fn = fn
-        self._name = name or fn.__name__
+        self._name = name or getattr(fn, "__name__", type(fn).__name__)  # a partial's
         self._signature = inspect.signature(fn)
         for parameter in self._signature.parameters.values():
             if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
@@ -1199,7 +1215,7 @@ class Fusion:
                 layout.append("p")
                 scalar_tensors.append(arg)
             elif _is_number(arg):
-                specs.append(("scalar", "i64" if isinstance(arg, int) else "f64", None))
+                specs.append(("scalar", _number_dtype(arg), None))
                 layout.append("v")
                 scalars.append(arg)
             else:

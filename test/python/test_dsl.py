@@ -506,7 +506,9 @@ def test_a_saved_program_calls_the_fusion_it_traced(tmp_path):
     # Another fusion's source, or its code captured differently: another key.
     keys = {tilefuse.fusion(lambda x: x * k)._key.rsplit("-", 2)[1] for k in (2.0, 3.0)}
     keys.add(tilefuse.fusion(lambda x: x * 2.0)._key.rsplit("-", 2)[1])
-    assert len(keys) == 3
+    one_line = [tilefuse.fusion(f, name="act") for f in (lambda x: x * 2, lambda x: x + 2)]
+    keys |= {f._key.rsplit("-", 2)[1] for f in one_line}
+    assert len(keys) == 5
     with pytest.raises(RuntimeError, match="no fusion 'nothing-0' is defined in this process"):
         torch.ops.tilefuse.run_fusion("nothing-0", "t", "()", [torch.ones(1, 1)], [], [], False)
 

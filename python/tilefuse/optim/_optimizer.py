@@ -82,19 +82,34 @@ class Optimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         # torch.optim casts floating state to its parameter's dtype, which
         # would round the float32 state and master copies of 16-bit
-        # parameters: _conform_state takes them as given instead.
-        given = [state_dict["state"].get(index, {}) for group in state_dict["param_groups"]
-                 for index in group["params"]]
-        super().load_state_dict(state_dict)
-        params = [param for group in self.param_groups for param in group["params"]]
-        for param, saved in zip(params, given):
-            if param not in self.state:
-                continue
-            state = self.state[param]
-            state.update({key: value for key, value in saved.items()
-                          if key != "step" and torch.is_tensor(value)
-                          and value.is_floating_point()})
-            self._conform_state(param, state)
+        # parameters: they are taken as given (after any other pre-hook) and
+        # conformed (before any other post-hook). A tensor torch would have
+        # cast is copied, as torch's cast copies it.
+        given = []
+
+        def keep(optimizer, state_dict):
+            given.extend(state_dict["state"].get(index, {})
+                         for group in state_dict["param_groups"] for index in group["params"])
+
+        def conform(optimizer):
+            params = [param for group in self.param_groups for param in group["params"]]
+            for param, saved in zip(params, given):
+                if param not in self.state:
+                    continue
+                state = self.state[param]
+                for key, value in saved.items():
+                    if key != "step" and torch.is_tensor(value) and value.is_floating_point():
+                        state[key] = value.to(device=param.device,
+                                              copy=value.dtype != param.dtype)
+                self._conform_state(param, state)
+
+        hooks = [self.register_load_state_dict_pre_hook(keep),
+                 self.register_load_state_dict_post_hook(conform, prepend=True)]
+        try:
+            super().load_state_dict(state_dict)
+        finally:
+            for hook in hooks:
+                hook.remove()
 
     def _params_with_grad(self, group: dict) -> list[Tensor]:
         params = []

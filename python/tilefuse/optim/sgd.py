@@ -56,9 +56,10 @@ class SGD(Optimizer):
     maximize; its param groups, state and state_dict) with each param
     group's step fused into a few multi-tensor launches. `lr` may be a
     tensor, read on the device; see tilefuse.optim.Optimizer for
-    `state_dtype`, `master_weights` and GradScaler. With GradScaler, a step
-    that starts momentum buffers reads its inf/NaN flag on the host (one
-    synchronization): a buffer starts at the first step not skipped."""
+    `state_dtype`, `master_weights` and GradScaler. With GradScaler, a param
+    group that starts momentum buffers reads the inf/NaN flag on the host (a
+    synchronization; not while a CUDA graph is captured): a buffer starts at
+    the first step not skipped."""
 
     _counts_steps = False
 
@@ -101,7 +102,7 @@ class SGD(Optimizer):
         if starts and found_inf is not None and found_inf.item():
             # A buffer starts as the gradient of the first step that is not
             # skipped: a skipped step must leave none. Every launch would skip
-            # anyway; one synchronization, only at a step that starts buffers.
+            # anyway; a synchronization, only in a group that starts buffers.
             return
         for selected, head, master in self._by_master(params):
             grads = [p.grad for p in selected]
