@@ -1421,14 +1421,14 @@ def _setup_context(ctx, inputs, output):
                                 *[o for o in output[:count] if not o.dtype.is_floating_point])
     if not ctx.differentiable:
         return
-    given, scalars = _split(fusion._name, args, specs)
+    given, _ = _split(fusion._name, args, specs)
     # Whether each needs a gradient: the arguments' (a contiguous copy of a
     # view, made while torch.compile traces, needs none).
     ctx.requires = [t.requires_grad for t in given]
-    launch_tensors = [t.contiguous() for t in given]
     saved = compiled.derivative["saved_outputs"]
-    ctx.save_for_backward(*launch_tensors, *[output[i] for i in saved])
-    ctx.compiled, ctx.scalars, ctx.count = compiled, scalars, len(launch_tensors)
+    ctx.save_for_backward(*tensors, *[output[i] for i in saved])
+    ctx.compiled, ctx.count = compiled, len(tensors)
+    ctx.call = (fusion_key, layout, statics, floats, ints)
     # Where each launch tensor sits among the op's `tensors` argument.
     ctx.positions = [index for index, (kind, _, _) in enumerate(
         spec for spec in specs if spec[0] not in ("scalar", "static"))
@@ -1469,8 +1469,9 @@ def _backward(ctx, grads):
             wanted |= 1 << bit
     gradients = [g if g is not None else torch.zeros(shape, dtype=dtype, device=tensors[0].device)
                  for g, (shape, dtype) in zip(grads, ctx.output_meta)]
-    computed = iter(torch.ops.tilefuse.launch_fusion_backward(
-        compiled.handle, wanted, gradients, tensors, forward_outputs, ctx.scalars))
+    key, layout, statics, floats, ints = ctx.call
+    computed = iter(torch.ops.tilefuse.run_fusion_backward(
+        key, layout, statics, tensors, floats, ints, wanted, gradients, forward_outputs))
     result = [None] * ctx.tensor_count
     for bit, index in enumerate(derivative["differentiable"]):
         if wanted >> bit & 1:
@@ -1479,6 +1480,29 @@ def _backward(ctx, grads):
 
 
 _run_fusion.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _fusion_gradients(fusion_key: str, layout: str, statics: str, tensors: list[torch.Tensor],
+                         floats: list[float], ints: list[int], wanted: int,
+                         gradients: list[torch.Tensor],
+                         forward_outputs: list[torch.Tensor | None]) -> list[torch.Tensor]:
+    """The gradients `wanted` (a bit per differentiable input) of the
+    run_fusion call with these arguments: named by the fusion's key, not by
+    the kernel's handle (a number in this process), in the backward graphs
+    torch.compile traces and may cache on disk."""
+    fusion = _registered(fusion_key)
+    args = _arguments(layout, statics, tensors, floats, ints)
+    compiled, specs, _, _, _ = fusion._compiled_for(args)
+    given, scalars = _split(fusion._name, args, specs)
+    return torch.ops.tilefuse.launch_fusion_backward(
+        compiled.handle, wanted, gradients, [t.contiguous() for t in given], forward_outputs,
+        scalars)
+
+
+_run_fusion_backward = torch.library.custom_op("tilefuse::run_fusion_backward",
+                                               mutates_args=())(_fusion_gradients)
+# On fake tensors the same: launch_fusion_backward's Meta kernel shapes them.
+_run_fusion_backward.register_fake(_fusion_gradients)
 
 
 def fusion(fn=None, *, name: str | None = None, inplace=None):

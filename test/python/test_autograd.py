@@ -214,6 +214,30 @@ def test_torch_compile_gives_gradients_through_views():
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
+def test_compiled_backward_graphs_name_the_fusion_not_a_kernel_handle():
+    # A handle numbers kernels in the order a process compiles them: a
+    # backward graph cached on disk (AOTAutogradCache, inductor's) ran
+    # whichever kernel another process had under that number.
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm.code)
+        return gm
+
+    x = torch.randn(3, 8, requires_grad=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: gated(x, x).sum(), fullgraph=True,
+                             backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))
+    compiled(x).backward()
+    torch.testing.assert_close(x.grad, torch.autograd.grad(
+        (F.silu(x) * x).sum(), x)[0], atol=1e-5, rtol=1e-5)
+    backward = graphs[-1]
+    assert "run_fusion_backward" in backward and gated._key in backward
+    assert "launch_fusion_backward" not in backward
+
+
 def test_an_exported_call_without_gradients_refuses_a_backward():
     # torch.export traced it with no input requiring grad: its gradient
     # was dropped without a word.
