@@ -288,7 +288,6 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   checkIterationShape(op, shape);
   int64_t n = shape.back();
   at::IntArrayRef lead = shape.slice(0, shape.size() - 1);
-  checkRowsForColumnExtremes(op, fusion, lead);
   const std::vector<PortInfo> &declared = fusion.inputs();
   size_t scalarPorts = llvm::count_if(declared, [](const PortInfo &port) {
     return port.kind == PortInfo::Kind::Scalar;
@@ -299,6 +298,7 @@ torch_ops::runFusion(std::string_view op, Fusion &fusion,
   size_t byPointer = llvm::count_if(
       scalarTensors, [](const auto &tensor) { return tensor.has_value(); });
   checkArgumentCounts(op, fusion, tensors.size(), scalars.size() + byPointer);
+  checkRowsForColumnExtremes(op, fusion, lead);
   TORCH_CHECK(out.empty() || out.size() == fusion.outputs().size(), "tilefuse.",
               op, ": expected ", fusion.outputs().size(), " output slots, got ",
               out.size());
