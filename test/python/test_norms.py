@@ -322,6 +322,7 @@ def test_a_non_finite_upstream_gradient_poisons_what_it_does_in_float64(dtype, n
             assert not want.isfinite().all(), name
             assert torch.equal(have.isfinite(), want.isfinite()), name
 
+
 def test_int_normalized_shape():
     # nn.LayerNorm(n) and nn.RMSNorm(n) take an int; so do the functional forms here.
     x = torch.randn(3, 40)
