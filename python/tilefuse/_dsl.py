@@ -870,6 +870,8 @@ def _registered(key: str) -> "Fusion":
                            "(a saved graph calls it: define it from the same source first, by "
                            "importing the module that defines it)")
     return fusion
+
+
 _launch_fusion = torch.ops.tilefuse.launch_fusion.default
 _launch_fusion_ = torch.ops.tilefuse.launch_fusion_.default
 _launch_multi_tensor = torch.ops.tilefuse.launch_multi_tensor.default
@@ -1421,10 +1423,10 @@ def _setup_context(ctx, inputs, output):
                                 *[o for o in output[:count] if not o.dtype.is_floating_point])
     if not ctx.differentiable:
         return
-    given, _ = _split(fusion._name, args, specs)
     # Whether each needs a gradient: the arguments' (a contiguous copy of a
-    # view, made while torch.compile traces, needs none).
-    ctx.requires = [t.requires_grad for t in given]
+    # view, made while torch.compile traces, needs none). Every tensor of a
+    # differentiated call is a launch tensor (_split refuses 0-d ones).
+    ctx.requires = [t.requires_grad for t in tensors]
     saved = compiled.derivative["saved_outputs"]
     ctx.save_for_backward(*tensors, *[output[i] for i in saved])
     ctx.compiled, ctx.count = compiled, len(tensors)
@@ -1483,9 +1485,9 @@ _run_fusion.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _fusion_gradients(fusion_key: str, layout: str, statics: str, tensors: list[torch.Tensor],
-                         floats: list[float], ints: list[int], wanted: int,
-                         gradients: list[torch.Tensor],
-                         forward_outputs: list[torch.Tensor | None]) -> list[torch.Tensor]:
+                      floats: list[float], ints: list[int], wanted: int,
+                      gradients: list[torch.Tensor],
+                      forward_outputs: list[torch.Tensor | None]) -> list[torch.Tensor]:
     """The gradients `wanted` (a bit per differentiable input) of the
     run_fusion call with these arguments: named by the fusion's key, not by
     the kernel's handle (a number in this process), in the backward graphs
