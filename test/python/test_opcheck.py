@@ -463,13 +463,21 @@ def moments_backward(wanted):
     return (trace.handle, wanted, gradients, [x, w], forward_outputs, [1e-5]), {}
 
 
+def run_moments_backward(wanted):
+    """run_fusion_backward's: launch_fusion_backward's, the fusion named by
+    its key and the call by run_fusion's layout."""
+    (_, _, gradients, tensors, forward_outputs, floats), _ = moments_backward(wanted)
+    return (moments._key, "ttf", "()", tensors, floats, [], wanted, gradients,
+            forward_outputs), {}
+
+
 def run_fusion(fusion, differentiable, grad):
     """run_fusion's arguments for a call fusion(tensors..., floats...)."""
     if fusion is moments:
         tensors, floats, layout = [rows(grad=grad), column(grad=grad)], [1e-5], "ttf"
     else:
         tensors, floats, layout = [rows(grad=grad), rows(grad=grad)], [0.5], "ttf"
-    return (fusion._id, layout, "()", tensors, floats, [], differentiable), {}
+    return (fusion._key, layout, "()", tensors, floats, [], differentiable), {}
 
 
 FUSION_CASES = [
@@ -485,6 +493,8 @@ FUSION_CASES = [
     case("launch_fusion_forward", "row-outputs", lambda: launch_moments(grad=False)),
     case("launch_fusion_backward", "all-inputs", lambda: moments_backward(0b11)),
     case("launch_fusion_backward", "first-input", lambda: moments_backward(0b01)),
+    case("run_fusion_backward", "all-inputs", lambda: run_moments_backward(0b11)),
+    case("run_fusion_backward", "first-input", lambda: run_moments_backward(0b01)),
     case("run_fusion", "functional", lambda: run_fusion(axpy, False, False)),
     case("run_fusion", "differentiable-grad", lambda: run_fusion(axpy, True, True)),
     case("run_fusion", "differentiable-row-outputs", lambda: run_fusion(moments, True, True)),
