@@ -8,6 +8,7 @@
 
 #include "tilefuse/Compiler/Differentiate.h"
 #include "tilefuse/Compiler/Passes.h"
+#include "tilefuse/Compiler/TileConfig.h"
 
 #include "mlir/IR/Dominance.h"
 #include "mlir/IR/IRMapping.h"
@@ -942,6 +943,13 @@ struct FuseDifferentiatePass
 FailureOr<Derivative> tilefuse::differentiate(KernelOp kernel,
                                               const DifferentiateOptions &options,
                                               OpBuilder &builder) {
+  // BackwardBuilder recurses along chains of ops (TileConfig.h's limits).
+  int64_t ops = kernel.getEntryBlock().getOperations().size();
+  if (ops > kMaxKernelOps)
+    return kernel.emitError("fuse-differentiate: kernel @")
+           << kernel.getSymName() << " has " << ops
+           << " operations; the limit is " << kMaxKernelOps
+           << ": split the fusion";
   return BackwardBuilder(kernel, builder).build(options);
 }
 

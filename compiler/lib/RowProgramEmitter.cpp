@@ -204,6 +204,12 @@ LogicalResult RowProgramEmitter::checkSupported() {
                               "an output: it is complete after every row, so "
                               "nothing in the same fusion can use it; use it "
                               "in a second fusion");
+  // Integer division: a zero divisor (or INT_MIN / -1) traps a CPU, killing
+  // the process, and gives no error on a GPU.
+  for (DivOp div : kernel.getOps<DivOp>())
+    if (isa<IntegerType>(valueType(div.getResult()).getElementType()))
+      return div.emitError("integer division is not lowered (a zero divisor "
+                           "would kill the process on a CPU); divide floats");
   WalkResult result = kernel.walk([&](GatherOp gather) {
     Value source = gather.getSource();
     while (auto cast = source.getDefiningOp<CastOp>())

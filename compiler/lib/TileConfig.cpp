@@ -641,6 +641,11 @@ struct FuseSelectTilesPass
   /// The limits of TileConfig.h on what the lowering will emit.
   LogicalResult checkCompileWork(KernelOp kernel, const KernelShape &shape,
                                  const TileConfig &config) {
+    if (shape.ops > kMaxKernelOps)
+      return kernel.emitError("fuse-select-tiles: kernel @")
+             << kernel.getSymName() << " has " << shape.ops
+             << " operations; the limit is " << kMaxKernelOps
+             << ": split the fusion";
     int64_t unrolled = config.rowOnChip ? config.chunks : 1;
     int64_t lanes = config.isGPU() ? config.vectorWidth : 1;
     int64_t emitted = shape.ops * shape.passes * unrolled * lanes;

@@ -463,6 +463,36 @@ def test_column_extremes_of_zero_rows_raise_as_torch():
     assert torch.equal(total, torch.zeros(5))  # a sum of nothing, as torch.sum
 
 
+def test_a_fusion_of_too_many_operations_is_refused():
+    # A chain of 60000 crashed the process (the lowering's and the
+    # derivative's recursion overflowed the stack).
+    def chain(x):
+        for _ in range(8200):
+            x = tilefuse.sin(x)
+        return x
+
+    x = torch.randn(2, 4, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"fuse-differentiate: kernel @chain has 8201 "
+                                           r"operations; the limit is 8192"):
+        tilefuse.fusion(chain)(x)
+    with pytest.raises(RuntimeError, match=r"fuse-select-tiles: kernel @chain has 8201 "
+                                           r"operations; the limit is 8192"):
+        tilefuse.fusion(chain)(x.detach())
+
+
+def test_integer_division_is_refused():
+    # A zero divisor killed the process on the CPU target (SIGFPE).
+    handle = torch.ops.tilefuse.register_fusion("""module {
+  fuse.kernel @idiv(%x: !fuse.full<i32>, %y: !fuse.full<i32>) -> (z: !fuse.full<i32>) {
+    %0 = fuse.div %x, %y : !fuse.full<i32>
+    fuse.yield %0 : !fuse.full<i32>
+  }
+}""", "f32")
+    ints = torch.zeros(2, 3, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="integer division is not lowered"):
+        torch.ops.tilefuse.launch_fusion(handle, [ints, ints], [])
+
+
 def test_a_column_reduction_read_in_its_own_fusion_is_refused():
     # It crashed the compiler: a column's sum is complete only after every row.
     for read in (lambda x: x - tilefuse.sum(x, dim=0), lambda x: x / tilefuse.max(x, dim=0),

@@ -14,6 +14,14 @@ fuse.kernel @col_output(%x: !fuse.full<f32>, %w: !fuse.col<f32>) -> (y: !fuse.co
 
 // -----
 
+fuse.kernel @integer_division(%x: !fuse.full<i32>, %y: !fuse.full<i32>) -> (z: !fuse.full<i32>) {
+  // expected-error @+1 {{integer division is not lowered (a zero divisor would kill the process on a CPU); divide floats}}
+  %z = fuse.div %x, %y : !fuse.full<i32>
+  fuse.yield %z : !fuse.full<i32>
+}
+
+// -----
+
 // A column reduction read by the rows it reduces (it crashed the emitter).
 fuse.kernel @col_reduction_read(%x: !fuse.full<f32>) -> (y: !fuse.full<f32>) {
   // expected-error @+1 {{a column reduction (over the rows) can only be an output: it is complete after every row}}

@@ -265,7 +265,10 @@
 //    (kMaxUnrolledChunks), whatever row-on-chip says;
 //  - the lowering emits about ops * passes * unrolled chunks (* V on a GPU,
 //    where math runs per element) operations: at most 2^17
-//    (kMaxEmittedOps), some 25 times the largest built-in.
+//    (kMaxEmittedOps), some 25 times the largest built-in;
+//  - a kernel holds at most 2^13 fuse ops (kMaxKernelOps; the largest
+//    built-in has about 100): the lowering and fuse-differentiate recurse
+//    along chains of ops, and a chain of 50000 overflowed the stack.
 //
 // Multi-tensor kernels (elementwise, over a table of tensors of any size;
 // KernelABI.h) cut every tensor into chunks of 65536 elements, as Apex's
@@ -301,6 +304,7 @@ class KernelOp;
 constexpr int64_t kMaxRowLength = int64_t(1) << 40;
 constexpr int64_t kMaxUnrolledChunks = 64;
 constexpr int64_t kMaxEmittedOps = int64_t(1) << 17;
+constexpr int64_t kMaxKernelOps = int64_t(1) << 13;
 /// How many times a loop over staged chunks is unrolled at least (above).
 constexpr int64_t kStagedUnroll = 4;
 /// Vectors of full inputs a loop over staged chunks loads an iteration at
