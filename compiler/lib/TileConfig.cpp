@@ -168,14 +168,14 @@ static bool stagesWideRow(const KernelShape &shape, const TileConfig &config) {
       config.threadsPerRow <= kWarpSize || rowGroup != shape.n ||
       config.chunks % 2 != 0)
     return false;
-  int64_t rowBytes = config.rowsPerBlock * shape.n * shape.fullInputBytes;
+  int64_t blockElements = config.rowsPerBlock * shape.n;
+  int64_t rowBytes = blockElements * shape.fullInputBytes;
   if (2 * rowBytes > kColumnReductionBytesInFlight)
     return false;
   // The staged row and every partial, beside the row reductions' slots (at
   // most four 8-byte state values a warp).
   TileConfig staged = config;
-  staged.stageBytes =
-      rowBytes + config.rowsPerBlock * shape.n * shape.columnPartialBytes;
+  staged.stageBytes = rowBytes + blockElements * shape.columnPartialBytes;
   int64_t workgroupBytes = llvm::divideCeil(config.threadsPerBlock(), 32) * 32;
   return !runsAloneOnSM(staged, workgroupBytes);
 }

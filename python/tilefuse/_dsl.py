@@ -1415,7 +1415,7 @@ def _setup_context(ctx, inputs, output):
                         None if floats else [], None if ints else [], None)
     fusion = _registered(fusion_key)
     args = _arguments(layout, statics, tensors, floats, ints)
-    compiled, specs, _, _, _ = fusion._compiled_for(args)
+    compiled = fusion._compiled_for(args)[0]
     ctx.differentiable = differentiable and compiled.differentiable
     ctx.name, ctx.inplace = fusion._name, bool(fusion._inplace)
     count = len(compiled.outputs)
@@ -1431,11 +1431,6 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(*tensors, *[output[i] for i in saved])
     ctx.compiled, ctx.count = compiled, len(tensors)
     ctx.call = (fusion_key, layout, statics, floats, ints)
-    # Where each launch tensor sits among the op's `tensors` argument.
-    ctx.positions = [index for index, (kind, _, _) in enumerate(
-        spec for spec in specs if spec[0] not in ("scalar", "static"))
-        if kind in ("full", "row", "col")]
-    ctx.tensor_count = len(tensors)
     ctx.output_meta = [(o.shape, o.dtype) for o in output[:count]]
 
 
@@ -1474,10 +1469,10 @@ def _backward(ctx, grads):
     key, layout, statics, floats, ints = ctx.call
     computed = iter(torch.ops.tilefuse.run_fusion_backward(
         key, layout, statics, tensors, floats, ints, wanted, gradients, forward_outputs))
-    result = [None] * ctx.tensor_count
+    result = [None] * ctx.count
     for bit, index in enumerate(derivative["differentiable"]):
         if wanted >> bit & 1:
-            result[ctx.positions[tensor_of[index]]] = next(computed)
+            result[tensor_of[index]] = next(computed)
     return (*ctx.no_gradients[:3], result, *ctx.no_gradients[4:])
 
 
