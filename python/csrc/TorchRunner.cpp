@@ -249,24 +249,39 @@ template <typename T> int64_t slotOf(T value) {
   return slot;
 }
 
-/// `scalar` in an 8-byte slot, typed as `port` declares it.
+/// `scalar` in an 8-byte slot, typed as `port` declares it. As torch's
+/// `int` arguments, an integer port takes no float (nor a complex), and a
+/// value that does not fit its type is refused rather than wrapped.
 int64_t scalarSlot(std::string_view op, const PortInfo &port,
                    const c10::Scalar &scalar) {
-  if (port.dtype == "f32") {
+  TORCH_CHECK_TYPE(!scalar.isComplex(), "tilefuse.", op, ": scalar '",
+                   port.name, "' is complex; the fusion takes ", port.dtype);
+  if (port.dtype == "f32" || port.dtype == "f64") {
     double value = scalar.toDouble();
-    TORCH_CHECK_VALUE(!std::isfinite(value) || std::abs(value) <= FLT_MAX,
+    TORCH_CHECK_VALUE(port.dtype == "f64" || !std::isfinite(value) ||
+                          std::abs(value) <= FLT_MAX,
                       "tilefuse.", op, ": scalar '", port.name, "' = ", value,
                       " is out of range for float32");
-    return slotOf(static_cast<float>(value));
+    return port.dtype == "f32" ? slotOf(static_cast<float>(value))
+                               : slotOf(value);
   }
-  if (port.dtype == "f64")
-    return slotOf(scalar.to<double>());
-  if (port.dtype == "i32")
-    return slotOf(scalar.to<int32_t>());
-  if (port.dtype == "i64")
-    return scalar.to<int64_t>();
-  TORCH_CHECK_TYPE(false, "tilefuse.", op, ": scalar '", port.name,
-                   "' has unsupported dtype ", port.dtype);
+  bool i32 = port.dtype == "i32";
+  TORCH_CHECK_TYPE(i32 || port.dtype == "i64", "tilefuse.", op, ": scalar '",
+                   port.name, "' has unsupported dtype ", port.dtype);
+  TORCH_CHECK_TYPE(!scalar.isFloatingPoint(), "tilefuse.", op, ": scalar '",
+                   port.name, "' = ", scalar.toDouble(),
+                   " is a float; the fusion takes an integer (", port.dtype,
+                   ")");
+  // An integral Scalar holds an int64 or, past INT64_MAX, a uint64.
+  if (scalar.isUnsigned() && scalar.to<uint64_t>() > uint64_t(INT64_MAX))
+    TORCH_CHECK_VALUE(false, "tilefuse.", op, ": scalar '", port.name,
+                      "' = ", scalar.to<uint64_t>(), " does not fit in ",
+                      i32 ? "int32" : "int64");
+  int64_t value = scalar.toLong();
+  TORCH_CHECK_VALUE(!i32 || (value >= INT32_MIN && value <= INT32_MAX),
+                    "tilefuse.", op, ": scalar '", port.name, "' = ", value,
+                    " does not fit in int32");
+  return i32 ? slotOf(static_cast<int32_t>(value)) : value;
 }
 
 } // namespace

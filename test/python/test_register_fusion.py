@@ -128,3 +128,38 @@ def test_bad_ir_names_the_op_and_the_problem():
             "@softmax", "@other"), "f32")
     with pytest.raises(TypeError, match="storage dtype must be f32, f16, bf16 or f64"):
         ops.register_fusion(DSL_FUSIONS["softmax"], "i32")
+
+
+_INT_SCALARS = """
+fuse.kernel @shifted(%x: !fuse.full<f32>, %k: !fuse.scalar<i32>, %j: !fuse.scalar<i64>) -> (out: !fuse.full<f32>) {
+  %0 = fuse.cast %k : !fuse.scalar<i32> to !fuse.scalar<f32>
+  %1 = fuse.cast %j : !fuse.scalar<i64> to !fuse.scalar<f32>
+  %2 = fuse.add %0, %1 : !fuse.scalar<f32>
+  %3 = fuse.broadcast %2 : !fuse.scalar<f32> to !fuse.full<f32>
+  %4 = fuse.add %x, %3 : !fuse.full<f32>
+  fuse.yield %4 : !fuse.full<f32>
+}"""
+
+
+@pytest.mark.parametrize("scalars, error, message", [
+    ([2.7, 1], TypeError, r"tilefuse.shifted: scalar 'k' = 2.7 is a float; the fusion takes "
+                          r"an integer \(i32\)"),
+    ([1, -2.0], TypeError, r"scalar 'j' = -2 is a float; the fusion takes an integer \(i64\)"),
+    ([2**31, 1], ValueError, r"tilefuse.shifted: scalar 'k' = 2147483648 does not fit in int32"),
+    ([-2**31 - 1, 1], ValueError, r"scalar 'k' = -2147483649 does not fit in int32"),
+    ([1, 2**63], ValueError, r"scalar 'j' = 9223372036854775808 does not fit in int64"),
+    ([1j, 1], TypeError, r"tilefuse.shifted: scalar 'k' is complex; the fusion takes i32"),
+])
+def test_integer_scalars_take_no_float_and_no_overflow(scalars, error, message):
+    """An int scalar of launch_fusion is an int, as torch's int arguments: a
+    float was truncated (2.7 ran as 2) and an overflow raised c10's message,
+    naming neither the fusion nor the scalar."""
+    handle = ops.register_fusion(_INT_SCALARS, "f32")
+    x = torch.zeros(2, 8)
+    with pytest.raises(error, match=message):
+        ops.launch_fusion(handle, [x], scalars)
+    # In range (the ends of int32, beyond it for int64), bools as ints (as
+    # torch takes them): the sum of both, exact in float32.
+    assert torch.equal(ops.launch_fusion(handle, [x], [-2**31, 2**40])[0],
+                       torch.full((2, 8), 2.0**40 - 2.0**31))
+    assert torch.equal(ops.launch_fusion(handle, [x], [True, -4])[0], torch.full((2, 8), -3.0))
