@@ -191,8 +191,22 @@ public:
     prefix = options.dumpDirectory + "/" + name + "-" +
              fingerprint(module).substr(0, 12) + "." + options.target + "." +
              options.dtype + "." + std::to_string(options.n);
-    llvm::sys::fs::create_directories(options.dumpDirectory);
+    // Asked for and impossible is an error, not a compile without them.
+    std::error_code error =
+        llvm::sys::fs::create_directories(options.dumpDirectory);
+    if (!error && !llvm::sys::fs::is_directory(options.dumpDirectory))
+      error = std::make_error_code(std::errc::not_a_directory);
+    if (!error)
+      error = llvm::sys::fs::access(options.dumpDirectory,
+                                    llvm::sys::fs::AccessMode::Write);
+    if (error) {
+      module.emitError("cannot write the stages to TILEFUSE_DUMP's '")
+          << options.dumpDirectory << "': " << error.message();
+      usable = false;
+    }
   }
+  /// False (an error emitted) where the dump directory cannot be written.
+  bool isUsable() const { return usable; }
   bool enabled() const { return !prefix.empty(); }
   /// The module as printed after `stage` (printed only when dumping:
   /// printing costs 4-6% of a compile).
@@ -215,6 +229,7 @@ public:
 private:
   std::string prefix;
   int index = 0;
+  bool usable = true;
 };
 
 } // namespace
@@ -270,6 +285,8 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
     return result;
   };
   StageDumper dump(module, options);
+  if (!dump.isUsable())
+    return failure();
   dump("fuse", module);
   if (stop == Stage::Fuse)
     return finish();

@@ -84,6 +84,24 @@ def test_dump_writes_every_stage(tmp_path, target, stages, last):
         assert last in f.read()
 
 
+def test_an_unusable_dump_directory_fails_the_compile_and_says_why(tmp_path):
+    """TILEFUSE_DUMP naming a file (or a directory it cannot write) was
+    ignored without a word: the compile went on and dumped nothing."""
+    (tmp_path / "taken").write_text("")
+    script = ("import torch, tilefuse\n"
+              "tilefuse.functional.rms_norm(torch.randn(2, 24), (24,), None, 1e-6)\n")
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path / "cache"),
+                      TILEFUSE_DUMP=str(tmp_path / "taken"))
+    assert done.returncode != 0
+    assert "rms_norm: compilation failed" in done.stderr, done.stderr
+    assert f"cannot write the stages to TILEFUSE_DUMP's '{tmp_path / 'taken'}'" in done.stderr
+    # Nothing cached: the next process, dump fixed, compiles and dumps.
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path / "cache"),
+                      TILEFUSE_DUMP=str(tmp_path / "dump"))
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(tmp_path / "dump")
+
+
 def test_always_compile_bypasses_every_cache(tmp_path):
     script = ("import torch, tilefuse\n"
               "x = torch.randn(2, 24)\n"
