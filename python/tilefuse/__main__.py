@@ -204,6 +204,28 @@ def ops() -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _writable_folder(path: str) -> str:
+    """The demo's --out, checked before minutes of training rather than
+    when the results are written."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"cannot create {path!r}: {error.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write to {path!r}")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tilefuse", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -213,11 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     demo = commands.add_parser(
         "demo", help="train a small Llama-style model eager vs patched by tilefuse "
         "(needs tilefuse[demo]); writes tilefuse-demo.json and .png")
-    demo.add_argument("--steps", type=int, default=30)
-    demo.add_argument("--out", default=".", help="folder for the JSON and the PNG")
+    demo.add_argument("--steps", type=_positive_int, default=30)
+    demo.add_argument("--out", type=_writable_folder, default=".",
+                      help="folder for the JSON and the PNG (created if missing)")
     demo.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                       help="also train under torch.compile (default: on a GPU only)")
-    demo.add_argument("--threads", type=int, default=None,
+    demo.add_argument("--threads", type=_positive_int, default=None,
                       help="torch threads on the CPU target (default 1)")
     commands.add_parser("ops", help="compile and run fused ops against PyTorch")
     args = parser.parse_args(argv)

@@ -211,3 +211,24 @@ def test_cache_list_and_clear_survive_odd_files_and_remove_only_entries(tmp_path
     assert "1 kernels in" in listed and "(5 other files left alone)" in listed
     assert "removed 1 kernels" in cleared
     assert sorted(os.listdir(tmp_path)) == odd
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--steps", "0"], "argument --steps: expected a positive integer, got 0"),
+    (["--steps", "ten"], "argument --steps: expected a positive integer, got 'ten'"),
+    (["--threads", "-2"], "argument --threads: expected a positive integer, got -2"),
+    (["--out", "{file}"], "argument --out: cannot create '{file}': File exists"),
+    (["--out", "{file}/sub"], "argument --out: cannot create '{file}/sub': Not a directory"),
+])
+def test_demo_refuses_bad_options_before_it_trains(tmp_path, capsys, options, message):
+    """`tilefuse demo` checked its options when it used them: --steps 0 and
+    an --out it cannot write failed with tracebacks after minutes of training
+    (a usage error now, before transformers is imported)."""
+    from tilefuse.__main__ import main
+
+    (tmp_path / "file").write_text("")
+    options = [option.format(file=tmp_path / "file") for option in options]
+    with pytest.raises(SystemExit) as exit:
+        main(["demo", *options])
+    assert exit.value.code == 2
+    assert message.format(file=tmp_path / "file") in capsys.readouterr().err
