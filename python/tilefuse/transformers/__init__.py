@@ -104,8 +104,24 @@ def _fused_class(original: type, forward, kind: str) -> type:
             "__module__": original.__module__,
             "__qualname__": original.__qualname__,
             "__doc__": f"{original.__name__} with its forward fused by tilefuse.",
+            "__reduce_ex__": _reduce_fused,
         })
     return _FUSED[original]
+
+
+def _reduce_fused(module, protocol: int):
+    """Pickles a fused module (torch.save of a whole model) as its original
+    class, forward and kind: its name is the original's, which pickle would
+    resolve to the original class, and refuse."""
+    cls = type(module)
+    state = object.__reduce_ex__(module, max(protocol, 2))[2:]
+    return (_new_fused, (cls._tilefuse_original, cls.forward, cls._tilefuse_kind), *state)
+
+
+def _new_fused(original: type, forward, kind: str):
+    """An empty fused module for unpickling; its state follows."""
+    cls = _fused_class(original, forward, kind)
+    return cls.__new__(cls)
 
 
 def _replace_modules(model, original: type, forward, kind: str, fits=lambda module: True):
@@ -134,7 +150,7 @@ def _hook_loss(model, causal_lm: type) -> int:
 def _fuse_head(model, causal_lm: type) -> int:
     if not isinstance(model, causal_lm) or hasattr(model.forward, "_tilefuse_kind"):
         return 0
-    model.forward = types.MethodType(_loss.fused_head_forward(type(model).forward), model)
+    model.forward = _loss.bound_fused_head(model)
     return 1
 
 

@@ -82,35 +82,49 @@ def _head_and_loss(self, hidden_states, labels, num_items_in_batch=None,
     return _normalized(loss, num_items_in_batch)
 
 
-def fused_head_forward(original):
+def _fused_head(original, self, input_ids=None, attention_mask=None, position_ids=None,
+                past_key_values=None, inputs_embeds=None, labels=None, use_cache=None,
+                logits_to_keep=0, skip_logits=None, **kwargs):
     """`original` (a …ForCausalLM.forward) that, when training with labels
     (or given skip_logits=True), returns the loss of the fused linear
     cross-entropy and no logits; otherwise it runs `original` unchanged."""
+    if skip_logits is None:
+        skip_logits = self.training and labels is not None
+    if not skip_logits:
+        return original(self, input_ids=input_ids, attention_mask=attention_mask,
+                        position_ids=position_ids, past_key_values=past_key_values,
+                        inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
+                        logits_to_keep=logits_to_keep, **kwargs)
+    if labels is None:
+        raise ValueError(f"{type(self).__name__}: skip_logits=True needs labels")
+    return_dict = kwargs.pop("return_dict", None)
+    outputs = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         position_ids=position_ids, past_key_values=past_key_values,
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+    loss = _head_and_loss(self, outputs.last_hidden_state, labels, **kwargs)
+    output = CausalLMOutputWithPast(
+        loss=loss, logits=None, past_key_values=outputs.past_key_values,
+        hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+    if return_dict is None:
+        return_dict = self.config.return_dict
+    return output if return_dict else output.to_tuple()
+
+
+def fused_head_forward(original):
+    """_fused_head as a …ForCausalLM class's forward."""
 
     @functools.wraps(original)
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None,
-                past_key_values=None, inputs_embeds=None, labels=None, use_cache=None,
-                logits_to_keep=0, skip_logits=None, **kwargs):
-        if skip_logits is None:
-            skip_logits = self.training and labels is not None
-        if not skip_logits:
-            return original(self, input_ids=input_ids, attention_mask=attention_mask,
-                            position_ids=position_ids, past_key_values=past_key_values,
-                            inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
-                            logits_to_keep=logits_to_keep, **kwargs)
-        if labels is None:
-            raise ValueError(f"{type(self).__name__}: skip_logits=True needs labels")
-        return_dict = kwargs.pop("return_dict", None)
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                             position_ids=position_ids, past_key_values=past_key_values,
-                             inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
-        loss = _head_and_loss(self, outputs.last_hidden_state, labels, **kwargs)
-        output = CausalLMOutputWithPast(
-            loss=loss, logits=None, past_key_values=outputs.past_key_values,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
-        if return_dict is None:
-            return_dict = self.config.return_dict
-        return output if return_dict else output.to_tuple()
+    def forward(self, *args, **kwargs):
+        return _fused_head(original, self, *args, **kwargs)
 
+    forward._tilefuse_kind = "linear_cross_entropy"
+    return forward
+
+
+def bound_fused_head(model):
+    """_fused_head as `model`'s own forward; a partial, not a bound closure,
+    so that torch.save of the model pickles it (by reference to the class's
+    forward) and torch.load gives the fused head back."""
+    forward = functools.partial(_fused_head, type(model).forward, model)
     forward._tilefuse_kind = "linear_cross_entropy"
     return forward
