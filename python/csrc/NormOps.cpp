@@ -39,15 +39,18 @@ namespace {
 //===----------------------------------------------------------------------===//
 
 /// The rows view of `input` normalized over its trailing `normalizedShape`
-/// dimensions: [..., n] with n their product.
+/// dimensions: [..., n] with n their product (symbolic where torch.compile
+/// or torch.export marks the hidden size dynamic, as torch's norms take it).
 Tensor normalizedRows(const char *op, const Tensor &input,
-                      at::IntArrayRef normalizedShape) {
+                      c10::SymIntArrayRef normalizedShape) {
   checkFloat(op, "input", input);
   size_t dims = normalizedShape.size();
   bool trailing = dims >= 1 && dims <= static_cast<size_t>(input.dim());
-  for (size_t i = 0; trailing && i < dims; ++i)
+  c10::SymInt n = 1;
+  for (size_t i = 0; trailing && i < dims; ++i) {
     trailing = input.sym_size(input.dim() - dims + i) == normalizedShape[i];
-  int64_t n = c10::multiply_integers(normalizedShape);
+    n *= normalizedShape[i];
+  }
   TORCH_CHECK_VALUE(trailing && n != 0, "tilefuse.", op,
                     ": normalized_shape must be the trailing dimensions of "
                     "'input' (shape ",
@@ -62,12 +65,11 @@ Tensor normalizedRows(const char *op, const Tensor &input,
 /// A weight or bias of shape normalized_shape, as the [n] column the kernels
 /// take.
 Tensor columnOf(const char *op, const char *name, const Tensor &tensor,
-                const Tensor &input, at::IntArrayRef normalizedShape) {
+                const Tensor &input, c10::SymIntArrayRef normalizedShape) {
   checkFloat(op, name, tensor);
-  TORCH_CHECK_VALUE(
-      tensor.sym_sizes() == c10::fromIntArrayRefSlow(normalizedShape),
-      "tilefuse.", op, ": argument '", name, "' must have shape ",
-      normalizedShape, " (normalized_shape), got ", tensor.sym_sizes());
+  TORCH_CHECK_VALUE(tensor.sym_sizes() == normalizedShape, "tilefuse.", op,
+                    ": argument '", name, "' must have shape ", normalizedShape,
+                    " (normalized_shape), got ", tensor.sym_sizes());
   checkSameDevice(op, name, tensor, "input", input);
   return tensor.reshape({-1});
 }
@@ -190,7 +192,7 @@ TensorPair rmsNormFwdAutograd(const Tensor &x, const Tensor &weight, double eps,
   return {out[0], out[1]};
 }
 
-Tensor rmsNorm(const Tensor &input, at::IntArrayRef normalizedShape,
+Tensor rmsNorm(const Tensor &input, c10::SymIntArrayRef normalizedShape,
                const std::optional<Tensor> &weight, std::optional<double> eps,
                double offset, c10::string_view castingMode) {
   const char *op = "rms_norm";
@@ -316,7 +318,7 @@ TensorTriple layerNormFwdAutograd(const Tensor &x, const Tensor &weight,
   return {out[0], out[1], out[2]};
 }
 
-Tensor layerNorm(const Tensor &input, at::IntArrayRef normalizedShape,
+Tensor layerNorm(const Tensor &input, c10::SymIntArrayRef normalizedShape,
                  const std::optional<Tensor> &weight,
                  const std::optional<Tensor> &bias, double eps) {
   const char *op = "layer_norm";
@@ -346,9 +348,10 @@ at::Tensor tilefuse::ops::rms_norm(const at::Tensor &input,
                                    std::optional<double> eps, double offset,
                                    std::string_view castingMode) {
   static auto op = findOp<Tensor(
-      const Tensor &, at::IntArrayRef, const std::optional<Tensor> &,
+      const Tensor &, c10::SymIntArrayRef, const std::optional<Tensor> &,
       std::optional<double>, double, c10::string_view)>("tilefuse::rms_norm");
-  return op.call(input, normalizedShape, weight, eps, offset, castingMode);
+  return op.call(input, c10::fromIntArrayRefSlow(normalizedShape), weight, eps,
+                 offset, castingMode);
 }
 
 at::Tensor tilefuse::ops::layer_norm(const at::Tensor &input,
@@ -357,21 +360,24 @@ at::Tensor tilefuse::ops::layer_norm(const at::Tensor &input,
                                      const std::optional<at::Tensor> &bias,
                                      double eps) {
   static auto op = findOp<Tensor(
-      const Tensor &, at::IntArrayRef, const std::optional<Tensor> &,
+      const Tensor &, c10::SymIntArrayRef, const std::optional<Tensor> &,
       const std::optional<Tensor> &, double)>("tilefuse::layer_norm");
-  return op.call(input, normalizedShape, weight, bias, eps);
+  return op.call(input, c10::fromIntArrayRefSlow(normalizedShape), weight, bias,
+                 eps);
 }
 
 TORCH_LIBRARY_FRAGMENT(tilefuse, m) {
-  m.def("rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, "
-        "float? eps=None, *, float offset=0.0, str casting_mode='gemma') -> "
-        "Tensor");
+  m.def(
+      "rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, "
+      "float? eps=None, *, float offset=0.0, str casting_mode='gemma') -> "
+      "Tensor");
   // casting_mode: 0 gemma, 1 llama, 2 none.
   m.def("rms_norm_fwd(Tensor x, Tensor weight, float eps, float offset=0.0, "
         "int casting_mode=0) -> (Tensor, Tensor)");
   m.def("rms_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor rstd, "
         "float offset=0.0, int casting_mode=0) -> (Tensor, Tensor)");
-  m.def("layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, "
+  m.def("layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? "
+        "weight=None, "
         "Tensor? bias=None, float eps=1e-05) -> Tensor");
   m.def("layer_norm_fwd(Tensor x, Tensor weight, Tensor bias, float eps) -> "
         "(Tensor, Tensor, Tensor)");

@@ -354,6 +354,37 @@ def test_torch_compile_fullgraph_with_the_options():
         lambda rows: (weight.clone().requires_grad_(), torch.randn(rows, 3, 16).bfloat16()))
 
 
+def test_a_dynamic_hidden_size_exports_and_runs_at_other_sizes():
+    """normalized_shape is SymInt[] as torch's norms take it: a hidden size
+    marked dynamic for torch.export (or torch.compile) was refused as
+    specialized to a constant (ConstraintViolationError)."""
+    class Norms(torch.nn.Module):
+        def forward(self, x, w, b):
+            return (TF.layer_norm(x, (x.shape[-1],), w, b),
+                    TF.rms_norm(x, x.shape[-2:], None, 1e-6))
+
+    hidden = torch.export.Dim("hidden", min=2)
+    program = torch.export.export(
+        Norms(), (torch.randn(2, 4, 64), torch.randn(64), torch.randn(64)),
+        dynamic_shapes={"x": {2: hidden}, "w": {0: hidden}, "b": {0: hidden}})
+    for n in (64, 96, 33):
+        x = torch.randn(2, 4, n, dtype=torch.float64, requires_grad=True)
+        w, b = torch.randn(n, dtype=torch.float64), torch.randn(n, dtype=torch.float64)
+        y, z = program.module()(x, w, b)
+        torch.testing.assert_close(y, torch.nn.functional.layer_norm(x, (n,), w, b))
+        torch.testing.assert_close(z, torch.nn.functional.rms_norm(x, (4, n), None, 1e-6))
+        (y.sum() + z.square().sum()).backward()
+        expected = torch.autograd.grad((torch.nn.functional.layer_norm(x, (n,), w, b).sum()
+                                        + torch.nn.functional.rms_norm(
+                                            x, (4, n), None, 1e-6).square().sum()), x)[0]
+        torch.testing.assert_close(x.grad, expected)
+    compiled = torch.compile(lambda x, w: TF.rms_norm(x, (x.shape[-1],), w, 1e-6),
+                             dynamic=True, fullgraph=True, backend="aot_eager")
+    for n in (8, 24, 40):
+        x, w = torch.randn(3, n), torch.randn(n)
+        torch.testing.assert_close(compiled(x, w), torch.nn.functional.rms_norm(x, (n,), w, 1e-6))
+
+
 def test_meta_output_dtype_follows_the_casting_mode():
     x = torch.empty(2, 8, device="meta", dtype=torch.bfloat16)
     weight = torch.empty(8, device="meta", dtype=torch.float32)
