@@ -409,19 +409,22 @@ TensorPair classesLast(const Tensor &input, const Tensor &target) {
     return {input.movedim(classDim, -1).contiguous(),
             probs.movedim(classDim, -1).contiguous()};
   }
-  TORCH_CHECK_TYPE(target.scalar_type() == at::kLong,
-                   "tilefuse.cross_entropy: 'target' must hold int64 class "
-                   "indices or float probabilities, got ",
+  // torch's nll_loss also takes uint8 class indices (CPU and CUDA).
+  TORCH_CHECK_TYPE(target.scalar_type() == at::kLong ||
+                       target.scalar_type() == at::kByte,
+                   "tilefuse.cross_entropy: 'target' must hold int64 (or "
+                   "uint8) class indices or float probabilities, got ",
                    target.scalar_type());
+  Tensor classes = target.to(at::kLong);
   std::vector<c10::SymInt> torchForm;
   for (int64_t d = 0; d < input.dim(); ++d)
     if (d != classDim)
       torchForm.push_back(input.sym_size(d));
-  if (target.sym_sizes() == c10::SymIntArrayRef(torchForm))
+  if (classes.sym_sizes() == c10::SymIntArrayRef(torchForm))
     return {lastIsClass ? input : input.movedim(classDim, -1).contiguous(),
-            target};
+            classes};
   TORCH_CHECK_VALUE(input.dim() >= 3 &&
-                        target.sym_sizes() == leadingSymDims(input),
+                        classes.sym_sizes() == leadingSymDims(input),
                     "tilefuse.cross_entropy: 'target' must have shape ",
                     c10::SymIntArrayRef(torchForm),
                     " (torch's [N, d1, ...] "
@@ -429,8 +432,8 @@ TensorPair classesLast(const Tensor &input, const Tensor &target) {
                     leadingSymDims(input),
                     " (classes last, as [B, T] for "
                     "[B, T, V] logits), got ",
-                    target.sym_sizes());
-  return {input, target};
+                    classes.sym_sizes());
+  return {input, classes};
 }
 
 TensorPair crossEntropyImpl(const Tensor &input, const Tensor &target,

@@ -478,15 +478,16 @@ TensorPair linearCrossEntropy(const Tensor &input, const Tensor &weight,
                       "grad, which is not supported");
     flatTarget = target.to(input.scalar_type()).reshape_symint({-1, vocab});
   } else {
-    TORCH_CHECK_TYPE(target.scalar_type() == at::kLong,
+    TORCH_CHECK_TYPE(target.scalar_type() == at::kLong ||
+                         target.scalar_type() == at::kByte,
                      "tilefuse.linear_cross_entropy: 'target' must hold int64 "
-                     "class indices or float probabilities, got ",
+                     "(or uint8) class indices or float probabilities, got ",
                      target.scalar_type());
     TORCH_CHECK_VALUE(
         target.sym_sizes() == rows,
         "tilefuse.linear_cross_entropy: 'target' must have shape ", rows,
         ", got ", target.sym_sizes());
-    flatTarget = target.reshape({-1});
+    flatTarget = target.to(at::kLong).reshape({-1});
   }
   checkSameDevice(kOp, "target", target, "input", input);
   Options options{ignoreIndex, labelSmoothing, lseSquareScale, softcap,

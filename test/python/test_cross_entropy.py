@@ -302,6 +302,26 @@ def test_forms_against_torch(form, reduction, weighted, probs):
           logits, target)
 
 
+@pytest.mark.parametrize("shape", [(37,), (6, 37), (2, 37, 3)], ids=str)
+def test_uint8_class_indices_as_torch_takes_them(shape):
+    """torch's nll_loss takes uint8 class indices as well as int64; they
+    were refused. The loss and gradient equal int64 targets' bit for bit."""
+    logits = torch.randn(shape, requires_grad=True)
+    target = torch.randint(0, 37, shape[:1] + shape[2:] if len(shape) > 1 else ())
+    weight = torch.rand(37) + 0.5
+    losses, grads = [], []
+    for classes in (target, target.to(torch.uint8)):
+        loss = TF.cross_entropy(logits, classes, weight=weight, reduction="sum",
+                                label_smoothing=0.1)
+        losses.append(loss)
+        grads.append(torch.autograd.grad(loss, logits)[0])
+    assert torch.equal(losses[0], losses[1]) and torch.equal(grads[0], grads[1])
+    if len(shape) <= 2:  # torch's [N, C, d1] form refuses uint8
+        torch.testing.assert_close(losses[1], torch.nn.functional.cross_entropy(
+            logits, target.to(torch.uint8), weight=weight, reduction="sum",
+            label_smoothing=0.1))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("probs", [False, True], ids=["indices", "probs"])
 def test_low_precision_against_float64(dtype, probs):
@@ -576,8 +596,8 @@ def test_errors_name_the_argument():
         TF.cross_entropy(x, target, weight=torch.rand(8))
     with pytest.raises(ValueError, match=r"tilefuse.cross_entropy: 'target' must have shape \[4\]"):
         TF.cross_entropy(x, torch.randint(0, 9, (5,)))
-    with pytest.raises(TypeError, match=r"'target' must hold int64 class indices or float "
-                                        r"probabilities, got Int"):
+    with pytest.raises(TypeError, match=r"'target' must hold int64 \(or uint8\) class indices or "
+                                        r"float probabilities, got Int"):
         TF.cross_entropy(x, target.int())
     with pytest.raises(ValueError, match=r"probability targets .* must have the shape of 'input'"):
         TF.cross_entropy(x, torch.rand(4, 8))

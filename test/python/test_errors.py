@@ -178,7 +178,7 @@ BUILTIN_BAD_CALLS = {
     "cross_entropy_no_classes": (lambda: TF.cross_entropy(torch.randn(2, 0), torch.tensor([0, 0])),
                                  ValueError, r"tilefuse.cross_entropy: 'input' must have a class dimension of at least 1"),
     "cross_entropy_int32_target": (lambda: TF.cross_entropy(torch.randn(2, 5), torch.tensor([1, 2], dtype=torch.int32)),
-                                   TypeError, r"tilefuse.cross_entropy: 'target' must hold int64 class indices or float probabilities, got Int"),
+                                   TypeError, r"tilefuse.cross_entropy: 'target' must hold int64 \(or uint8\) class indices or float probabilities, got Int"),
     "cross_entropy_probability_shape": (lambda: TF.cross_entropy(torch.randn(2, 5), torch.tensor([1.0, 2.0])),
                                         ValueError, r"tilefuse.cross_entropy: probability targets \('target' of a float dtype\) must have the shape of 'input' \[2, 5\], got \[2\]"),
     "cross_entropy_target_shape": (lambda: TF.cross_entropy(torch.randn(2, 5), torch.tensor([1, 2, 3])),

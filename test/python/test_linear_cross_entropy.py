@@ -131,6 +131,12 @@ def test_errors_name_the_argument():
         TF.linear_cross_entropy(input, weight, target, ce_weight=torch.rand(11).requires_grad_())
     with pytest.raises(ValueError, match=r"chunk_bytes must be positive, got 0"):
         TF.linear_cross_entropy(input, weight, target, chunk_bytes=0)
+    with pytest.raises(TypeError, match=r"'target' must hold int64 \(or uint8\) class indices "
+                                        r"or float probabilities, got Int"):
+        TF.linear_cross_entropy(input, weight, target.int())
+    # uint8 class indices, as torch's nll_loss takes them.
+    assert torch.equal(TF.linear_cross_entropy(input, weight, target.to(torch.uint8)),
+                       TF.linear_cross_entropy(input, weight, target))
     with pytest.raises(ValueError, match=r"'target' requires grad"):
         TF.linear_cross_entropy(input, weight, torch.rand(4, 11).requires_grad_())
     loss = TF.linear_cross_entropy(input, weight.requires_grad_(), target)
