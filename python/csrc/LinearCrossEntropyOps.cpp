@@ -23,6 +23,7 @@
 
 #include "tilefuse/Torch/Ops.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
@@ -426,14 +427,13 @@ struct LinearCrossEntropyFunction
 // The public op
 //===----------------------------------------------------------------------===//
 
-TensorPair linearCrossEntropy(const Tensor &input, const Tensor &weight,
-                              const Tensor &target,
-                              const std::optional<Tensor> &bias,
-                              const std::optional<Tensor> &classWeight,
-                              int64_t ignoreIndex, c10::string_view reduction,
-                              double labelSmoothing, double lseSquareScale,
-                              std::optional<double> softcap,
-                              std::optional<int64_t> chunkBytes) {
+/// linearCrossEntropy after autocast's casts, its loss in `lossType`.
+TensorPair linearCrossEntropyIn(
+    const Tensor &input, const Tensor &weight, const Tensor &target,
+    const std::optional<Tensor> &bias, const std::optional<Tensor> &classWeight,
+    int64_t ignoreIndex, c10::string_view reduction, double labelSmoothing,
+    double lseSquareScale, std::optional<double> softcap,
+    std::optional<int64_t> chunkBytes, at::ScalarType lossType) {
   checkFloat(kOp, "input", input);
   TORCH_CHECK_VALUE(input.dim() >= 1, "tilefuse.linear_cross_entropy: "
                                       "'input' must be [..., hidden], got a "
@@ -508,7 +508,36 @@ TensorPair linearCrossEntropy(const Tensor &input, const Tensor &weight,
     loss = loss.view_symint(rows);
     zLoss = zLoss.view_symint(rows);
   }
-  return {loss.to(input.scalar_type()), zLoss.to(input.scalar_type())};
+  return {loss.to(lossType), zLoss.to(lossType)};
+}
+
+/// The public op. Under autocast the matmul runs in autocast's dtype, as
+/// torch's linear (float64 kept), and the loss is float32, as torch's
+/// cross_entropy; otherwise both are in the input's dtype.
+TensorPair linearCrossEntropy(const Tensor &input, const Tensor &weight,
+                              const Tensor &target,
+                              const std::optional<Tensor> &bias,
+                              const std::optional<Tensor> &classWeight,
+                              int64_t ignoreIndex, c10::string_view reduction,
+                              double labelSmoothing, double lseSquareScale,
+                              std::optional<double> softcap,
+                              std::optional<int64_t> chunkBytes) {
+  c10::DeviceType device = input.device().type();
+  if (!at::autocast::is_autocast_available(device) || // meta
+      !at::autocast::is_autocast_enabled(device))
+    return linearCrossEntropyIn(input, weight, target, bias, classWeight,
+                                ignoreIndex, reduction, labelSmoothing,
+                                lseSquareScale, softcap, chunkBytes,
+                                input.scalar_type());
+  at::ScalarType dtype = at::autocast::get_autocast_dtype(device);
+  Tensor castInput = at::autocast::cached_cast(dtype, input, device);
+  at::ScalarType lossType = at::isReducedFloatingType(castInput.scalar_type())
+                                ? at::kFloat
+                                : castInput.scalar_type();
+  return linearCrossEntropyIn(
+      castInput, at::autocast::cached_cast(dtype, weight, device), target,
+      at::autocast::cached_cast(dtype, bias, device), classWeight, ignoreIndex,
+      reduction, labelSmoothing, lseSquareScale, softcap, chunkBytes, lossType);
 }
 
 } // namespace

@@ -116,6 +116,33 @@ def test_gradcheck_float64():
             assert_close(g, w, d)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_autocast_as_torch_linear_then_cross_entropy(dtype):
+    """Under torch.autocast the matmul runs in autocast's dtype and the loss
+    is float32, as torch's linear and cross_entropy there (it computed in
+    the inputs' float32); float64 inputs stay float64, as autocast keeps
+    them."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 32, requires_grad=True)
+    w, b = torch.randn(100, 32, requires_grad=True), torch.randn(100)
+    t = torch.randint(0, 100, (64,))
+    with torch.autocast("cpu", dtype=dtype):
+        ours = TF.linear_cross_entropy(x, w, t, b, label_smoothing=0.1)
+        torchs = torch.nn.functional.cross_entropy(torch.nn.functional.linear(x, w, b), t,
+                                                   label_smoothing=0.1)
+        double = TF.linear_cross_entropy(x.double(), w.double(), t, b.double())
+    assert ours.dtype == torchs.dtype == torch.float32
+    assert double.dtype == torch.float64
+    torch.testing.assert_close(ours, torchs, rtol=1e-6, atol=1e-6)
+    for got, want in zip(torch.autograd.grad(ours, (x, w)),
+                         torch.autograd.grad(torchs, (x, w))):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
+    # Not the float32 loss it gave before: the matmul's rounding shows.
+    exact = TF.linear_cross_entropy(x, w, t, b, label_smoothing=0.1)
+    assert (ours - exact).abs() > 1e-4
+
+
 def test_errors_name_the_argument():
     input, weight, target = torch.randn(4, 8), torch.randn(11, 8), torch.randint(0, 11, (4,))
     with pytest.raises(ValueError, match=r"tilefuse.linear_cross_entropy: 'weight' must be "
