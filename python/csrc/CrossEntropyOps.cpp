@@ -58,6 +58,9 @@ using TargetBwdOp = Tensor(const Tensor &, const Tensor &, const Tensor &,
                            const std::optional<Tensor> &, const Tensor &,
                            const Tensor &, double, std::optional<double>,
                            int64_t);
+using WeightBwdOp = Tensor(const Tensor &, const Tensor &, const Tensor &,
+                           const Tensor &, const Tensor &, const Tensor &,
+                           double, std::optional<double>, int64_t);
 using ScaleGradOp = void(const Tensor &, const Tensor &);
 using PublicOp = Tensor(const Tensor &, const Tensor &,
                         const std::optional<Tensor> &, int64_t,
@@ -170,12 +173,15 @@ Tensor crossEntropyBwdMeta(const Tensor &, const Tensor &logits, const Tensor &,
 /// The gradient of the loss with respect to probability targets,
 /// -(1 - label_smoothing) * w * log_softmax(z) per row's upstream gradient:
 /// ATen ops, not a fused kernel (targets rarely need a gradient).
-Tensor crossEntropyTargetBwd(const Tensor &gradLoss, const Tensor &logits,
-                             const Tensor &target,
-                             const std::optional<Tensor> &weight,
-                             const Tensor &rowMax, const Tensor &logSum,
-                             double labelSmoothing,
-                             std::optional<double> softcap, int64_t reduction) {
+/// The log-probabilities of probability-target rows, each times its row's
+/// share of the upstream gradient, and the targets' class weights: what the
+/// gradients of the targets and of the class weights are made of.
+std::pair<Tensor, Tensor>
+scaledLogProbs(const Tensor &gradLoss, const Tensor &logits,
+               const Tensor &target, const std::optional<Tensor> &weight,
+               const Tensor &rowMax, const Tensor &logSum,
+               double labelSmoothing, std::optional<double> softcap,
+               int64_t reduction) {
   checkKernelArguments(logits, target);
   Options options = optionsOf(-100, labelSmoothing, 0.0, softcap, reduction);
   Targets targets = prepareTargets(kOp, target, weight, -100, logits.size(-1),
@@ -188,10 +194,50 @@ Tensor crossEntropyTargetBwd(const Tensor &gradLoss, const Tensor &logits,
   // (z - max) - log_sum, as the kernels take it: max + log_sum rounds to
   // the max in rows of huge logits.
   Tensor logProbs = z.sub(rowMax.unsqueeze(-1)).sub(logSum.unsqueeze(-1));
-  return logProbs.mul(targets.classWeight)
-      .mul(dloss.unsqueeze(-1))
+  return {logProbs.mul(dloss.unsqueeze(-1)), targets.classWeight};
+}
+
+Tensor crossEntropyTargetBwd(const Tensor &gradLoss, const Tensor &logits,
+                             const Tensor &target,
+                             const std::optional<Tensor> &weight,
+                             const Tensor &rowMax, const Tensor &logSum,
+                             double labelSmoothing,
+                             std::optional<double> softcap, int64_t reduction) {
+  auto [scaled, classWeight] =
+      scaledLogProbs(gradLoss, logits, target, weight, rowMax, logSum,
+                     labelSmoothing, softcap, reduction);
+  return scaled.mul(classWeight)
       .mul(-(1.0 - labelSmoothing))
       .to(target.scalar_type());
+}
+
+/// The class weights' gradient of a probability-target loss (torch gives
+/// one there; class indices get none, as torch's nll_loss): -sum over the
+/// rows of the upstream share times the smoothed target times the
+/// log-probability.
+Tensor crossEntropyWeightBwd(const Tensor &gradLoss, const Tensor &logits,
+                             const Tensor &target, const Tensor &weight,
+                             const Tensor &rowMax, const Tensor &logSum,
+                             double labelSmoothing,
+                             std::optional<double> softcap, int64_t reduction) {
+  auto [scaled, classWeight] =
+      scaledLogProbs(gradLoss, logits, target, weight, rowMax, logSum,
+                     labelSmoothing, softcap, reduction);
+  Tensor smoothed = target.to(scaled.scalar_type())
+                        .mul(1.0 - labelSmoothing)
+                        .add(labelSmoothing / logits.size(-1));
+  return scaled.mul(smoothed)
+      .neg()
+      .reshape({-1, logits.size(-1)})
+      .sum(0)
+      .to(weight.scalar_type());
+}
+
+Tensor crossEntropyWeightBwdMeta(const Tensor &, const Tensor &, const Tensor &,
+                                 const Tensor &weight, const Tensor &,
+                                 const Tensor &, double, std::optional<double>,
+                                 int64_t) {
+  return emptyLike(weight);
 }
 
 Tensor crossEntropyTargetBwdMeta(const Tensor &, const Tensor &,
@@ -252,13 +298,19 @@ void scaleGradMeta(const Tensor &, const Tensor &) {}
 // Autograd
 //===----------------------------------------------------------------------===//
 
-void checkNoWeightGrad(const std::optional<Tensor> &weight) {
-  TORCH_CHECK_VALUE(!weight || !weight->requires_grad(),
+/// Class weights get a gradient with probability targets, as torch's
+/// cross_entropy; none with class indices (as torch's nll_loss) or from
+/// the in-place gradient.
+void checkNoWeightGrad(const std::optional<Tensor> &weight,
+                       const Tensor &target, bool inplace = false) {
+  bool probs = at::isFloatingType(target.scalar_type());
+  TORCH_CHECK_VALUE(!weight || !weight->requires_grad() || (probs && !inplace),
                     "tilefuse.cross_entropy: 'weight' (the class weights) "
-                    "requires grad, but the fused loss gives it no gradient "
-                    "(torch gives none for class-index targets, and one for "
-                    "probability targets: detach it, or use "
-                    "torch.nn.functional.cross_entropy there)");
+                    "requires grad, but the loss is not differentiable with "
+                    "respect to it ",
+                    inplace ? "with inplace_backward=True"
+                            : "with class-index targets (as torch's nll_loss)",
+                    ": detach it");
 }
 
 void saveOptions(AutogradContext *ctx, int64_t ignoreIndex,
@@ -314,6 +366,12 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     if (ctx->needs_input_grad(1))
       result[1] = targetBwdOp.call(grads[0], logits, target, weight, rowMax,
                                    logSum, labelSmoothing, softcap, reduction);
+    if (ctx->needs_input_grad(2)) {
+      static auto weightBwdOp =
+          findOp<WeightBwdOp>("tilefuse::cross_entropy_weight_bwd");
+      result[2] = weightBwdOp.call(grads[0], logits, target, *weight, rowMax,
+                                   logSum, labelSmoothing, softcap, reduction);
+    }
     return result;
   }
 };
@@ -448,7 +506,7 @@ TensorPair crossEntropyImpl(const Tensor &input, const Tensor &target,
   checkOptions(kOp, options, at::isFloatingType(target.scalar_type()));
   std::optional<Tensor> classWeight;
   if (weight) {
-    checkNoWeightGrad(weight);
+    checkNoWeightGrad(weight, target, inplace);
     classWeight =
         checkColumn(kOp, "weight", *weight, input, logits.sym_size(-1));
   }
@@ -558,6 +616,9 @@ TORCH_LIBRARY_FRAGMENT(tilefuse, m) {
   m.def("cross_entropy_target_bwd(Tensor grad_loss, Tensor logits, "
         "Tensor target, Tensor? weight, Tensor max, Tensor log_sum, "
         "float label_smoothing, float? softcap, int reduction) -> Tensor");
+  m.def("cross_entropy_weight_bwd(Tensor grad_loss, Tensor logits, "
+        "Tensor target, Tensor weight, Tensor max, Tensor log_sum, "
+        "float label_smoothing, float? softcap, int reduction) -> Tensor");
   m.def("cross_entropy_fwd_grad_(Tensor(a!) logits, Tensor target, "
         "Tensor? weight, " TILEFUSE_CROSS_ENTROPY_KERNEL_OPTIONS
         ") -> (Tensor, Tensor)");
@@ -575,6 +636,7 @@ TORCH_LIBRARY_IMPL(tilefuse, CompositeImplicitAutograd, m) {
     m.impl("cross_entropy_fwd", crossEntropyFwd);                              \
     m.impl("cross_entropy_bwd", crossEntropyBwd);                              \
     m.impl("cross_entropy_target_bwd", crossEntropyTargetBwd);                 \
+    m.impl("cross_entropy_weight_bwd", crossEntropyWeightBwd);                 \
     m.impl("cross_entropy_fwd_grad_", crossEntropyFwdGrad);                    \
     m.impl("scale_grad_", scaleGrad);                                          \
   }
@@ -585,6 +647,7 @@ TORCH_LIBRARY_IMPL(tilefuse, Meta, m) {
   m.impl("cross_entropy_fwd", crossEntropyFwdMeta);
   m.impl("cross_entropy_bwd", crossEntropyBwdMeta);
   m.impl("cross_entropy_target_bwd", crossEntropyTargetBwdMeta);
+  m.impl("cross_entropy_weight_bwd", crossEntropyWeightBwdMeta);
   m.impl("cross_entropy_fwd_grad_", crossEntropyFwdGradMeta);
   m.impl("scale_grad_", scaleGradMeta);
 }
@@ -595,8 +658,9 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
             const std::optional<Tensor> &weight, int64_t ignoreIndex,
             double labelSmoothing, double lseSquareScale,
             std::optional<double> softcap, int64_t reduction) {
-           checkNoWeightGrad(weight);
-           if (!needsGraph(kOp, logits, target)) {
+           checkNoWeightGrad(weight, target);
+           if (!(weight ? needsGraph(kOp, logits, target, *weight)
+                        : needsGraph(kOp, logits, target))) {
              at::AutoDispatchBelowADInplaceOrView below;
              return fwdOp().call(logits, target, weight, ignoreIndex,
                                  labelSmoothing, lseSquareScale, softcap,
@@ -612,7 +676,7 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
             const std::optional<Tensor> &weight, int64_t ignoreIndex,
             double labelSmoothing, double lseSquareScale,
             std::optional<double> softcap, int64_t reduction) {
-           checkNoWeightGrad(weight);
+           checkNoWeightGrad(weight, target, /*inplace=*/true);
            TORCH_CHECK_VALUE(!target.requires_grad(),
                              "tilefuse.cross_entropy: inplace_backward=True "
                              "cannot give 'target' a gradient");
@@ -628,8 +692,8 @@ TORCH_LIBRARY_IMPL(tilefuse, Autograd, m) {
            return TensorPair(out[0], out[1]);
          });
   // Backward kernels have no backward: differentiating them raises.
-  for (const char *op :
-       {"cross_entropy_bwd", "cross_entropy_target_bwd", "scale_grad_"})
+  for (const char *op : {"cross_entropy_bwd", "cross_entropy_target_bwd",
+                         "cross_entropy_weight_bwd", "scale_grad_"})
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
 }
 

@@ -335,14 +335,45 @@ def test_low_precision_against_float64(dtype, probs):
           lambda x, t: reference(x, t, **options)[0].to(dtype), logits, target)
 
 
-@pytest.mark.parametrize("probs", [False, True], ids=["indices", "probs"])
-def test_class_weights_that_require_grad_are_refused(probs):
-    logits = torch.randn(3, 5)
-    target = probabilities((3, 5)) if probs else torch.randint(0, 5, (3,))
+@pytest.mark.parametrize("shape", [(6, 9), (2, 9, 3)], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("softcap", [None, 2.0], ids=["plain", "capped"])
+def test_class_weights_get_a_gradient_with_probability_targets(shape, reduction, softcap):
+    """torch differentiates the loss of probability targets with respect to
+    the class weights (it was refused); class indices get none, as from
+    torch's nll_loss, nor does the in-place gradient."""
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    weight = (torch.rand(9, dtype=torch.float64) + 0.5).requires_grad_()
+    target = probabilities(shape, dim=1)
+    options = dict(reduction=reduction, label_smoothing=0.2, softcap=softcap)
+    assert torch.autograd.gradcheck(
+        lambda x, w: TF.cross_entropy(x, target, weight=w, **options), (x, weight))
+    ours = torch.autograd.grad(TF.cross_entropy(x, target, weight=weight, **options).sum(),
+                               weight)[0]
+    expected = torch.autograd.grad(reference(x, target, weight, **options)[0].sum(), weight)[0]
+    torch.testing.assert_close(ours, expected)
+    # bf16 logits, targets and weights (torch takes weights of the logits'
+    # dtype): against float64 of the same values, within the rounding of
+    # the bf16 result (2^-9, half an ulp; computed in float32).
+    x16, target16 = x.detach().bfloat16(), target.bfloat16()
+    weight16 = weight.detach().bfloat16().requires_grad_()
+    ours = torch.autograd.grad(TF.cross_entropy(x16, target16, weight=weight16,
+                                                **options).sum(), weight16)[0]
+    weight64 = weight16.detach().double().requires_grad_()
+    expected = torch.autograd.grad(reference(x16.double(), target16, weight64,
+                                             **options)[0].sum(), weight64)[0]
+    assert ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours.double(), expected, rtol=2**-8, atol=1e-6)
+
+    indices = torch.randint(0, 9, (shape[0],) + shape[2:])
     with pytest.raises(ValueError, match=r"'weight' \(the class weights\) requires grad, but the "
-                                         r"fused loss gives it no gradient \(torch gives none for "
-                                         r"class-index targets, and one for probability"):
-        TF.cross_entropy(logits, target, weight=torch.rand(5, requires_grad=True))
+                                         r"loss is not differentiable with respect to it with "
+                                         r"class-index targets \(as torch's nll_loss\)"):
+        TF.cross_entropy(x, indices, weight=weight)
+    with pytest.raises(ValueError, match=r"not differentiable with respect to it with "
+                                         r"inplace_backward=True"):
+        TF.cross_entropy(x.detach().requires_grad_() * 1, target, weight=weight,
+                         inplace_backward=True)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])
