@@ -1306,6 +1306,20 @@ void RowProgramEmitter::emitPartialsInit(Value rowGroupIndex) {
       store(identity, partialPointers.lookup(index), sharedOffset(chunk),
             sharedAlignment(identity.getType()));
     });
+    // A row group of one thread holds its partials contiguously, and LLVM
+    // widens their loads over the region's padding (three f32 partials as
+    // one v4 load): that padding must hold what someone wrote.
+    int64_t used = config.partialChunks * config.vectorWidth;
+    int64_t padded =
+        sharedRegionBytes(config, config.partialChunks, elementType) /
+        storageBytes(elementType);
+    if (config.partialChunks && config.threadsPerRow == 1 && padded > used) {
+      Value scalar = arith::ConstantOp::create(
+          b, loc, reductionIdentity(reduce.getKind(), elementType));
+      for (int64_t element = used; element < padded; ++element)
+        store(scalar, partialPointers.lookup(index),
+              indexConstant(b, loc, element), 0);
+    }
     forEachChunk(config.partialChunks, config.chunks, [&](Chunk &chunk) {
       Value offset = flatOffset(rowGroupIndex, chunk.base);
       emitGuarded(b, loc, chunk.valid,

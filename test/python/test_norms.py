@@ -169,6 +169,17 @@ def test_norms_at_hidden_sizes(dtype, n):
     check_both_norms(*norm_inputs(9, n, dtype, tight_row=False), dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n", [2, 3, 5, 6, 7])
+def test_norms_of_tiny_rows(dtype, n):
+    # Rows of one thread: at n = 3 LLVM widened a thread's three f32 column
+    # partials in shared memory into one 16-byte load over the region's
+    # padding, which nothing wrote (the emulator refused the launch: read
+    # of uninitialized shared memory; on a GPU the extra word was unused).
+    # 257 rows: a block's row groups and a last one partly past the end.
+    check_both_norms(*norm_inputs(257, n, dtype, tight_row=False), dtype)
+
+
 @pytest.mark.parametrize("n", [5120, 8192, 12288])
 def test_layer_norm_gradients_of_a_tight_f32_row(n):
     # The third row's saved mean (1e3, rounded to f32) is off by 3e-4 of
