@@ -68,6 +68,26 @@ def test_fifty_steps_against_torch_optim(name, options):
     assert_state_close(ours, theirs, params, reference)
 
 
+@pytest.mark.parametrize("name, options", CASES[1::2],
+                         ids=[f"{n}-{'-'.join(o)}" for n, o in CASES[1::2]])
+def test_a_group_mixing_float64_with_float32_as_torch_optim(name, options):
+    """A launch computes in float64 or in float32, so a group holding both
+    was refused ('param' mixes float64 with other float dtypes); torch.optim
+    steps it (its foreach groups by dtype). Float64 parameters now take a
+    launch of their own."""
+    params = [p.to(torch.float64).detach().requires_grad_() if i % 2 else p
+              for i, p in enumerate(make_params())]
+    reference = clone_params(params)
+    ours = getattr(tilefuse.optim, name)(params, **options)
+    theirs = getattr(torch.optim, name)(reference, foreach=False, **options)
+    for step in range(5):
+        set_grads(step, params, reference)
+        ours.step()
+        theirs.step()
+    assert {p.dtype for p in params} == {torch.float32, torch.float64}
+    assert_state_close(ours, theirs, params, reference)
+
+
 def lion_reference(params, grads, exp_avgs, lr, betas, weight_decay):
     """The authors' Lion update, in the parameters' dtype."""
     beta1, beta2 = betas

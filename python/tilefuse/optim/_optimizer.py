@@ -162,11 +162,16 @@ class Optimizer(torch.optim.Optimizer):
     def _by_master(self, params: list[Tensor]):
         """(params, the lists a fusion's leading arguments take, whether
         they have master copies): those updated directly, then those with
-        float32 master copies."""
-        direct = [p for p in params if "master_param" not in self.state.get(p, {})]
+        float32 master copies; float64 parameters in a launch of their own
+        (a launch computes in float64 or in float32, as torch.optim's
+        foreach groups by dtype)."""
+        wide = [p for p in params if p.dtype == torch.float64]
+        direct = [p for p in params
+                  if p.dtype != torch.float64 and "master_param" not in self.state.get(p, {})]
         low = [p for p in params if "master_param" in self.state.get(p, {})]
-        if direct:
-            yield direct, [direct], False
+        for plain in (direct, wide):
+            if plain:
+                yield plain, [plain], False
         if low:
             yield low, [low, [self.state[p]["master_param"] for p in low]], True
 
