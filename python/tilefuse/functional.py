@@ -49,10 +49,12 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     where a bf16/f16 input is rounded, as the model families do it:
 
     - "gemma" (default): everything in float32, one rounding to the input's
-      dtype at the end; the output has the input's dtype. This is exactly
-      what torch.nn.functional.rms_norm computes (PyTorch 2.11, fused kernel
-      and composite alike, any weight dtype), hence the default, and what
-      Hugging Face's GemmaRMSNorm does.
+      dtype at the end; the output has the input's dtype. These are the
+      roundings of torch.nn.functional.rms_norm (PyTorch 2.11, fused kernel
+      and composite alike, any weight dtype), hence the default, and of
+      Hugging Face's GemmaRMSNorm; the mean of squares sums in another
+      order, so a 16-bit output differs from torch's in the last bit in a
+      few elements of long rows (as accurate against float64).
     - "llama": float32 statistics, the normalized input rounded to its dtype
       before the weight multiplies it, output in the promoted dtype of input
       and weight (Hugging Face's LlamaRMSNorm: `weight * hidden.to(dtype)`;
