@@ -366,7 +366,8 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     if (ctx->needs_input_grad(1))
       result[1] = targetBwdOp.call(grads[0], logits, target, weight, rowMax,
                                    logSum, labelSmoothing, softcap, reduction);
-    if (ctx->needs_input_grad(2)) {
+    // An absent weight is no input: there is no third gradient to ask for.
+    if (weight && ctx->needs_input_grad(2)) {
       static auto weightBwdOp =
           findOp<WeightBwdOp>("tilefuse::cross_entropy_weight_bwd");
       result[2] = weightBwdOp.call(grads[0], logits, target, *weight, rowMax,
