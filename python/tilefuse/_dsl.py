@@ -1312,7 +1312,7 @@ def _run(plan: tuple, args) -> list[torch.Tensor]:
                             tensors, scalars, scalar_tensors)
         else:
             outputs = _launch_fusion(compiled.handle, tensors, scalars, scalar_tensors)
-    except (OverflowError, RuntimeError):
+    except (OverflowError, ValueError, RuntimeError):
         _check_scalar_ranges(fusion, args)
         raise
     _check_gather_indices(fusion._name, compiled, n, args, outputs)

@@ -237,6 +237,9 @@ CROSS_ENTROPY_CASES = [
     case("cross_entropy_target_bwd", "mean", lambda: ce_target_bwd()),
     case("cross_entropy_target_bwd", "none-weights-softcap", lambda: ce_target_bwd(
         torch.rand(N), softcap=4.0, reduction=NONE, label_smoothing=0.1)),
+    case("cross_entropy_weight_bwd", "mean", lambda: ce_target_bwd(torch.rand(N) + 0.5)),
+    case("cross_entropy_weight_bwd", "none-softcap-smoothing", lambda: ce_target_bwd(
+        torch.rand(N) + 0.5, softcap=4.0, reduction=NONE, label_smoothing=0.1)),
     case("cross_entropy_fwd_grad_", "mean", lambda: ce_fwd_grad(classes())),
     case("cross_entropy_fwd_grad_", "sum-weights-ignored", lambda: ce_fwd_grad(
         classes(ignored=True), torch.rand(N), reduction=SUM)),
