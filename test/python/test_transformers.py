@@ -156,6 +156,42 @@ def test_torch_save_of_a_patched_model_loads_patched(family):
     assert "forward" not in vars(loaded)
 
 
+def test_torch_save_while_the_classes_are_patched():
+    """With the classes patched (their names hold the fused classes), models
+    built before, fused per instance or built after all save and load with
+    their own modules (it raised: pickle resolved the names to the fused
+    classes); a fused model loaded into a patched process is fused once and
+    reverts (it was fused twice, and stayed so)."""
+    import io
+
+    def round_trip(model):
+        saved = io.BytesIO()
+        torch.save(model, saved)
+        saved.seek(0)
+        return torch.load(saved, weights_only=False)
+
+    plain, per_instance = make_model("llama"), make_model("llama")
+    TT.apply_tilefuse(per_instance)
+    saved_fused = io.BytesIO()
+    torch.save(per_instance, saved_fused)
+    TT.apply_tilefuse_to_llama()
+    try:
+        built_fused = make_model("llama")
+        inputs = batch("llama")
+        for model in (plain, per_instance, built_fused):
+            loaded = round_trip(model)
+            assert module_types(loaded) == module_types(model)
+            assert torch.equal(loaded(**inputs).loss, model(**inputs).loss)
+        saved_fused.seek(0)
+        loaded = torch.load(saved_fused, weights_only=False)
+        assert module_types(loaded) == module_types(per_instance)
+        assert TT.revert_tilefuse(loaded)["swiglu"] == 2
+    finally:
+        TT.revert_tilefuse()
+    assert module_types(loaded) == module_types(plain)
+    assert module_types(round_trip(plain)) == module_types(plain)
+
+
 def test_switches_choose_what_is_replaced():
     model = make_model("llama")
     assert TT.apply_tilefuse_to_llama(model, rms_norm=False, cross_entropy=False) == {"swiglu": 2}

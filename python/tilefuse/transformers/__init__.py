@@ -24,6 +24,7 @@ Needs the optional dependency: `pip install tilefuse[transformers]`.
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import importlib
 import logging
@@ -110,18 +111,44 @@ def _fused_class(original: type, forward, kind: str) -> type:
 
 
 def _reduce_fused(module, protocol: int):
-    """Pickles a fused module (torch.save of a whole model) as its original
-    class, forward and kind: its name is the original's, which pickle would
-    resolve to the original class, and refuse."""
+    """Pickles a fused module (torch.save of a whole model) as where its
+    original class is defined, its forward and kind: the fused class and
+    the original share a name, which pickle would resolve to whichever the
+    modeling module holds (the fused class while the classes are patched)
+    and refuse the other."""
     cls = type(module)
+    original = cls._tilefuse_original
     state = object.__reduce_ex__(module, max(protocol, 2))[2:]
-    return (_new_fused, (cls._tilefuse_original, cls.forward, cls._tilefuse_kind), *state)
+    return (_new_fused, (original.__module__, original.__qualname__, cls.forward,
+                         cls._tilefuse_kind), *state)
 
 
-def _new_fused(original: type, forward, kind: str):
-    """An empty fused module for unpickling; its state follows."""
-    cls = _fused_class(original, forward, kind)
+def _new_fused(module: str, qualname: str, forward, kind: str):
+    """An empty fused module for unpickling (its state follows), fused from
+    the original class whether or not the loading process patched it."""
+    cls = _fused_class(_defined_original(module, qualname), forward, kind)
     return cls.__new__(cls)
+
+
+def _reduce_original(module):
+    """Pickles an unfused module of a class the classes' patch replaced
+    (its name now holds the fused class): by where it is defined."""
+    cls = type(module)
+    state = object.__reduce_ex__(module, 2)[2:]
+    return (_new_original, (cls.__module__, cls.__qualname__), *state)
+
+
+def _new_original(module: str, qualname: str):
+    cls = _defined_original(module, qualname)
+    return cls.__new__(cls)
+
+
+def _defined_original(module: str, qualname: str) -> type:
+    """The class `module`.`qualname` names, unfused."""
+    current = importlib.import_module(module)
+    for name in qualname.split("."):
+        current = getattr(current, name)
+    return _original(current)
 
 
 def _replace_modules(model, original: type, forward, kind: str, fits=lambda module: True):
@@ -180,6 +207,7 @@ def _patch_classes(family: _Family, switches: dict) -> dict:
             return 0
         _CLASS_PATCHES.append((modeling, name, current))
         setattr(modeling, name, _fused_class(current, forward, kind))
+        copyreg.pickle(current, _reduce_original)
         return 1
 
     if switches.get("rms_norm"):
@@ -294,6 +322,7 @@ def revert_tilefuse(model=None) -> dict:
             owner, name, original = _CLASS_PATCHES.pop()
             count(getattr(owner, name)._tilefuse_kind)
             setattr(owner, name, original)
+            copyreg.dispatch_table.pop(original, None)
         for family in _FAMILIES.values():
             if family.causal_lm:
                 causal_lm = family.original(family.causal_lm)
