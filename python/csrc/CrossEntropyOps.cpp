@@ -304,7 +304,8 @@ void scaleGradMeta(const Tensor &, const Tensor &) {}
 void checkNoWeightGrad(const std::optional<Tensor> &weight,
                        const Tensor &target, bool inplace = false) {
   bool probs = at::isFloatingType(target.scalar_type());
-  TORCH_CHECK_VALUE(!weight || !weight->requires_grad() || (probs && !inplace),
+  TORCH_CHECK_VALUE(!weight || !weight->requires_grad() ||
+                        !at::GradMode::is_enabled() || (probs && !inplace),
                     "tilefuse.cross_entropy: 'weight' (the class weights) "
                     "requires grad, but the loss is not differentiable with "
                     "respect to it ",

@@ -454,16 +454,21 @@ TensorPair linearCrossEntropyIn(
                      bias->scalar_type(), ", 'input' is ", input.scalar_type());
     checkColumn(kOp, "bias", *bias, input, vocab);
   }
+  bool probs = at::isFloatingType(target.scalar_type());
   std::optional<Tensor> ceWeight;
   if (classWeight) {
-    TORCH_CHECK_VALUE(!classWeight->requires_grad(),
-                      "tilefuse.linear_cross_entropy: 'ce_weight' (the class "
-                      "weights) requires grad, but the loss is not "
-                      "differentiable with respect to it (as torch's "
-                      "nll_loss)");
+    TORCH_CHECK_VALUE(
+        !classWeight->requires_grad() || !at::GradMode::is_enabled(),
+        "tilefuse.linear_cross_entropy: 'ce_weight' (the class weights) "
+        "requires grad, but ",
+        probs ? "linear_cross_entropy gives it no gradient (torch's "
+                "cross_entropy gives one with probability targets: use "
+                "tilefuse.functional.cross_entropy on the logits there)"
+              : "the loss is not differentiable with respect to it with "
+                "class-index targets (as torch's nll_loss)",
+        ": detach it");
     ceWeight = checkColumn(kOp, "ce_weight", *classWeight, input, vocab);
   }
-  bool probs = at::isFloatingType(target.scalar_type());
   c10::SymIntArrayRef rows = leadingSymDims(input);
   Tensor flatTarget;
   if (probs) {

@@ -374,6 +374,13 @@ def test_class_weights_get_a_gradient_with_probability_targets(shape, reduction,
                                          r"inplace_backward=True"):
         TF.cross_entropy(x.detach().requires_grad_() * 1, target, weight=weight,
                          inplace_backward=True)
+    # Where no gradient is recorded there is nothing to refuse (torch
+    # returns the loss; it was refused).
+    for no_gradient in (torch.no_grad, torch.inference_mode):
+        with no_gradient():
+            torch.testing.assert_close(
+                TF.cross_entropy(x, indices, weight=weight),
+                torch.nn.functional.cross_entropy(x, indices, weight=weight))
 
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])

@@ -154,7 +154,16 @@ def test_errors_name_the_argument():
         TF.linear_cross_entropy(input, weight, target[:3])
     with pytest.raises(ValueError, match=r"argument 'bias' must have shape \[11\]"):
         TF.linear_cross_entropy(input, weight, target, torch.randn(10))
-    with pytest.raises(ValueError, match=r"'ce_weight' \(the class weights\) requires grad"):
+    with pytest.raises(ValueError, match=r"'ce_weight' \(the class weights\) requires grad, but "
+                                         r"the loss is not differentiable .* class-index targets"):
+        TF.linear_cross_entropy(input, weight, target, ce_weight=torch.rand(11).requires_grad_())
+    # Probability targets: torch's cross_entropy differentiates the class
+    # weights there; the fused op does not, and says so (it cited nll_loss).
+    with pytest.raises(ValueError, match=r"linear_cross_entropy gives it no gradient \(torch's "
+                                         r"cross_entropy gives one with probability targets"):
+        TF.linear_cross_entropy(input, weight, torch.rand(4, 11).softmax(-1),
+                                ce_weight=torch.rand(11).requires_grad_())
+    with torch.no_grad():
         TF.linear_cross_entropy(input, weight, target, ce_weight=torch.rand(11).requires_grad_())
     with pytest.raises(ValueError, match=r"chunk_bytes must be positive, got 0"):
         TF.linear_cross_entropy(input, weight, target, chunk_bytes=0)
