@@ -182,12 +182,14 @@ void annotateLoopBranches(ModuleOp module) {
 /// Writes each stage of one compilation to options.dumpDirectory, numbered.
 class StageDumper {
 public:
-  StageDumper(ModuleOp module, const CompileOptions &options) {
+  StageDumper(ModuleOp module, const CompileOptions &options) : anchor(module) {
     if (options.dumpDirectory.empty())
       return;
     std::string name = "fusion";
     if (auto kernels = module.getOps<fuse::KernelOp>(); !kernels.empty())
-      name = (*kernels.begin()).getSymName().str();
+      // At most 64 characters of it: the fingerprint keeps files apart,
+      // and a file name has a limit (255 bytes on most file systems).
+      name = (*kernels.begin()).getSymName().take_front(64).str();
     prefix = options.dumpDirectory + "/" + name + "-" +
              fingerprint(module).substr(0, 12) + "." + options.target + "." +
              options.dtype + "." + std::to_string(options.n);
@@ -199,13 +201,11 @@ public:
     if (!error)
       error = llvm::sys::fs::access(options.dumpDirectory,
                                     llvm::sys::fs::AccessMode::Write);
-    if (error) {
-      module.emitError("cannot write the stages to TILEFUSE_DUMP's '")
-          << options.dumpDirectory << "': " << error.message();
-      usable = false;
-    }
+    if (error)
+      fail(options.dumpDirectory, error);
   }
-  /// False (an error emitted) where the dump directory cannot be written.
+  /// False (an error emitted) where the dump directory or a stage's file
+  /// cannot be written: the compile fails, as it was asked for them.
   bool isUsable() const { return usable; }
   bool enabled() const { return !prefix.empty(); }
   /// The module as printed after `stage` (printed only when dumping:
@@ -222,11 +222,20 @@ public:
             .str();
     std::error_code error;
     llvm::raw_fd_ostream os(path, error);
-    if (!error)
-      os << text;
+    if (error)
+      return fail(path, error);
+    os << text;
   }
 
 private:
+  void fail(StringRef path, std::error_code error) {
+    if (usable)
+      anchor.emitError("cannot write the stages to TILEFUSE_DUMP's '")
+          << path << "': " << error.message();
+    usable = false;
+  }
+
+  ModuleOp anchor;
   std::string prefix;
   int index = 0;
   bool usable = true;
@@ -269,9 +278,10 @@ std::optional<Stage> tilefuse::parseStage(StringRef name) {
       .Default(std::nullopt);
 }
 
-FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
-                                           const CompileOptions &options,
-                                           Stage stop) {
+/// tilefuse::compile, each stage given to `dump`.
+static FailureOr<CompileResult> compileStages(ModuleOp module,
+                                              const CompileOptions &options,
+                                              Stage stop, StageDumper &dump) {
   CompileResult result;
   if (!isKnownTarget(options.target))
     return module.emitError("unknown target '")
@@ -284,9 +294,6 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
     result.text = printed(module);
     return result;
   };
-  StageDumper dump(module, options);
-  if (!dump.isUsable())
-    return failure();
   dump("fuse", module);
   if (stop == Stage::Fuse)
     return finish();
@@ -362,6 +369,17 @@ FailureOr<CompileResult> tilefuse::compile(ModuleOp module,
   } else {
     dump("llvm", result.text, "ll");
   }
+  return result;
+}
+
+FailureOr<CompileResult>
+tilefuse::compile(ModuleOp module, const CompileOptions &options, Stage stop) {
+  StageDumper dump(module, options);
+  if (!dump.isUsable())
+    return failure();
+  FailureOr<CompileResult> result = compileStages(module, options, stop, dump);
+  if (!dump.isUsable())
+    return failure();
   return result;
 }
 

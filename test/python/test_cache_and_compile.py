@@ -99,7 +99,30 @@ def test_an_unusable_dump_directory_fails_the_compile_and_says_why(tmp_path):
     done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path / "cache"),
                       TILEFUSE_DUMP=str(tmp_path / "dump"))
     assert done.returncode == 0, done.stderr
-    assert os.listdir(tmp_path / "dump")
+    stages = sorted(os.listdir(tmp_path / "dump"))
+    assert stages
+    # A stage's file that cannot be written (here a directory holds its
+    # name) fails the compile too; it was skipped without a word.
+    os.makedirs(tmp_path / "blocked" / stages[2])
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path / "cache2"),
+                      TILEFUSE_DUMP=str(tmp_path / "blocked"))
+    assert done.returncode != 0
+    assert f"TILEFUSE_DUMP's '{tmp_path / 'blocked' / stages[2]}'" in done.stderr, done.stderr
+
+
+def test_dump_file_names_keep_64_characters_of_a_long_kernel_name(tmp_path):
+    """A 231-character fusion name made every stage's file name too long
+    to create (and the dump silently empty)."""
+    script = ("import torch, tilefuse\n"
+              "namespace = {}\n"
+              "exec('def f' + 'x' * 230 + '(x):\\n    return x * 2\\n', namespace)\n"
+              "fusion = tilefuse.fusion(namespace['f' + 'x' * 230])\n"
+              "assert torch.equal(fusion(torch.ones(2, 8)), torch.full((2, 8), 2.0))\n")
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path / "cache"),
+                      TILEFUSE_DUMP=str(tmp_path / "dump"))
+    assert done.returncode == 0, done.stderr
+    files = os.listdir(tmp_path / "dump")
+    assert len(files) == 6 and all(name.startswith("f" + "x" * 63 + "-") for name in files)
 
 
 def test_always_compile_bypasses_every_cache(tmp_path):
