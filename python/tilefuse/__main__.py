@@ -11,6 +11,8 @@ import statistics
 import sys
 import time
 
+from . import _training_demo
+
 # What the runtime writes (runtime/lib/KernelCache.cpp): a file named by the
 # SHA-256 of the key that its header holds after the magic line.
 _ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.tfk")
@@ -204,25 +206,41 @@ def ops() -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, most: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    if value <= 0 or (most is not None and value > most):
+        expected = "a positive integer" if most is None else f"1 to {most}"
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
     return value
+
+
+def _thread_count(text: str) -> int:
+    """--threads: at most this machine's CPUs (more only slow the demo)."""
+    return _positive_int(text, os.cpu_count() or 1)
 
 
 def _writable_folder(path: str) -> str:
     """The demo's --out, checked before minutes of training rather than
-    when the results are written."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as error:
-        raise argparse.ArgumentTypeError(f"cannot create {path!r}: {error.strerror}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"cannot write to {path!r}")
+    when the results are written; created by the demo, not here (argparse
+    may yet refuse another option)."""
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise argparse.ArgumentTypeError(f"{path!r} is not a directory")
+        for name in (_training_demo.JSON_FILE, _training_demo.PLOT_FILE):
+            if os.path.isdir(os.path.join(path, name)):
+                raise argparse.ArgumentTypeError(
+                    f"{os.path.join(path, name)!r}, where the demo writes, is a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(f"cannot write to {path!r}")
+        return path
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot create {path!r} in {parent!r}")
     return path
 
 
@@ -240,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="folder for the JSON and the PNG (created if missing)")
     demo.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                       help="also train under torch.compile (default: on a GPU only)")
-    demo.add_argument("--threads", type=_positive_int, default=None,
+    demo.add_argument("--threads", type=_thread_count, default=None,
                       help="torch threads on the CPU target (default 1)")
     commands.add_parser("ops", help="compile and run fused ops against PyTorch")
     args = parser.parse_args(argv)
@@ -249,7 +267,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "cache":
         return cache_list() if args.action == "list" else cache_clear()
     if args.command == "demo":
-        from . import _training_demo
         return _training_demo.run(args.steps, args.out, args.compile, args.threads)
     return ops()
 

@@ -54,6 +54,10 @@ def _setting(on_gpu: bool):
     return LlamaConfig(**sizes, max_position_embeddings=seq), batch, seq, dtype
 
 
+# What run() writes into its folder.
+JSON_FILE, PLOT_FILE = "tilefuse-demo.json", "tilefuse-demo.png"
+
+
 def run(steps: int = 30, out_dir: str = ".", with_compile: bool | None = None,
         threads: int | None = None) -> int:
     import torch
@@ -159,12 +163,12 @@ def run(steps: int = 30, out_dir: str = ".", with_compile: bool | None = None,
     print(f"max |loss difference| tilefuse vs eager over {steps} steps: {difference:.2e}")
 
     os.makedirs(out_dir, exist_ok=True)
-    json_path = os.path.join(out_dir, "tilefuse-demo.json")
+    json_path = os.path.join(out_dir, JSON_FILE)
     with open(json_path, "w") as f:
         json.dump({"setting": note, "device": device, "steps": steps, "batch": batch,
                    "seq": seq, "config": config.to_diff_dict(), "replaced": counts,
                    "results": results}, f, indent=1)
-    print(f"wrote {json_path}" + _plot(results, os.path.join(out_dir, "tilefuse-demo.png"),
+    print(f"wrote {json_path}" + _plot(results, os.path.join(out_dir, PLOT_FILE),
                                         note))
     return 0
 

@@ -239,9 +239,13 @@ def test_cache_list_and_clear_survive_odd_files_and_remove_only_entries(tmp_path
 @pytest.mark.parametrize("options, message", [
     (["--steps", "0"], "argument --steps: expected a positive integer, got 0"),
     (["--steps", "ten"], "argument --steps: expected a positive integer, got 'ten'"),
-    (["--threads", "-2"], "argument --threads: expected a positive integer, got -2"),
-    (["--out", "{file}"], "argument --out: cannot create '{file}': File exists"),
-    (["--out", "{file}/sub"], "argument --out: cannot create '{file}/sub': Not a directory"),
+    (["--threads", "-2"], f"argument --threads: expected 1 to {os.cpu_count()}, got -2"),
+    (["--threads", str(10**20)], f"argument --threads: expected 1 to {os.cpu_count()}, got"),
+    (["--out", "{file}"], "argument --out: '{file}' is not a directory"),
+    (["--out", "{file}/sub"], "argument --out: cannot create '{file}/sub' in '{file}'"),
+    (["--out", "{tmp}"], "argument --out: '{tmp}/tilefuse-demo.json', where the demo writes, "
+                         "is a directory"),
+    (["--out", "{tmp}/new", "--steps", "0"], "argument --steps"),
 ])
 def test_demo_refuses_bad_options_before_it_trains(tmp_path, capsys, options, message):
     """`tilefuse demo` checked its options when it used them: --steps 0 and
@@ -250,8 +254,11 @@ def test_demo_refuses_bad_options_before_it_trains(tmp_path, capsys, options, me
     from tilefuse.__main__ import main
 
     (tmp_path / "file").write_text("")
-    options = [option.format(file=tmp_path / "file") for option in options]
+    (tmp_path / "tilefuse-demo.json").mkdir()
+    names = dict(file=tmp_path / "file", tmp=tmp_path)
+    options = [option.format(**names) for option in options]
     with pytest.raises(SystemExit) as exit:
         main(["demo", *options])
     assert exit.value.code == 2
-    assert message.format(file=tmp_path / "file") in capsys.readouterr().err
+    assert message.format(**names) in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # nothing created for a refused call
