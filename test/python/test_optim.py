@@ -54,18 +54,23 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, options", CASES,
-                         ids=[f"{n}-{'-'.join(o)}" for n, o in CASES])
-def test_fifty_steps_against_torch_optim(name, options):
-    params = make_params()
+def steps_against_torch_optim(name, options, params, steps):
+    """`steps` steps of tilefuse.optim's `name` on `params` and of
+    torch.optim's on copies, the same gradients; their states compared."""
     reference = clone_params(params)
     ours = getattr(tilefuse.optim, name)(params, **options)
     theirs = getattr(torch.optim, name)(reference, foreach=False, **options)
-    for step in range(50):
+    for step in range(steps):
         set_grads(step, params, reference)
         ours.step()
         theirs.step()
     assert_state_close(ours, theirs, params, reference)
+
+
+@pytest.mark.parametrize("name, options", CASES,
+                         ids=[f"{n}-{'-'.join(o)}" for n, o in CASES])
+def test_fifty_steps_against_torch_optim(name, options):
+    steps_against_torch_optim(name, options, make_params(), 50)
 
 
 @pytest.mark.parametrize("name, options", CASES[1::2],
@@ -77,15 +82,8 @@ def test_a_group_mixing_float64_with_float32_as_torch_optim(name, options):
     launch of their own."""
     params = [p.to(torch.float64).detach().requires_grad_() if i % 2 else p
               for i, p in enumerate(make_params())]
-    reference = clone_params(params)
-    ours = getattr(tilefuse.optim, name)(params, **options)
-    theirs = getattr(torch.optim, name)(reference, foreach=False, **options)
-    for step in range(5):
-        set_grads(step, params, reference)
-        ours.step()
-        theirs.step()
     assert {p.dtype for p in params} == {torch.float32, torch.float64}
-    assert_state_close(ours, theirs, params, reference)
+    steps_against_torch_optim(name, options, params, 5)
 
 
 def lion_reference(params, grads, exp_avgs, lr, betas, weight_decay):
