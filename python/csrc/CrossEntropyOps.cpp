@@ -170,12 +170,10 @@ Tensor crossEntropyBwdMeta(const Tensor &, const Tensor &logits, const Tensor &,
   return emptyLike(logits);
 }
 
-/// The gradient of the loss with respect to probability targets,
-/// -(1 - label_smoothing) * w * log_softmax(z) per row's upstream gradient:
-/// ATen ops, not a fused kernel (targets rarely need a gradient).
 /// The log-probabilities of probability-target rows, each times its row's
 /// share of the upstream gradient, and the targets' class weights: what the
-/// gradients of the targets and of the class weights are made of.
+/// gradients of the targets and of the class weights are made of (ATen
+/// ops, not a fused kernel: they rarely need a gradient).
 std::pair<Tensor, Tensor>
 scaledLogProbs(const Tensor &gradLoss, const Tensor &logits,
                const Tensor &target, const std::optional<Tensor> &weight,
@@ -197,6 +195,8 @@ scaledLogProbs(const Tensor &gradLoss, const Tensor &logits,
   return {logProbs.mul(dloss.unsqueeze(-1)), targets.classWeight};
 }
 
+/// The gradient of the loss with respect to probability targets,
+/// -(1 - label_smoothing) * w * log_softmax(z) per row's upstream gradient.
 Tensor crossEntropyTargetBwd(const Tensor &gradLoss, const Tensor &logits,
                              const Tensor &target,
                              const std::optional<Tensor> &weight,
