@@ -225,6 +225,13 @@ public:
     if (error)
       return fail(path, error);
     os << text;
+    // A failed write (a full disk) left pending would end the process when
+    // the stream goes.
+    os.close();
+    if (os.has_error()) {
+      fail(path, os.error());
+      os.clear_error();
+    }
   }
 
 private:

@@ -170,6 +170,18 @@ void checkLaunch(const RegisteredFusion &registered, at::TensorList tensors,
   tilefuse::torch_ops::checkFusionInputs(
       registered.fusion.name(), registered, tensors, scalars.size() + byPointer,
       iterationTensor(registered.fusion, tensors).sym_sizes(), out);
+  // The scalars by value, in port order (the counts match: checked above).
+  const c10::Scalar *scalar = scalars.begin();
+  size_t scalarIndex = 0;
+  for (const PortInfo &port : registered.fusion.inputs()) {
+    if (port.kind != PortInfo::Kind::Scalar)
+      continue;
+    bool byPointer = !slots.empty() && slots[scalarIndex].has_value();
+    ++scalarIndex;
+    if (!byPointer)
+      tilefuse::torch_ops::checkScalar(registered.fusion.name(), port,
+                                       *scalar++);
+  }
 }
 
 /// Runs a fusion the DSL traced or register_fusion parsed, every output to

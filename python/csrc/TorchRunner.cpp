@@ -249,11 +249,40 @@ template <typename T> int64_t slotOf(T value) {
   return slot;
 }
 
-/// `scalar` in an 8-byte slot, typed as `port` declares it. As torch's
-/// `int` arguments, an integer port takes no float (nor a complex), and a
-/// value that does not fit its type is refused rather than wrapped.
+/// `scalar` in an 8-byte slot, typed as `port` declares it (checked by
+/// checkScalar).
 int64_t scalarSlot(std::string_view op, const PortInfo &port,
                    const c10::Scalar &scalar) {
+  torch_ops::checkScalar(op, port, scalar);
+  if (port.dtype == "f32")
+    return slotOf(static_cast<float>(scalar.toDouble()));
+  if (port.dtype == "f64")
+    return slotOf(scalar.toDouble());
+  int64_t value = scalar.toLong();
+  return port.dtype == "i32" ? slotOf(static_cast<int32_t>(value)) : value;
+}
+
+/// A float as Python writes it: 2.7, -2.0, inf.
+std::string floatText(double value) {
+  std::string text = c10::str(value);
+  if (std::isfinite(value) && text.find_first_of(".e") == std::string::npos)
+    text += ".0";
+  return text;
+}
+
+} // namespace
+
+at::ScalarType torch_ops::scalarType(const std::string &dtype) {
+  for (auto [name, type] : kDtypes)
+    if (dtype == name)
+      return type;
+  TORCH_CHECK_TYPE(false, "tilefuse: no torch dtype for '", dtype, "'");
+}
+
+void torch_ops::checkScalar(std::string_view op, const PortInfo &port,
+                            const c10::Scalar &scalar) {
+  if (scalar.isSymbolic())
+    return; // traced: checked when the call runs
   TORCH_CHECK_TYPE(!scalar.isComplex(), "tilefuse.", op, ": scalar '",
                    port.name, "' is complex; the fusion takes ", port.dtype);
   if (port.dtype == "f32" || port.dtype == "f64") {
@@ -262,14 +291,14 @@ int64_t scalarSlot(std::string_view op, const PortInfo &port,
                           std::abs(value) <= FLT_MAX,
                       "tilefuse.", op, ": scalar '", port.name, "' = ", value,
                       " is out of range for float32");
-    return port.dtype == "f32" ? slotOf(static_cast<float>(value))
-                               : slotOf(value);
+    return;
   }
   bool i32 = port.dtype == "i32";
   TORCH_CHECK_TYPE(i32 || port.dtype == "i64", "tilefuse.", op, ": scalar '",
                    port.name, "' has unsupported dtype ", port.dtype);
+  // As torch's int arguments: no float, and no value beyond the type.
   TORCH_CHECK_TYPE(!scalar.isFloatingPoint(), "tilefuse.", op, ": scalar '",
-                   port.name, "' = ", scalar.toDouble(),
+                   port.name, "' = ", floatText(scalar.toDouble()),
                    " is a float; the fusion takes an integer (", port.dtype,
                    ")");
   // An integral Scalar holds an int64 or, past INT64_MAX, a uint64.
@@ -281,16 +310,6 @@ int64_t scalarSlot(std::string_view op, const PortInfo &port,
   TORCH_CHECK_VALUE(!i32 || (value >= INT32_MIN && value <= INT32_MAX),
                     "tilefuse.", op, ": scalar '", port.name, "' = ", value,
                     " does not fit in int32");
-  return i32 ? slotOf(static_cast<int32_t>(value)) : value;
-}
-
-} // namespace
-
-at::ScalarType torch_ops::scalarType(const std::string &dtype) {
-  for (auto [name, type] : kDtypes)
-    if (dtype == name)
-      return type;
-  TORCH_CHECK_TYPE(false, "tilefuse: no torch dtype for '", dtype, "'");
 }
 
 std::vector<at::Tensor>

@@ -117,6 +117,11 @@ struct RegisteredFusion {
 void checkFusionInputs(std::string_view op, const RegisteredFusion &registered,
                        at::TensorList tensors, size_t scalars,
                        c10::SymIntArrayRef shape, at::TensorList out = {});
+/// A scalar given by value for `port`: a number its dtype holds (an int
+/// port takes no float, as torch's int arguments), symbolic ones unchecked
+/// (their values come when the call runs). Errors name `op` and the port.
+void checkScalar(std::string_view op, const PortInfo &port,
+                 const c10::Scalar &scalar);
 int64_t registerFusion(std::shared_ptr<Fusion> fusion,
                        std::optional<at::ScalarType> storage = std::nullopt,
                        std::vector<std::pair<size_t, size_t>> inplace = {},

@@ -218,8 +218,11 @@ def _positive_int(text: str, most: int | None = None) -> int:
 
 
 def _thread_count(text: str) -> int:
-    """--threads: at most this machine's CPUs (more only slow the demo)."""
-    return _positive_int(text, os.cpu_count() or 1)
+    """--threads: at most the CPUs this process may use (more only slow
+    the demo)."""
+    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+              else os.cpu_count() or 1)
+    return _positive_int(text, usable)
 
 
 def _writable_folder(path: str) -> str:

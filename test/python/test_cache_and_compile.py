@@ -108,6 +108,16 @@ def test_an_unusable_dump_directory_fails_the_compile_and_says_why(tmp_path):
                       TILEFUSE_DUMP=str(tmp_path / "blocked"))
     assert done.returncode != 0
     assert f"TILEFUSE_DUMP's '{tmp_path / 'blocked' / stages[2]}'" in done.stderr, done.stderr
+    # A write that fails once the file is open (a full disk): the stream's
+    # pending error ended the process ('LLVM ERROR: IO failure').
+    os.makedirs(tmp_path / "full")
+    for name in stages:
+        os.symlink("/dev/full", tmp_path / "full" / name)
+    done = run_python(script, TILEFUSE_CACHE_DIR=str(tmp_path / "cache3"),
+                      TILEFUSE_DUMP=str(tmp_path / "full"))
+    assert "LLVM ERROR" not in done.stderr, done.stderr
+    assert (f"TILEFUSE_DUMP's '{tmp_path / 'full' / stages[0]}': No space left on device"
+            in done.stderr), done.stderr
 
 
 def test_dump_file_names_keep_64_characters_of_a_long_kernel_name(tmp_path):
@@ -239,8 +249,8 @@ def test_cache_list_and_clear_survive_odd_files_and_remove_only_entries(tmp_path
 @pytest.mark.parametrize("options, message", [
     (["--steps", "0"], "argument --steps: expected a positive integer, got 0"),
     (["--steps", "ten"], "argument --steps: expected a positive integer, got 'ten'"),
-    (["--threads", "-2"], f"argument --threads: expected 1 to {os.cpu_count()}, got -2"),
-    (["--threads", str(10**20)], f"argument --threads: expected 1 to {os.cpu_count()}, got"),
+    (["--threads", "-2"], "argument --threads: expected 1 to {cpus}, got -2"),
+    (["--threads", str(10**20)], "argument --threads: expected 1 to {cpus}, got"),
     (["--out", "{file}"], "argument --out: '{file}' is not a directory"),
     (["--out", "{file}/sub"], "argument --out: cannot create '{file}/sub' in '{file}'"),
     (["--out", "{tmp}"], "argument --out: '{tmp}/tilefuse-demo.json', where the demo writes, "
@@ -255,7 +265,7 @@ def test_demo_refuses_bad_options_before_it_trains(tmp_path, capsys, options, me
 
     (tmp_path / "file").write_text("")
     (tmp_path / "tilefuse-demo.json").mkdir()
-    names = dict(file=tmp_path / "file", tmp=tmp_path)
+    names = dict(file=tmp_path / "file", tmp=tmp_path, cpus=len(os.sched_getaffinity(0)))
     options = [option.format(**names) for option in options]
     with pytest.raises(SystemExit) as exit:
         main(["demo", *options])

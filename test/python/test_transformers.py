@@ -171,10 +171,10 @@ def test_torch_save_while_the_classes_are_patched():
         return torch.load(saved, weights_only=False)
 
     plain, per_instance = make_model("llama"), make_model("llama")
-    TT.apply_tilefuse(per_instance)
+    TT.apply_tilefuse(per_instance, linear_cross_entropy=True)
     saved_fused = io.BytesIO()
     torch.save(per_instance, saved_fused)
-    TT.apply_tilefuse_to_llama()
+    TT.apply_tilefuse_to_llama(linear_cross_entropy=True)
     try:
         built_fused = make_model("llama")
         inputs = batch("llama")
@@ -185,6 +185,8 @@ def test_torch_save_while_the_classes_are_patched():
         saved_fused.seek(0)
         loaded = torch.load(saved_fused, weights_only=False)
         assert module_types(loaded) == module_types(per_instance)
+        loaded.train()
+        assert loaded(**inputs).logits is None  # its own fused head
         assert TT.revert_tilefuse(loaded)["swiglu"] == 2
     finally:
         TT.revert_tilefuse()

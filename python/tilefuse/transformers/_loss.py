@@ -122,9 +122,19 @@ def fused_head_forward(original):
 
 
 def bound_fused_head(model):
-    """_fused_head as `model`'s own forward; a partial, not a bound closure,
-    so that torch.save of the model pickles it (by reference to the class's
-    forward) and torch.load gives the fused head back."""
-    forward = functools.partial(_fused_head, type(model).forward, model)
+    """_fused_head as `model`'s own forward; a partial of the model's class,
+    not a bound closure, so that torch.save of the model pickles it (the
+    class by name, which the classes' patch never replaces) and torch.load
+    gives the fused head back."""
+    forward = functools.partial(_class_fused_head, type(model), model)
     forward._tilefuse_kind = "linear_cross_entropy"
     return forward
+
+
+def _class_fused_head(cls, self, *args, **kwargs):
+    """_fused_head about `cls`'s own forward (unwrapped where the classes'
+    patch fused it)."""
+    original = cls.forward
+    if hasattr(original, "_tilefuse_kind"):
+        original = original.__wrapped__
+    return _fused_head(original, self, *args, **kwargs)
