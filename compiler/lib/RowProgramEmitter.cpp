@@ -508,7 +508,14 @@ Value RowProgramEmitter::emitElementwise(Operation *op, ValueRange operands,
       .Case([&](AbsOp) -> Value {
         if (isFloat)
           return math::AbsFOp::create(b, loc, operands[0]);
-        return math::AbsIOp::create(b, loc, operands[0]);
+        // x < 0 ? 0 - x : x, which LLVM makes its abs: the GPU conversion
+        // maps math.absi of i32 to libdevice and leaves i64's unconverted.
+        Value negated = arith::SubIOp::create(
+            b, loc, splat(IntegerAttr::get(elementType, 0)), operands[0]);
+        Value negative = arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::slt, operands[0],
+            splat(IntegerAttr::get(elementType, 0)));
+        return arith::SelectOp::create(b, loc, negative, negated, operands[0]);
       })
       .Case([&](ExpOp) { return mathLowering.exp(b, loc, operands[0]); })
       .Case([&](LogOp) { return math(math::LogOp()); })

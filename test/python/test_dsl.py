@@ -480,6 +480,22 @@ def test_a_fusion_of_too_many_operations_is_refused():
         tilefuse.fusion(chain)(x.detach())
 
 
+@tilefuse.fusion
+def absolute(x):
+    return abs(x), tilefuse.sqrt(abs(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_integer_abs_as_torch(dtype):
+    """abs of integers, the dtype's lowest wrapping as torch's: int64's
+    failed to compile for a GPU (math.absi had no GPU conversion)."""
+    info = torch.iinfo(dtype)
+    x = torch.tensor([[-3, 4, 0, info.min, info.max, info.min + 1, -1]], dtype=dtype)
+    magnitude, root = absolute(x)
+    assert torch.equal(magnitude, x.abs())
+    torch.testing.assert_close(root, torch.sqrt(x.abs()), rtol=0, atol=0, equal_nan=True)
+
+
 def test_integer_division_is_refused():
     # A zero divisor killed the process on the CPU target (SIGFPE).
     handle = torch.ops.tilefuse.register_fusion("""module {
