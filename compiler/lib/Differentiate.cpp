@@ -867,7 +867,11 @@ BackwardBuilder::build(const DifferentiateOptions &options) {
   auto yield = cast<YieldOp>(forward.getEntryBlock().getTerminator());
   for (unsigned index : gradOutputs) {
     Value output = yield.getValues()[index];
-    auto reduce = output.getDefiningOp<ReduceOp>();
+    // A 16-bit column sum is the cast of its float32 sum.
+    Value reduced = output;
+    if (auto cast = output.getDefiningOp<CastOp>())
+      reduced = cast.getInput();
+    auto reduce = reduced.getDefiningOp<ReduceOp>();
     if (valueType(output).getKind() == ValueKind::Col && !reduce)
       return forward.emitError("fuse-differentiate: per-column output '")
              << cast<StringAttr>(forward.getOutputNames()[index]).getValue()
