@@ -25,6 +25,7 @@
 #include "tilefuse/Runtime/Fusion.h"
 #include "tilefuse/Torch/Ops.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
@@ -267,6 +268,46 @@ std::vector<Tensor> outputSlots(const RegisteredFusion &registered,
   return slots;
 }
 
+/// A tensor `registered` writes in place must not overlap itself nor
+/// another of its tensors (as PyTorch's in-place ops refuse): one read
+/// through another argument would see some updates and miss others, and
+/// two written at once would take whichever landed last. A read-only alias
+/// of a whole written tensor is fine: each element is read before it is
+/// written (as the multi-tensor launches allow).
+void checkInPlaceOverlap(const RegisteredFusion &registered,
+                         at::TensorList inputs) {
+  const Fusion &fusion = registered.fusion;
+  std::vector<const PortInfo *> ports; // the tensor inputs', in order
+  std::vector<size_t> positions;       // each fusion input's among them
+  for (const PortInfo &port : fusion.inputs()) {
+    positions.push_back(ports.size());
+    if (port.kind != PortInfo::Kind::Scalar)
+      ports.push_back(&port);
+  }
+  std::vector<bool> written(ports.size());
+  for (auto [output, input] : registered.inplace)
+    written[positions[input]] = true;
+  for (size_t i = 0; i < ports.size(); ++i) {
+    if (!written[i])
+      continue;
+    TORCH_CHECK_VALUE(
+        at::has_internal_overlap(inputs[i]) != at::MemOverlap::Yes, "tilefuse.",
+        fusion.name(), ": argument '", ports[i]->name,
+        "' is updated in place and must not overlap itself");
+    for (size_t j = 0; j < ports.size(); ++j) {
+      if (j == i)
+        continue;
+      at::MemOverlapStatus status =
+          at::get_overlap_status(inputs[i], inputs[j]);
+      TORCH_CHECK_VALUE(
+          status != at::MemOverlapStatus::Partial &&
+              (status != at::MemOverlapStatus::Full || !written[j]),
+          "tilefuse.", fusion.name(), ": argument '", ports[i]->name,
+          "' is updated in place and overlaps '", ports[j]->name, "'");
+    }
+  }
+}
+
 /// Runs a fusion writing the handle's in-place outputs into `written` (the
 /// inputs it writes, in input order) and its other outputs into `out`.
 void launchFusionInPlace(int64_t handle, at::TensorList written,
@@ -275,6 +316,7 @@ void launchFusionInPlace(int64_t handle, at::TensorList written,
                          std::optional<at::TensorList> scalarTensors) {
   RegisteredFusion registered = registeredFusion("launch_fusion_", handle);
   std::vector<Tensor> inputs = mergedInputs(registered, written, tensors);
+  checkInPlaceOverlap(registered, inputs);
   runLaunch(registered, inputs, scalars, scalarTensors,
             outputSlots(registered, inputs, out));
 }

@@ -729,6 +729,39 @@ torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
                     (!tensor.defined() ||
                      reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0);
   }
+  // Nor may what one row set writes share memory with another row set's
+  // tensors: the sets run at once (a parameter listed twice was updated
+  // twice). Only tensors of one storage can overlap.
+  struct Use {
+    const void *storage;
+    int64_t row;
+    size_t port;
+  };
+  std::vector<Use> uses;
+  uses.reserve(count * ports.size());
+  for (int64_t row = 0; row < count; ++row)
+    for (size_t i = 0; i < ports.size(); ++i)
+      if (rowSets[row].tensors[i].defined() &&
+          rowSets[row].tensors[i].numel() > 0)
+        uses.push_back({rowSets[row].tensors[i].storage().data(), row, i});
+  llvm::sort(uses, [](const Use &a, const Use &b) {
+    return std::less<const void *>()(a.storage, b.storage);
+  });
+  for (size_t a = 0; a < uses.size(); ++a)
+    for (size_t b = a + 1;
+         b < uses.size() && uses[b].storage == uses[a].storage; ++b) {
+      const Use &first = uses[a], &second = uses[b];
+      if (first.row == second.row ||
+          (!updated[first.port] && !updated[second.port]))
+        continue;
+      TORCH_CHECK_VALUE(
+          at::get_overlap_status(rowSets[first.row].tensors[first.port],
+                                 rowSets[second.row].tensors[second.port]) ==
+              at::MemOverlapStatus::No,
+          "tilefuse.", op, ": argument '", ports[first.port].name, "'[",
+          first.row, "] and '", ports[second.port].name, "'[", second.row,
+          "] share memory, and one of them is updated in place");
+    }
 
   // Scalars shared by every row set: 8-byte slots for values, pointers.
   std::vector<int64_t> slots(ports.size());

@@ -252,3 +252,33 @@ def test_in_place_after_a_trace_time_constant():
     expected = y * 0.5
     negate_if(False, y, 0.5)
     torch.testing.assert_close(y, expected, atol=0, rtol=0)
+
+
+@tilefuse.fusion(inplace=["p", "m"])
+def signed_momentum_step(p, g, m, lr, beta):
+    m2 = beta * m + (1 - beta) * g
+    return {"p": p - lr * tilefuse.sign(m2), "m": m2}
+
+
+def test_in_place_arguments_that_share_memory_are_refused():
+    """As PyTorch's in-place ops (and adamw_step_): written tensors that are
+    one another, overlap, or overlap themselves gave order-dependent results
+    without a word (p passed as p and m kept m's value), and a parameter
+    listed twice in a multi-tensor launch was updated twice."""
+    p = torch.ones(8)
+    for m, message in [(p, "'p' is updated in place and overlaps 'm'"),
+                       (p[2:6], "'p' is updated in place and overlaps 'm'")]:
+        with pytest.raises(ValueError, match=f"tilefuse.signed_momentum_step: argument {message}"):
+            signed_momentum_step(p[:4] if m is not p else p, torch.ones(m.shape), m, 0.1, 0.5)
+    with pytest.raises(ValueError, match="'p' is updated in place and must not overlap itself"):
+        signed_momentum_step(torch.ones(1).expand(4), torch.ones(4), torch.zeros(4), 0.1, 0.5)
+    assert torch.equal(p, torch.ones(8))  # nothing written
+    with pytest.raises(ValueError, match=r"signed_momentum_step.multi_tensor: argument 'p'\[0\] "
+                                         r"and 'p'\[1\] share memory, and one of them is updated"):
+        signed_momentum_step.multi_tensor([p, p], [torch.ones(8)] * 2,
+                                          [torch.zeros(8), torch.zeros(8)], 0.1, 0.5)
+    assert torch.equal(p, torch.ones(8))
+    # A whole written tensor also read through another argument is fine:
+    # each element is read before it is written.
+    signed_momentum_step(p, p, torch.zeros(8), 0.1, 0.5)
+    assert torch.equal(p, torch.full((8,), 0.9))
