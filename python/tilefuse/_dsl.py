@@ -918,14 +918,15 @@ class Fusion:
         self._key = _register(self)
         functools.update_wrapper(self, fn)
 
-    def _bind(self, args, kwargs) -> list:
-        """Every argument in parameter order, defaults filled in."""
+    def _bind(self, args, kwargs, call: str = "") -> list:
+        """Every argument in parameter order, defaults filled in (`call`:
+        the method bound for, as errors name it)."""
         if not kwargs and len(args) == len(self._parameters):
             return list(args)
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as error:
-            raise TypeError(f"tilefuse.{self._name}: {error}") from None
+            raise TypeError(f"tilefuse.{self._name}{call}: {error}") from None
         bound.apply_defaults()
         return list(bound.arguments.values())
 
@@ -1159,7 +1160,7 @@ class Fusion:
         return [(names.index(output), self._parameters.index(parameter))
                 for parameter, output in self._inplace.items()]
 
-    def multi_tensor(self, *args, skip_if: torch.Tensor | None = None):
+    def multi_tensor(self, *args, skip_if: torch.Tensor | None = None, **kwargs):
         """Runs this elementwise fusion over lists of tensors: the i-th tensor
         of every list forms one row set (tensors of one shape, any shape per
         set, any number of sets). Each argument is a list of tensors, a
@@ -1172,10 +1173,9 @@ class Fusion:
         Outputs declared `inplace` overwrite their inputs; the others come
         back as lists (in their row set's float dtype), shaped as the
         function returns them. When `skip_if` (a one-element tensor, e.g.
-        GradScaler's found_inf) is nonzero nothing is written."""
-        if len(args) != len(self._parameters):
-            raise TypeError(f"tilefuse.{self._name}.multi_tensor: expected "
-                            f"{len(self._parameters)} arguments, got {len(args)}")
+        GradScaler's found_inf) is nonzero nothing is written. Arguments
+        bind as in a single call (keywords, defaults)."""
+        args = self._bind(args, kwargs, ".multi_tensor")
         layout, updated, tensors, scalars, scalar_tensors = [], [], [], [], []
         specs, per_tensor_lists, count, compute = [], [], None, None
         for parameter, arg in zip(self._parameters, args):

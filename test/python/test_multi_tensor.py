@@ -282,3 +282,27 @@ def test_in_place_arguments_that_share_memory_are_refused():
     # each element is read before it is written.
     signed_momentum_step(p, p, torch.zeros(8), 0.1, 0.5)
     assert torch.equal(p, torch.full((8,), 0.9))
+
+
+def test_multi_tensor_binds_arguments_as_a_single_call():
+    """Keywords and the fusion's defaults, as the single call binds them
+    (`.multi_tensor` took positional arguments only, every one of them)."""
+    params, momenta = [torch.ones(4), torch.ones(3)], [torch.zeros(4), torch.zeros(3)]
+    signed_momentum_step_default.multi_tensor(params, [torch.ones(4), torch.ones(3)], momenta,
+                                              0.1)
+    assert all(torch.allclose(m, torch.full_like(m, 0.1)) for m in momenta)  # beta = 0.9
+    single = torch.ones(4), torch.zeros(4)
+    signed_momentum_step_default(single[0], torch.ones(4), single[1], lr=0.1)
+    assert torch.equal(params[0], single[0]) and torch.equal(momenta[0], single[1])
+    signed_momentum_step_default.multi_tensor(params, [torch.ones(4), torch.ones(3)], momenta,
+                                              beta=0.5, lr=0.1)
+    assert all(torch.allclose(m, torch.full_like(m, 0.55)) for m in momenta)
+    with pytest.raises(TypeError, match=r"tilefuse.signed_momentum_step_default.multi_tensor: "
+                                        r"missing a required argument: 'm'"):
+        signed_momentum_step_default.multi_tensor(params, momenta)
+
+
+@tilefuse.fusion(inplace=["p", "m"])
+def signed_momentum_step_default(p, g, m, lr, beta=0.9):
+    m2 = beta * m + (1 - beta) * g
+    return {"p": p - lr * tilefuse.sign(m2), "m": m2}
