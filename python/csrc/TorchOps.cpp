@@ -268,12 +268,10 @@ std::vector<Tensor> outputSlots(const RegisteredFusion &registered,
   return slots;
 }
 
-/// A tensor `registered` writes in place must not overlap itself nor
-/// another of its tensors (as PyTorch's in-place ops refuse): one read
-/// through another argument would see some updates and miss others, and
-/// two written at once would take whichever landed last. A read-only alias
-/// of a whole written tensor is fine: each element is read before it is
-/// written (as the multi-tensor launches allow).
+/// A tensor `registered` writes in place must not overlap itself, nor
+/// another of its tensors but as `mayAliasWritten` allows: one read through
+/// another argument would see some updates and miss others, and two written
+/// at once would take whichever landed last.
 void checkInPlaceOverlap(const RegisteredFusion &registered,
                          at::TensorList inputs) {
   const Fusion &fusion = registered.fusion;
@@ -294,17 +292,12 @@ void checkInPlaceOverlap(const RegisteredFusion &registered,
         at::has_internal_overlap(inputs[i]) != at::MemOverlap::Yes, "tilefuse.",
         fusion.name(), ": argument '", ports[i]->name,
         "' is updated in place and must not overlap itself");
-    for (size_t j = 0; j < ports.size(); ++j) {
-      if (j == i)
-        continue;
-      at::MemOverlapStatus status =
-          at::get_overlap_status(inputs[i], inputs[j]);
-      TORCH_CHECK_VALUE(
-          status != at::MemOverlapStatus::Partial &&
-              (status != at::MemOverlapStatus::Full || !written[j]),
-          "tilefuse.", fusion.name(), ": argument '", ports[i]->name,
-          "' is updated in place and overlaps '", ports[j]->name, "'");
-    }
+    for (size_t j = 0; j < ports.size(); ++j)
+      TORCH_CHECK_VALUE(j == i || tilefuse::torch_ops::mayAliasWritten(
+                                      inputs[i], inputs[j], written[j]),
+                        "tilefuse.", fusion.name(), ": argument '",
+                        ports[i]->name, "' is updated in place and overlaps '",
+                        ports[j]->name, "'");
   }
 }
 

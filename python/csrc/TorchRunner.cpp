@@ -279,6 +279,13 @@ at::ScalarType torch_ops::scalarType(const std::string &dtype) {
   TORCH_CHECK_TYPE(false, "tilefuse: no torch dtype for '", dtype, "'");
 }
 
+bool torch_ops::mayAliasWritten(const at::Tensor &written,
+                                const at::Tensor &other, bool otherWritten) {
+  at::MemOverlapStatus status = at::get_overlap_status(written, other);
+  return status != at::MemOverlapStatus::Partial &&
+         (status != at::MemOverlapStatus::Full || !otherWritten);
+}
+
 void torch_ops::checkScalar(std::string_view op, const PortInfo &port,
                             const c10::Scalar &scalar) {
   if (scalar.isSymbolic())
@@ -694,20 +701,16 @@ torch_ops::runMultiTensor(std::string_view op, Fusion &fusion,
                      .copy_(tensor);
       }
     }
-    // What is written must not partly overlap anything else, nor be two
-    // arguments at once (a read-only alias of a whole tensor is fine: each
-    // element is read before it is written).
+    // What is written must not overlap another argument but as a whole
+    // read-only alias.
     for (size_t i = 0; i < ports.size(); ++i) {
       if (!updated[i])
         continue;
       for (size_t j = 0; j < ports.size(); ++j) {
         if (j == i || !set.tensors[j].defined())
           continue;
-        at::MemOverlapStatus status =
-            at::get_overlap_status(set.tensors[i], set.tensors[j]);
         TORCH_CHECK_VALUE(
-            status != at::MemOverlapStatus::Partial &&
-                (status != at::MemOverlapStatus::Full || !updated[j]),
+            mayAliasWritten(set.tensors[i], set.tensors[j], updated[j]),
             "tilefuse.", op, ": argument '", ports[i].name, "'[", row,
             "] is updated in place and overlaps '", ports[j].name, "'[", row,
             "]");

@@ -117,6 +117,12 @@ struct RegisteredFusion {
 void checkFusionInputs(std::string_view op, const RegisteredFusion &registered,
                        at::TensorList tensors, size_t scalars,
                        c10::SymIntArrayRef shape, at::TensorList out = {});
+/// Whether `written`, which a fusion updates in place, may share memory
+/// with `other`, another of its arguments (`otherWritten`: updated too):
+/// not partly, and wholly only when `other` is read-only (each element is
+/// read before it is written), as PyTorch's in-place ops refuse.
+bool mayAliasWritten(const at::Tensor &written, const at::Tensor &other,
+                     bool otherWritten);
 /// A scalar given by value for `port`: a number its dtype holds (an int
 /// port takes no float, as torch's int arguments), symbolic ones unchecked
 /// (their values come when the call runs). Errors name `op` and the port.
