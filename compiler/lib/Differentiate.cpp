@@ -948,12 +948,8 @@ FailureOr<Derivative> tilefuse::differentiate(KernelOp kernel,
                                               const DifferentiateOptions &options,
                                               OpBuilder &builder) {
   // BackwardBuilder recurses along chains of ops (TileConfig.h's limits).
-  int64_t ops = kernel.getEntryBlock().getOperations().size();
-  if (ops > kMaxKernelOps)
-    return kernel.emitError("fuse-differentiate: kernel @")
-           << kernel.getSymName() << " has " << ops
-           << " operations; the limit is " << kMaxKernelOps
-           << ": split the fusion";
+  if (failed(checkKernelOpLimit(kernel, "fuse-differentiate")))
+    return failure();
   return BackwardBuilder(kernel, builder).build(options);
 }
 

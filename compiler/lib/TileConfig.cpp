@@ -234,6 +234,16 @@ int64_t tilefuse::sharedRegionBytes(const TileConfig &config, int64_t chunks,
                        16);
 }
 
+LogicalResult tilefuse::checkKernelOpLimit(KernelOp kernel, StringRef pass) {
+  int64_t ops = kernel.getEntryBlock().getOperations().size();
+  if (ops <= kMaxKernelOps)
+    return success();
+  return kernel.emitError(pass)
+         << ": kernel @" << kernel.getSymName() << " has " << ops
+         << " operations; the limit is " << kMaxKernelOps
+         << ": split the fusion";
+}
+
 bool tilefuse::isKnownTarget(StringRef target) {
   return llvm::is_contained({"sm_80", "sm_86", "sm_89", "sm_90", "cpu"},
                             target);
@@ -641,11 +651,8 @@ struct FuseSelectTilesPass
   /// The limits of TileConfig.h on what the lowering will emit.
   LogicalResult checkCompileWork(KernelOp kernel, const KernelShape &shape,
                                  const TileConfig &config) {
-    if (shape.ops > kMaxKernelOps)
-      return kernel.emitError("fuse-select-tiles: kernel @")
-             << kernel.getSymName() << " has " << shape.ops
-             << " operations; the limit is " << kMaxKernelOps
-             << ": split the fusion";
+    if (failed(checkKernelOpLimit(kernel, "fuse-select-tiles")))
+      return failure();
     int64_t unrolled = config.rowOnChip ? config.chunks : 1;
     int64_t lanes = config.isGPU() ? config.vectorWidth : 1;
     int64_t emitted = shape.ops * shape.passes * unrolled * lanes;

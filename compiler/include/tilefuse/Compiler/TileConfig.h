@@ -450,6 +450,11 @@ int64_t storageBytes(mlir::Type elementType);
 int64_t sharedRegionBytes(const TileConfig &config, int64_t chunks,
                           mlir::Type elementType);
 
+/// Fails, with an error naming `pass`, for a kernel of more than
+/// kMaxKernelOps operations.
+mlir::LogicalResult checkKernelOpLimit(fuse::KernelOp kernel,
+                                       llvm::StringRef pass);
+
 /// The shape of a kernel that fuse-specialize has run on; emits an error and
 /// fails otherwise.
 mlir::FailureOr<KernelShape> getKernelShape(fuse::KernelOp kernel);
